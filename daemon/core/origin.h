@@ -1,0 +1,43 @@
+// An Origin is the data federation as the cache sees it: something that can
+// describe a path, list a directory and return byte ranges of one version of
+// an object.
+//
+// Thread-safety: safe to call from any thread. Callbacks run on the
+// implementation's own thread; they must not block and must not call back
+// into the Origin synchronously.
+//
+// Extending: add a method only when the cache needs a new kind of answer from
+// the federation; keep protocol details (URLs, headers, tokens) out of it.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "daemon/core/types.h"
+
+namespace perch::core {
+
+class Origin {
+ public:
+  virtual ~Origin() = default;
+
+  // Yields the attributes of `path`; kNotFound if the federation has no such
+  // object, kPermissionDenied without an acceptable token, kUnavailable
+  // (retryable) if no server answered in time.
+  virtual void Stat(const ObjectPath& path, Deadline deadline,
+                    std::function<void(Result<FileAttr>)> done) = 0;
+
+  // Yields the entries of directory `path` (not including itself). kNotFound
+  // if absent, kInvalidArgument if `path` is a file.
+  virtual void List(const ObjectPath& path, Deadline deadline,
+                    std::function<void(Result<std::vector<DirEntry>>)> done) = 0;
+
+  // Yields exactly `range` of `path` at `version`. A short body, a wrong
+  // Content-Range or a changed version is kCorrupt, never a partial success.
+  // Ranges past the end of the object are clipped to its size.
+  virtual void ReadRange(const ObjectPath& path, const ObjectVersion& version, ByteRange range,
+                         Deadline deadline, std::function<void(Result<Bytes>)> done) = 0;
+};
+
+}  // namespace perch::core

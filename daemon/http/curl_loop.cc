@@ -1,0 +1,452 @@
+#include "daemon/http/curl_loop.h"
+
+#include <curl/curl.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <mutex>
+
+namespace perch::http {
+
+namespace asio = boost::asio;
+using core::Result;
+
+std::optional<std::string> HttpHead::Get(std::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (k == name) return v;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> HttpHead::GetAll(std::string_view name) const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : headers) {
+    if (k == name) out.push_back(v);
+  }
+  return out;
+}
+
+struct CurlLoop::Transfer {
+  uint64_t id = 0;
+  CURL* easy = nullptr;
+  curl_slist* header_list = nullptr;
+  HttpRequest request;
+  HttpResponse response;
+  Callback done;
+  bool aborted_by_sink = false;
+  bool body_too_large = false;
+  char errbuf[CURL_ERROR_SIZE] = {0};
+};
+
+// One socket curl asked us to watch. The descriptor never owns the fd: curl
+// opens and closes it; we release() it on CURL_POLL_REMOVE, before curl
+// closes it, which also cancels our pending waits.
+struct CurlLoop::SocketWatch {
+  explicit SocketWatch(asio::io_context& io, curl_socket_t fd) : sd(io, fd), fd(fd) {}
+  asio::posix::stream_descriptor sd;
+  curl_socket_t fd;
+  int what = 0;
+  bool reading = false;
+  bool writing = false;
+  bool closed = false;
+};
+
+struct CurlLoop::Impl {
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  asio::steady_timer timer{io};
+  CURLM* multi = nullptr;
+  std::unordered_map<curl_socket_t, std::shared_ptr<SocketWatch>> sockets;
+  std::unordered_map<uint64_t, std::unique_ptr<Transfer>> active;
+  std::deque<std::unique_ptr<Transfer>> queue;
+  std::vector<CURL*> easy_pool;
+  CurlLoop* owner = nullptr;
+
+  void Arm(const std::shared_ptr<SocketWatch>& w, bool read);
+  void OnSocket(const std::shared_ptr<SocketWatch>& w, bool read, const boost::system::error_code& ec);
+  void OnTimeout(const boost::system::error_code& ec);
+  static int SocketCallback(CURL* easy, curl_socket_t s, int what, void* userp, void* socketp);
+  static int TimerCallback(CURLM* multi, long timeout_ms, void* userp);
+};
+
+namespace {
+
+std::once_flag g_curl_init;
+
+std::string HostOf(std::string_view url) {
+  size_t b = url.find("://");
+  b = b == std::string_view::npos ? 0 : b + 3;
+  size_t e = url.find_first_of("/?#", b);
+  return std::string(url.substr(b, e == std::string_view::npos ? e : e - b));
+}
+
+}  // namespace
+
+// libcurl C callbacks. None may throw into curl: they only touch plain data.
+extern "C" {
+static size_t PerchCurlHeader(char* data, size_t size, size_t n, void* userp);
+static size_t PerchCurlWrite(char* data, size_t size, size_t n, void* userp);
+}
+
+struct CurlCallbacks {
+  static size_t Header(char* data, size_t size, size_t n, void* userp) {
+    auto* t = static_cast<CurlLoop::Transfer*>(userp);
+    size_t len = size * n;
+    std::string_view line(data, len);
+    while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
+    if (line.starts_with("HTTP/")) {
+      // A new response (after a 1xx): forget the previous one's headers.
+      t->response.head.headers.clear();
+      size_t sp = line.find(' ');
+      t->response.head.status = sp == std::string_view::npos ? 0 : std::atol(std::string(line.substr(sp + 1, 3)).c_str());
+      return len;
+    }
+    size_t colon = line.find(':');
+    if (colon == std::string_view::npos) return len;
+    std::string name(line.substr(0, colon));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    t->response.head.headers.emplace_back(std::move(name), std::string(value));
+    return len;
+  }
+
+  static size_t Write(char* data, size_t size, size_t n, void* userp) {
+    auto* t = static_cast<CurlLoop::Transfer*>(userp);
+    size_t len = size * n;
+    t->response.body_bytes += len;
+    if (t->request.on_data) {
+      bool keep = false;
+      try {
+        keep = t->request.on_data(t->response.head, std::string_view(data, len));
+      } catch (const std::exception& e) {
+        spdlog::error("http: exception in body sink: {}", e.what());
+      }
+      if (!keep) {
+        t->aborted_by_sink = true;
+        return 0;
+      }
+      return len;
+    }
+    if (t->response.body.size() + len > t->request.max_body) {
+      t->body_too_large = true;
+      return 0;
+    }
+    t->response.body.append(data, len);
+    return len;
+  }
+};
+
+extern "C" {
+static size_t PerchCurlHeader(char* data, size_t size, size_t n, void* userp) {
+  return CurlCallbacks::Header(data, size, n, userp);
+}
+static size_t PerchCurlWrite(char* data, size_t size, size_t n, void* userp) {
+  return CurlCallbacks::Write(data, size, n, userp);
+}
+}
+
+CurlLoop::CurlLoop(Options options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  std::call_once(g_curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  impl_->owner = this;
+  impl_->multi = curl_multi_init();
+  curl_multi_setopt(impl_->multi, CURLMOPT_SOCKETFUNCTION, &Impl::SocketCallback);
+  curl_multi_setopt(impl_->multi, CURLMOPT_SOCKETDATA, impl_.get());
+  curl_multi_setopt(impl_->multi, CURLMOPT_TIMERFUNCTION, &Impl::TimerCallback);
+  curl_multi_setopt(impl_->multi, CURLMOPT_TIMERDATA, impl_.get());
+  curl_multi_setopt(impl_->multi, CURLMOPT_MAX_HOST_CONNECTIONS, options_.max_host_connections);
+  curl_multi_setopt(impl_->multi, CURLMOPT_MAXCONNECTS,
+                    static_cast<long>(std::max<size_t>(options_.max_in_flight, 16)));
+  thread_ = std::thread([this] {
+    try {
+      impl_->io.run();
+    } catch (const std::exception& e) {
+      spdlog::critical("net loop: uncaught exception: {}", e.what());
+      std::abort();
+    }
+  });
+}
+
+CurlLoop::~CurlLoop() {
+  asio::post(impl_->io, [this] {
+    std::vector<uint64_t> ids;
+    for (auto& [id, t] : impl_->active) ids.push_back(id);
+    for (uint64_t id : ids) {
+      auto it = impl_->active.find(id);
+      if (it != impl_->active.end()) Finish(it->second.get(), core::CancelledError("shutting down"));
+    }
+    while (!impl_->queue.empty()) {
+      auto t = std::move(impl_->queue.front());
+      impl_->queue.pop_front();
+      if (t->done) t->done(core::CancelledError("shutting down"));
+    }
+    impl_->timer.cancel();
+    impl_->work.reset();
+  });
+  thread_.join();
+  for (CURL* e : impl_->easy_pool) curl_easy_cleanup(e);
+  curl_multi_cleanup(impl_->multi);
+}
+
+uint64_t CurlLoop::Submit(HttpRequest request, Callback done) {
+  auto t = std::make_unique<Transfer>();
+  t->id = next_id_.fetch_add(1);
+  t->request = std::move(request);
+  t->done = std::move(done);
+  uint64_t id = t->id;
+  queued_.fetch_add(1, std::memory_order_relaxed);
+  asio::post(impl_->io, [this, t = std::move(t)]() mutable {
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    StartOrQueue(std::move(t));
+  });
+  return id;
+}
+
+void CurlLoop::Cancel(uint64_t id) {
+  asio::post(impl_->io, [this, id] {
+    auto it = impl_->active.find(id);
+    if (it != impl_->active.end()) {
+      Finish(it->second.get(), core::CancelledError("cancelled"));
+      return;
+    }
+    auto q = std::find_if(impl_->queue.begin(), impl_->queue.end(),
+                          [id](const auto& t) { return t->id == id; });
+    if (q != impl_->queue.end()) {
+      auto t = std::move(*q);
+      impl_->queue.erase(q);
+      queued_.fetch_sub(1, std::memory_order_relaxed);
+      if (t->done) t->done(core::CancelledError("cancelled"));
+    }
+  });
+}
+
+void CurlLoop::Post(std::function<void()> fn) {
+  asio::post(impl_->io, [fn = std::move(fn)] {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      spdlog::error("net loop: exception in posted task: {}", e.what());
+    }
+  });
+}
+
+void CurlLoop::PostAfter(std::chrono::milliseconds delay, std::function<void()> fn) {
+  Post([this, delay, fn = std::move(fn)]() mutable {
+    auto timer = std::make_shared<asio::steady_timer>(impl_->io, delay);
+    timer->async_wait([timer, fn = std::move(fn)](const boost::system::error_code& ec) {
+      if (ec) return;
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        spdlog::error("net loop: exception in timer task: {}", e.what());
+      }
+    });
+  });
+}
+
+void CurlLoop::StartOrQueue(std::unique_ptr<Transfer> t) {
+  if (impl_->active.size() >= options_.max_in_flight) {
+    queued_.fetch_add(1, std::memory_order_relaxed);
+    impl_->queue.push_back(std::move(t));
+    return;
+  }
+  Start(std::move(t));
+}
+
+void CurlLoop::Start(std::unique_ptr<Transfer> t) {
+  if (core::Clock::now() >= t->request.deadline) {
+    t->done(core::DeadlineExceededError("deadline passed before " + t->request.method + " " +
+                                        HostOf(t->request.url) + " could start"));
+    return;
+  }
+  CURL* e;
+  if (!impl_->easy_pool.empty()) {
+    e = impl_->easy_pool.back();
+    impl_->easy_pool.pop_back();
+    curl_easy_reset(e);
+  } else {
+    e = curl_easy_init();
+  }
+  t->easy = e;
+  const HttpRequest& r = t->request;
+  auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(r.deadline - core::Clock::now());
+  curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());
+  curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
+  curl_easy_setopt(e, CURLOPT_USERAGENT, options_.user_agent.c_str());
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(r.connect_timeout.count()));
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(1, remaining.count())));
+  if (r.low_speed_bytes > 0) {
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, r.low_speed_bytes);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, static_cast<long>(r.low_speed_time.count()));
+  }
+  if (!options_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options_.ca_file.c_str());
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &PerchCurlHeader);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &PerchCurlWrite);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+  if (r.method == "HEAD") {
+    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+  } else if (r.method != "GET") {
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r.method.c_str());
+  }
+  if (!r.body.empty()) {
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, r.body.data());
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+  }
+  t->header_list = curl_slist_append(nullptr, "Expect:");
+  for (const std::string& h : r.headers) t->header_list = curl_slist_append(t->header_list, h.c_str());
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->header_list);
+
+  uint64_t id = t->id;
+  Transfer* raw = t.get();
+  impl_->active.emplace(id, std::move(t));
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  if (CURLMcode mc = curl_multi_add_handle(impl_->multi, e); mc != CURLM_OK) {
+    Finish(raw, core::InternalError(std::string("curl_multi_add_handle: ") + curl_multi_strerror(mc)));
+  }
+}
+
+void CurlLoop::Finish(Transfer* t, Result<HttpResponse> result) {
+  auto it = impl_->active.find(t->id);
+  if (it == impl_->active.end()) return;
+  std::unique_ptr<Transfer> owned = std::move(it->second);
+  impl_->active.erase(it);
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  curl_multi_remove_handle(impl_->multi, owned->easy);
+  curl_slist_free_all(owned->header_list);
+  owned->header_list = nullptr;
+  if (impl_->easy_pool.size() < 64) {
+    impl_->easy_pool.push_back(owned->easy);
+  } else {
+    curl_easy_cleanup(owned->easy);
+  }
+  owned->easy = nullptr;
+  if (owned->done) {
+    try {
+      owned->done(std::move(result));
+    } catch (const std::exception& e) {
+      spdlog::error("http: exception in completion callback: {}", e.what());
+    }
+  }
+  StartQueued();
+}
+
+void CurlLoop::StartQueued() {
+  while (!impl_->queue.empty() && impl_->active.size() < options_.max_in_flight) {
+    auto t = std::move(impl_->queue.front());
+    impl_->queue.pop_front();
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    Start(std::move(t));
+  }
+}
+
+void CurlLoop::DrainCompleted() {
+  int pending = 0;
+  while (CURLMsg* msg = curl_multi_info_read(impl_->multi, &pending)) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    Transfer* t = nullptr;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &t);
+    if (t == nullptr) continue;
+    CURLcode rc = msg->data.result;
+    std::string host = HostOf(t->request.url);
+    if (rc == CURLE_OK) {
+      long code = 0;
+      curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
+      t->response.head.status = code;
+      Finish(t, std::move(t->response));
+    } else if (t->aborted_by_sink) {
+      Finish(t, core::CancelledError("transfer from " + host + " stopped by its receiver"));
+    } else if (t->body_too_large) {
+      Finish(t, core::CorruptError(t->request.method + " " + host + ": body larger than " +
+                                   std::to_string(t->request.max_body) + " bytes"));
+    } else {
+      std::string why = t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc);
+      std::string msg_text = t->request.method + " " + host + ": " + why;
+      if (rc == CURLE_OPERATION_TIMEDOUT && core::Clock::now() >= t->request.deadline) {
+        Finish(t, core::DeadlineExceededError(msg_text, core::FailureSite::kCache));
+      } else {
+        Finish(t, core::UnavailableError(msg_text, core::FailureSite::kCache));
+      }
+    }
+  }
+}
+
+void CurlLoop::Impl::Arm(const std::shared_ptr<SocketWatch>& w, bool read) {
+  bool& pending = read ? w->reading : w->writing;
+  if (pending || w->closed) return;
+  pending = true;
+  w->sd.async_wait(read ? asio::posix::stream_descriptor::wait_read
+                        : asio::posix::stream_descriptor::wait_write,
+                   [this, w, read](const boost::system::error_code& ec) { OnSocket(w, read, ec); });
+}
+
+void CurlLoop::Impl::OnSocket(const std::shared_ptr<SocketWatch>& w, bool read,
+                              const boost::system::error_code& ec) {
+  (read ? w->reading : w->writing) = false;
+  if (w->closed || ec == asio::error::operation_aborted) return;
+  int running = 0;
+  int flags = ec ? CURL_CSELECT_ERR : (read ? CURL_CSELECT_IN : CURL_CSELECT_OUT);
+  curl_multi_socket_action(multi, w->fd, flags, &running);
+  owner->DrainCompleted();
+  if (!w->closed && (w->what & (read ? CURL_POLL_IN : CURL_POLL_OUT))) Arm(w, read);
+}
+
+void CurlLoop::Impl::OnTimeout(const boost::system::error_code& ec) {
+  if (ec) return;
+  int running = 0;
+  curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  owner->DrainCompleted();
+}
+
+int CurlLoop::Impl::SocketCallback(CURL* /*easy*/, curl_socket_t s, int what, void* userp,
+                                   void* /*socketp*/) {
+  auto* self = static_cast<Impl*>(userp);
+  auto it = self->sockets.find(s);
+  if (what == CURL_POLL_REMOVE) {
+    if (it != self->sockets.end()) {
+      it->second->closed = true;
+      boost::system::error_code ignored;
+      it->second->sd.cancel(ignored);
+      it->second->sd.release();
+      self->sockets.erase(it);
+    }
+    return 0;
+  }
+  std::shared_ptr<SocketWatch> w;
+  if (it == self->sockets.end()) {
+    w = std::make_shared<SocketWatch>(self->io, s);
+    self->sockets.emplace(s, w);
+  } else {
+    w = it->second;
+  }
+  w->what = what;
+  if (what & CURL_POLL_IN) self->Arm(w, true);
+  if (what & CURL_POLL_OUT) self->Arm(w, false);
+  return 0;
+}
+
+int CurlLoop::Impl::TimerCallback(CURLM* /*multi*/, long timeout_ms, void* userp) {
+  auto* self = static_cast<Impl*>(userp);
+  self->timer.cancel();
+  if (timeout_ms >= 0) {
+    self->timer.expires_after(std::chrono::milliseconds(timeout_ms));
+    self->timer.async_wait([self](const boost::system::error_code& ec) { self->OnTimeout(ec); });
+  }
+  return 0;
+}
+
+}  // namespace perch::http

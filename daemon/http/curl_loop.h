@@ -1,0 +1,128 @@
+// CurlLoop: every HTTP request perch makes goes through one libcurl multi
+// handle driven by one Boost.Asio io_context on one thread (the "net loop").
+//
+// Why: keep-alive connections are shared by all requests (the multi handle
+// owns the connection cache), hundreds of requests can be in flight without
+// a thread each, and retries/failover timers run on the same thread without
+// locks. The wiring follows curl's asiohiper example (socket and timer
+// callbacks mapped onto Asio waits), not its style.
+//
+// Thread-safety: Submit, Cancel, Post and PostAfter are safe from any thread.
+// Callbacks (completion and HttpRequest::on_data) run on the loop thread; they
+// must not block. Destroying the loop cancels what is still running (their
+// callbacks get kCancelled) and joins the thread; callers must not Submit
+// concurrently with destruction.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "daemon/core/types.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace perch::http {
+
+// Status line and headers of a response; names lower-cased, values trimmed.
+struct HttpHead {
+  long status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // The first value of header `name` (lower-case), if present.
+  std::optional<std::string> Get(std::string_view name) const;
+  // Every value of `name`, in order (for headers sent on several lines).
+  std::vector<std::string> GetAll(std::string_view name) const;
+};
+
+struct HttpRequest {
+  std::string method = "GET";  // GET, HEAD, PROPFIND, ...
+  std::string url;             // already percent-encoded
+  std::vector<std::string> headers;  // "Name: value"
+  std::string body;
+  core::Deadline deadline = core::DeadlineAfter(std::chrono::seconds(60));
+  std::chrono::milliseconds connect_timeout{10000};
+  // Abort if fewer than low_speed_bytes/s arrive for low_speed_time (0 = off).
+  long low_speed_bytes = 0;
+  std::chrono::seconds low_speed_time{30};
+  // Without on_data, the body is collected up to max_body bytes (more is kCorrupt).
+  size_t max_body = 64 << 20;
+  // Optional streaming sink (loop thread): called with the response head and
+  // each body chunk. Returning false aborts the transfer with kCancelled.
+  std::function<bool(const HttpHead&, std::string_view)> on_data;
+};
+
+struct HttpResponse {
+  HttpHead head;
+  std::string body;      // empty when on_data consumed it
+  uint64_t body_bytes = 0;
+};
+
+class CurlLoop {
+ public:
+  struct Options {
+    size_t max_in_flight = 256;        // global budget of concurrent transfers
+    long max_host_connections = 64;    // per host:port
+    std::string ca_file;               // extra CA bundle for https ("" = system)
+    std::string user_agent = "perch/0.1";
+  };
+  using Callback = std::function<void(core::Result<HttpResponse>)>;
+
+  explicit CurlLoop(Options options);
+  ~CurlLoop();
+  CurlLoop(const CurlLoop&) = delete;
+  CurlLoop& operator=(const CurlLoop&) = delete;
+
+  // Starts `request` (or queues it while max_in_flight transfers run).
+  // `done` gets the response for any HTTP status (the caller interprets it),
+  // or kUnavailable/kDeadlineExceeded for transport failures (message names
+  // the URL's host and curl's reason), kCancelled after Cancel(). Returns an
+  // id for Cancel().
+  uint64_t Submit(HttpRequest request, Callback done);
+
+  // Cancels transfer `id` if it has not completed; its callback gets kCancelled.
+  void Cancel(uint64_t id);
+
+  // Runs `fn` on the loop thread.
+  void Post(std::function<void()> fn);
+  void PostAfter(std::chrono::milliseconds delay, std::function<void()> fn);
+
+  bool OnLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  size_t InFlight() const { return in_flight_.load(std::memory_order_relaxed); }
+  size_t Queued() const { return queued_.load(std::memory_order_relaxed); }
+
+ private:
+  friend struct CurlCallbacks;
+  struct Transfer;
+  struct SocketWatch;
+  struct Impl;
+
+  // All below is touched only on the loop thread, except where noted.
+  void StartOrQueue(std::unique_ptr<Transfer> t);
+  void Start(std::unique_ptr<Transfer> t);
+  void Finish(Transfer* t, core::Result<HttpResponse> result);
+  void DrainCompleted();
+  void StartQueued();
+
+  Options options_;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<size_t> in_flight_{0};
+  std::atomic<size_t> queued_{0};
+  std::thread thread_;
+};
+
+}  // namespace perch::http

@@ -1,0 +1,66 @@
+// Parsers for the headers a Pelican director answers with (pelican-protocol.md
+// §3.3) and for Content-Range. Pure functions over strings: no I/O, safe from
+// any thread. Each returns kInvalidArgument with a message naming the header
+// and what is wrong; none throws.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/core/result.h"
+
+namespace perch::http {
+
+// One `<url>; rel="duplicate"; pri=N; depth=D` element of a Link header.
+struct LinkEntry {
+  std::string url;
+  int priority = 0;  // 1 = best; entries without pri sort last
+  int depth = -1;    // path components below the namespace prefix; -1 if absent
+};
+
+// Parses a Link header value (several header lines joined with ", ").
+// Entries whose rel is not "duplicate" are ignored; the result is sorted by
+// priority (stable). Quoted strings and URLs containing ',' or ';' inside
+// <...> are handled. kInvalidArgument for an unterminated '<' or '"', a
+// non-numeric pri/depth, a non-http(s) URL, or no usable entry at all.
+core::Result<std::vector<LinkEntry>> ParseLinkHeader(std::string_view value);
+
+// X-Pelican-Namespace: namespace=/p, require-token=true, collections-url=https://o:8443
+struct NamespaceHeader {
+  std::string prefix;
+  bool require_token = false;
+  std::string collections_url;  // "" when the namespace has no listings
+};
+core::Result<NamespaceHeader> ParseNamespaceHeader(std::string_view value);
+
+// X-Pelican-Authorization: issuer=<url>[, issuer=<url>...]. All header lines
+// are passed; the issuers of all of them are returned in order.
+core::Result<std::vector<std::string>> ParseAuthorizationHeaders(
+    const std::vector<std::string>& lines);
+
+// X-Pelican-Token-Generation: issuer=<url>, max-scope-depth=<n>, strategy=<OAuth2|Vault>[, base-path=<p>]
+struct TokenGenerationHeader {
+  std::string issuer;
+  int max_scope_depth = 0;
+  std::string strategy;
+  std::string base_path;
+};
+core::Result<TokenGenerationHeader> ParseTokenGenerationHeader(std::string_view value);
+
+// Content-Range: bytes FIRST-LAST/TOTAL (TOTAL may be '*').
+struct ContentRange {
+  uint64_t first = 0;
+  uint64_t last = 0;     // inclusive
+  int64_t total = -1;    // -1 for '*'
+};
+core::Result<ContentRange> ParseContentRange(std::string_view value);
+
+// Splits "k1=v1, k2=v2" into pairs; values may be double-quoted. Keys are
+// lower-cased, surrounding spaces removed. kInvalidArgument on an element
+// without '=' or an unterminated quote.
+core::Result<std::vector<std::pair<std::string, std::string>>> ParseKeyValueList(
+    std::string_view value);
+
+}  // namespace perch::http

@@ -1,0 +1,179 @@
+#include "daemon/http/propfind.h"
+
+#include <curl/curl.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <cstring>
+#include <memory>
+#include <set>
+
+#include "daemon/http/url.h"
+
+namespace perch::http {
+
+const char kPropfindBody[] =
+    "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n"
+    "<d:propfind xmlns:d=\"DAV:\"><d:prop>"
+    "<d:resourcetype/><d:getcontentlength/><d:getetag/><d:getlastmodified/>"
+    "</d:prop></d:propfind>\n";
+
+namespace {
+
+using core::CorruptError;
+using core::Result;
+
+constexpr const char kDavNs[] = "DAV:";
+
+bool IsDav(const xmlNode* n, const char* name) {
+  return n->type == XML_ELEMENT_NODE && n->ns != nullptr &&
+         std::strcmp(reinterpret_cast<const char*>(n->ns->href), kDavNs) == 0 &&
+         std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0;
+}
+
+const xmlNode* FirstDavChild(const xmlNode* parent, const char* name) {
+  for (const xmlNode* c = parent->children; c != nullptr; c = c->next) {
+    if (IsDav(c, name)) return c;
+  }
+  return nullptr;
+}
+
+std::string Text(const xmlNode* n) {
+  xmlChar* content = xmlNodeGetContent(n);
+  std::string out = content ? reinterpret_cast<const char*>(content) : "";
+  xmlFree(content);
+  size_t b = out.find_first_not_of(" \t\r\n");
+  size_t e = out.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? std::string() : out.substr(b, e - b + 1);
+}
+
+struct DocDeleter {
+  void operator()(xmlDoc* d) const { xmlFreeDoc(d); }
+};
+
+// Decodes an href (absolute URL or path) to a clean absolute path.
+Result<std::string> HrefToPath(std::string_view href) {
+  std::string path(href);
+  if (href.find("://") != std::string_view::npos) {
+    auto split = SplitHttpUrl(href);
+    if (!split.ok()) return CorruptError("PROPFIND href '" + std::string(href) + "' is not http(s)");
+    path = split->path.empty() ? "/" : split->path;
+  }
+  auto decoded = PercentDecode(path);
+  if (!decoded.ok()) return CorruptError("PROPFIND href: " + decoded.status().message());
+  auto p = core::ObjectPath::Parse(*decoded);
+  if (!p.ok()) return CorruptError("PROPFIND href: " + p.status().message());
+  return p->str();
+}
+
+}  // namespace
+
+Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml) {
+  if (xml.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return CorruptError("PROPFIND answer too large");
+  }
+  // No network, no entity substitution, no DTD loading: the body is untrusted.
+  std::unique_ptr<xmlDoc, DocDeleter> doc(
+      xmlReadMemory(xml.data(), static_cast<int>(xml.size()), "propfind.xml", nullptr,
+                    XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING));
+  if (!doc) {
+    const xmlError* err = xmlGetLastError();
+    std::string why = err && err->message ? err->message : "not well-formed";
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    return CorruptError("PROPFIND answer is not valid XML: " + why);
+  }
+  const xmlNode* root = xmlDocGetRootElement(doc.get());
+  if (root == nullptr || !IsDav(root, "multistatus")) {
+    return CorruptError("PROPFIND answer has no DAV:multistatus root");
+  }
+  std::vector<DavResponse> out;
+  for (const xmlNode* r = root->children; r != nullptr; r = r->next) {
+    if (!IsDav(r, "response")) continue;
+    const xmlNode* href = FirstDavChild(r, "href");
+    if (href == nullptr) return CorruptError("PROPFIND response without href");
+    std::string href_text = Text(href);
+    if (href_text.empty()) return CorruptError("PROPFIND response with an empty href");
+    auto path = HrefToPath(href_text);
+    if (!path.ok()) return path.status();
+    DavResponse resp;
+    resp.href_path = *path;
+    bool found_ok = false;
+    for (const xmlNode* ps = r->children; ps != nullptr; ps = ps->next) {
+      if (!IsDav(ps, "propstat")) continue;
+      const xmlNode* status = FirstDavChild(ps, "status");
+      if (status != nullptr && Text(status).find(" 200") == std::string::npos) continue;
+      const xmlNode* prop = FirstDavChild(ps, "prop");
+      if (prop == nullptr) continue;
+      found_ok = true;
+      for (const xmlNode* p = prop->children; p != nullptr; p = p->next) {
+        if (IsDav(p, "resourcetype")) {
+          if (FirstDavChild(p, "collection") != nullptr) resp.attr.is_dir = true;
+        } else if (IsDav(p, "iscollection")) {
+          if (Text(p) == "1") resp.attr.is_dir = true;
+        } else if (IsDav(p, "getcontentlength")) {
+          std::string t = Text(p);
+          auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), resp.attr.size);
+          if (t.empty() || ec != std::errc() || ptr != t.data() + t.size()) {
+            return CorruptError("PROPFIND getcontentlength is not a number: '" + t + "'");
+          }
+        } else if (IsDav(p, "getlastmodified")) {
+          std::string t = Text(p);
+          time_t when = curl_getdate(t.c_str(), nullptr);
+          resp.attr.mtime = when < 0 ? 0 : static_cast<int64_t>(when);
+        } else if (IsDav(p, "getetag")) {
+          std::string t = Text(p);
+          if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
+          resp.attr.etag = t;
+        }
+      }
+    }
+    if (!found_ok) continue;  // a response without a 200 propstat carries no attributes
+    if (resp.attr.is_dir) resp.attr.size = 0;  // XRootD reports 4096 for directories
+    out.push_back(std::move(resp));
+  }
+  if (out.empty()) return CorruptError("PROPFIND answer holds no usable response");
+  return out;
+}
+
+Result<Listing> InterpretListing(const std::vector<DavResponse>& responses,
+                                 std::string_view request_path) {
+  auto decoded = PercentDecode(request_path);
+  if (!decoded.ok()) return decoded.status();
+  auto self_path = core::ObjectPath::Parse(*decoded);
+  if (!self_path.ok()) return self_path.status();
+  Listing out;
+  bool found_self = false;
+  std::set<std::string> seen;
+  for (const DavResponse& r : responses) {
+    if (r.href_path == self_path->str()) {
+      if (found_self) return CorruptError("PROPFIND listing names the collection twice");
+      found_self = true;
+      out.self = r.attr;
+      continue;
+    }
+    auto p = core::ObjectPath::Parse(r.href_path);
+    if (!p.ok() || p->Parent() != *self_path || p->IsRoot()) {
+      return CorruptError("PROPFIND listing of '" + self_path->str() +
+                          "' names an entry outside it: '" + r.href_path + "'");
+    }
+    std::string name(p->Name());
+    if (!seen.insert(name).second) {
+      return CorruptError("PROPFIND listing names '" + name + "' twice");
+    }
+    out.children.push_back(core::DirEntry{name, r.attr});
+  }
+  if (!found_self) {
+    return CorruptError("PROPFIND listing of '" + self_path->str() + "' lacks the collection itself");
+  }
+  if (!out.self.is_dir) {
+    return core::InvalidArgumentError("'" + self_path->str() + "' is not a directory");
+  }
+  std::sort(out.children.begin(), out.children.end(),
+            [](const core::DirEntry& a, const core::DirEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace perch::http

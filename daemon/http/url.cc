@@ -1,0 +1,208 @@
+#include "daemon/http/url.h"
+
+#include <curl/curl.h>
+
+#include <memory>
+
+namespace perch::http {
+namespace {
+
+using core::InvalidArgumentError;
+using core::Result;
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') {
+      c = static_cast<char>(c - 'A' + 'a');
+    }
+  }
+  return out;
+}
+
+struct CurlUrlDeleter {
+  void operator()(CURLU* u) const { curl_url_cleanup(u); }
+};
+
+// Reads one part of a parsed URL; "" when absent.
+std::string GetPart(CURLU* u, CURLUPart part, unsigned flags = 0) {
+  char* value = nullptr;
+  if (curl_url_get(u, part, &value, flags) != CURLUE_OK || value == nullptr) {
+    return {};
+  }
+  std::string out(value);
+  curl_free(value);
+  return out;
+}
+
+constexpr std::string_view kExamples =
+    "expected pelican://host[:port]/path, osdf:///path, stash:///path or http(s)://host:port/path";
+
+}  // namespace
+
+std::string FederationUrl::ToString() const {
+  if (scheme == "osdf") {
+    return "osdf://" + path.str();
+  }
+  std::string host = discovery_url.substr(discovery_url.find("://") + 3);
+  std::string s = scheme == "pelican" ? "pelican://" + host : discovery_url;
+  return s + (path.IsRoot() ? std::string("/") : path.str());
+}
+
+Result<FederationUrl> ParseFederationUrl(std::string_view url) {
+  size_t colon = url.find("://");
+  if (colon == std::string_view::npos || colon == 0) {
+    return InvalidArgumentError("bad federation URL '" + std::string(url) + "': " +
+                                std::string(kExamples));
+  }
+  FederationUrl out;
+  std::string scheme = Lower(url.substr(0, colon));
+  // HTCondor writes '_' for '.' in scheme names; a "NAME+" prefix names a token.
+  if (size_t plus = scheme.rfind('+'); plus != std::string::npos) {
+    out.token_name = std::string(url.substr(0, plus));
+    scheme = scheme.substr(plus + 1);
+  }
+  if (scheme == "stash") {
+    scheme = "osdf";
+  }
+  std::string rest(url.substr(colon + 3));
+  if (scheme == "osdf") {
+    // osdf://ns/path is osdf:///ns/path: the "host" is folded into the path.
+    out.scheme = "osdf";
+    out.discovery_url = "https://" + std::string(kOsdfDiscoveryHost);
+    std::string path = "/" + rest.substr(0, rest.find_first_of("?#"));
+    auto decoded = PercentDecode(path);
+    if (!decoded.ok()) {
+      return decoded.status();
+    }
+    auto p = core::ObjectPath::Parse(*decoded);
+    if (!p.ok()) {
+      return p.status().WithContext("bad federation URL '" + std::string(url) + "'");
+    }
+    out.path = *p;
+    return out;
+  }
+  if (scheme != "pelican" && scheme != "http" && scheme != "https") {
+    return InvalidArgumentError("unsupported scheme '" + scheme + "' in '" + std::string(url) +
+                                "': " + std::string(kExamples));
+  }
+  if (rest.empty() || rest.front() == '/') {
+    return InvalidArgumentError("federation URL '" + std::string(url) +
+                                "' names no host (did you mean pelican://HOST/path?)");
+  }
+  std::unique_ptr<CURLU, CurlUrlDeleter> u(curl_url());
+  std::string as_http = (scheme == "pelican" ? "https" : scheme) + "://" + rest;
+  if (CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, as_http.c_str(), CURLU_PATH_AS_IS); rc != CURLUE_OK) {
+    return InvalidArgumentError("bad federation URL '" + std::string(url) +
+                                "': " + curl_url_strerror(rc) + "; " + std::string(kExamples));
+  }
+  std::string host = GetPart(u.get(), CURLUPART_HOST);
+  if (host.empty()) {
+    return InvalidArgumentError("federation URL '" + std::string(url) +
+                                "' names no host (did you mean pelican://HOST/path?)");
+  }
+  if (!GetPart(u.get(), CURLUPART_USER).empty()) {
+    return InvalidArgumentError("federation URL '" + std::string(url) +
+                                "' may not carry credentials; use a token file");
+  }
+  std::string port = GetPart(u.get(), CURLUPART_PORT);
+  std::string raw_path = GetPart(u.get(), CURLUPART_PATH);
+  auto decoded = PercentDecode(raw_path.empty() ? "/" : raw_path);
+  if (!decoded.ok()) {
+    return decoded.status().WithContext("bad federation URL '" + std::string(url) + "'");
+  }
+  auto p = core::ObjectPath::Parse(*decoded);
+  if (!p.ok()) {
+    return p.status().WithContext("bad federation URL '" + std::string(url) + "'");
+  }
+  out.scheme = scheme;
+  std::string http_scheme = scheme == "pelican" ? "https" : scheme;
+  out.discovery_url = http_scheme + "://" + host + (port.empty() ? "" : ":" + port);
+  out.path = *p;
+  return out;
+}
+
+std::string PercentEncodeSegment(std::string_view segment) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(segment.size());
+  for (unsigned char c : segment) {
+    bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '.' || c == '_' || c == '~';
+    if (unreserved) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    }
+  }
+  return out;
+}
+
+std::string PercentEncodePath(const core::ObjectPath& path) {
+  if (path.IsRoot()) {
+    return "/";
+  }
+  std::string out;
+  for (std::string_view seg : path.Segments()) {
+    out += '/';
+    out += PercentEncodeSegment(seg);
+  }
+  return out;
+}
+
+Result<std::string> PercentDecode(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size()) {
+      return InvalidArgumentError("truncated percent escape in '" + std::string(text) + "'");
+    }
+    int hi = hex(text[i + 1]);
+    int lo = hex(text[i + 2]);
+    if (hi < 0 || lo < 0) {
+      return InvalidArgumentError("bad percent escape in '" + std::string(text) + "'");
+    }
+    char c = static_cast<char>(hi * 16 + lo);
+    if (c == '\0') {
+      return InvalidArgumentError("encoded NUL in '" + std::string(text) + "'");
+    }
+    out += c;
+    i += 2;
+  }
+  return out;
+}
+
+Result<SplitUrl> SplitHttpUrl(std::string_view url) {
+  size_t colon = url.find("://");
+  std::string scheme = Lower(url.substr(0, colon == std::string_view::npos ? 0 : colon));
+  if (colon == std::string_view::npos || (scheme != "http" && scheme != "https")) {
+    return InvalidArgumentError("not an absolute http(s) URL: '" + std::string(url) + "'");
+  }
+  size_t slash = url.find_first_of("/?#", colon + 3);
+  SplitUrl out;
+  if (slash == colon + 3) {
+    return InvalidArgumentError("URL without a host: '" + std::string(url) + "'");
+  }
+  out.base = scheme + std::string(url.substr(colon, (slash == std::string_view::npos
+                                                         ? url.size()
+                                                         : slash) - colon));
+  if (slash != std::string_view::npos && url[slash] == '/') {
+    size_t end = url.find_first_of("?#", slash);
+    out.path = std::string(url.substr(slash, end == std::string_view::npos ? end : end - slash));
+  }
+  return out;
+}
+
+}  // namespace perch::http

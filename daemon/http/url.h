@@ -1,0 +1,57 @@
+// Federation URLs and path encoding.
+//
+// perch accepts the URL forms Pelican's own client accepts (see
+// shared/reference/pelican-protocol.md §1):
+//   pelican://host[:port]/path   federation named by its discovery host
+//   osdf:///path, stash:///path  the OSDF (discovery host osg-htc.org);
+//                                 osdf://ns/path is folded to osdf:///ns/path
+//   NAME+osdf:///path            HTCondor token-name prefix (selects NAME.use)
+//   http(s)://host:port/path     development: discovery over that scheme
+// Parsing uses libcurl's URL API; the Pelican-specific rules are applied on top.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "daemon/core/result.h"
+#include "daemon/core/types.h"
+
+namespace perch::http {
+
+struct FederationUrl {
+  std::string scheme;         // "pelican", "osdf", "http" or "https" ("stash" maps to "osdf")
+  std::string discovery_url;  // "https://osg-htc.org" or "http://127.0.0.1:8443": no path
+  core::ObjectPath path;      // the namespace path below the federation root
+  std::string token_name;     // "" unless the scheme carried a NAME+ prefix
+
+  // pelican://host:port/path, for logs and xattrs.
+  std::string ToString() const;
+};
+
+// The OSDF's discovery host (pelican_url/discovery.go: OsdfDiscoveryHost).
+inline constexpr std::string_view kOsdfDiscoveryHost = "osg-htc.org";
+
+// Parses `url`; kInvalidArgument with a message that says what is wrong and
+// shows an example of the right form.
+core::Result<FederationUrl> ParseFederationUrl(std::string_view url);
+
+// Percent-encodes one path segment: RFC 3986 unreserved characters are kept,
+// everything else (including '/', '%', ' ', UTF-8 bytes) becomes %XX.
+std::string PercentEncodeSegment(std::string_view segment);
+
+// "/a b/c%d" -> "/a%20b/c%25d". The root encodes to "/".
+std::string PercentEncodePath(const core::ObjectPath& path);
+
+// Decodes %XX escapes. kInvalidArgument on a truncated or non-hex escape or
+// an encoded NUL.
+core::Result<std::string> PercentDecode(std::string_view text);
+
+// Splits "scheme://authority/path?query" into its base ("scheme://authority")
+// and the rest. kInvalidArgument if `url` is not an absolute http(s) URL.
+struct SplitUrl {
+  std::string base;  // "https://host:port"
+  std::string path;  // "/a/b" (still encoded; "" when absent)
+};
+core::Result<SplitUrl> SplitHttpUrl(std::string_view url);
+
+}  // namespace perch::http

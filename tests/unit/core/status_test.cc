@@ -1,0 +1,40 @@
+#include "daemon/core/status.h"
+
+#include <gtest/gtest.h>
+
+#include "daemon/core/result.h"
+
+namespace perch::core {
+namespace {
+
+TEST(StatusTest, OkByDefault) {
+  Status s;
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(s.ToString(), "OK");
+}
+
+TEST(StatusTest, CarriesCodeSiteAndRetryable) {
+  Status s = UnavailableError("connect refused", FailureSite::kCache);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(s.where(), FailureSite::kCache);
+  EXPECT_TRUE(s.retryable());
+  EXPECT_EQ(s.ToString(), "Unavailable (cache): connect refused");
+  EXPECT_EQ(s.WithContext("GET /x").message(), "GET /x: connect refused");
+  EXPECT_FALSE(NotFoundError("x").retryable());
+}
+
+TEST(ResultTest, ValueOrStatus) {
+  Result<int> v = 3;
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 3);
+  Result<int> e = NotFoundError("gone");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
+  // An OK status without a value is a bug, reported as such.
+  Result<int> bad = Status::Ok();
+  EXPECT_EQ(bad.status().code(), StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace perch::core

@@ -1,0 +1,132 @@
+#include "daemon/http/pelican_headers.h"
+
+#include <gtest/gtest.h>
+
+namespace perch::http {
+namespace {
+
+using core::StatusCode;
+
+// The OSDF example of pelican-protocol.md §3.3.
+constexpr char kOsdfLink[] =
+    "<https://osdf-uw-cache.svc.osg-htc.org:8443/some/object>; rel=\"duplicate\"; pri=1; depth=2, "
+    "<https://sc-cache.chtc.wisc.edu:8443/some/object>; rel=\"duplicate\"; pri=2; depth=2, "
+    "<https://dtn-pas.cinc.nrp.internet2.edu:8443/some/object>; rel=\"duplicate\"; pri=3; depth=2";
+
+TEST(LinkHeaderTest, ParsesProtocolExample) {
+  auto links = ParseLinkHeader(kOsdfLink);
+  ASSERT_TRUE(links.ok()) << links.status().ToString();
+  ASSERT_EQ(links->size(), 3u);
+  EXPECT_EQ((*links)[0].url, "https://osdf-uw-cache.svc.osg-htc.org:8443/some/object");
+  EXPECT_EQ((*links)[0].priority, 1);
+  EXPECT_EQ((*links)[0].depth, 2);
+  EXPECT_EQ((*links)[2].url, "https://dtn-pas.cinc.nrp.internet2.edu:8443/some/object");
+}
+
+TEST(LinkHeaderTest, SortsByPriorityAndSkipsOtherRels) {
+  auto links = ParseLinkHeader(
+      "<http://b/x>; rel=\"duplicate\"; pri=2, <http://c/x>; rel=\"next\"; pri=0, "
+      "<http://a/x>; rel=duplicate; pri=1, <http://z/x>; rel=\"duplicate\"");
+  ASSERT_TRUE(links.ok());
+  ASSERT_EQ(links->size(), 3u);
+  EXPECT_EQ((*links)[0].url, "http://a/x");
+  EXPECT_EQ((*links)[1].url, "http://b/x");
+  EXPECT_EQ((*links)[2].url, "http://z/x");  // no pri: last
+  EXPECT_EQ((*links)[2].depth, -1);
+}
+
+TEST(LinkHeaderTest, UrlsWithCommasAndSemicolons) {
+  auto links = ParseLinkHeader("<http://h/a,b;c>; rel=\"duplicate\"; pri=1; depth=1");
+  ASSERT_TRUE(links.ok());
+  EXPECT_EQ((*links)[0].url, "http://h/a,b;c");
+}
+
+TEST(LinkHeaderTest, MalformedGivesClearErrors) {
+  struct Case { const char* value; const char* needle; };
+  for (const Case& c : {Case{"<http://h/x; rel=\"duplicate\"", "unterminated"},
+                        Case{"<http://h/x>; rel=\"dup", "unterminated"},
+                        Case{"http://h/x; rel=\"duplicate\"", "does not start with"},
+                        Case{"<http://h/x>; rel=\"duplicate\"; pri=one", "bad pri"},
+                        Case{"<http://h/x>; rel=\"duplicate\"; depth=-1", "bad depth"},
+                        Case{"<file:///etc/passwd>; rel=\"duplicate\"; pri=1", "not an http"},
+                        Case{"", "no rel=\"duplicate\""},
+                        Case{"<http://h/x>; rel=\"alternate\"", "no rel=\"duplicate\""}}) {
+    auto r = ParseLinkHeader(c.value);
+    ASSERT_FALSE(r.ok()) << c.value;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos)
+        << c.value << " -> " << r.status().message();
+  }
+}
+
+TEST(NamespaceHeaderTest, ParsesProtocolExample) {
+  auto ns = ParseNamespaceHeader(
+      "namespace=/myvo/protected, require-token=true, collections-url=https://origin.example.org:8443");
+  ASSERT_TRUE(ns.ok());
+  EXPECT_EQ(ns->prefix, "/myvo/protected");
+  EXPECT_TRUE(ns->require_token);
+  EXPECT_EQ(ns->collections_url, "https://origin.example.org:8443");
+  auto pub = ParseNamespaceHeader("namespace=/pelicanplatform/, require-token=false");
+  ASSERT_TRUE(pub.ok());
+  EXPECT_EQ(pub->prefix, "/pelicanplatform");
+  EXPECT_FALSE(pub->require_token);
+  EXPECT_EQ(pub->collections_url, "");
+}
+
+TEST(NamespaceHeaderTest, Malformed) {
+  EXPECT_FALSE(ParseNamespaceHeader("require-token=true").ok());
+  EXPECT_FALSE(ParseNamespaceHeader("namespace=relative, require-token=true").ok());
+  EXPECT_FALSE(ParseNamespaceHeader("namespace=/a, require-token=maybe").ok());
+  EXPECT_FALSE(ParseNamespaceHeader("namespace=/a, collections-url=ftp://x").ok());
+  EXPECT_FALSE(ParseNamespaceHeader("namespace").ok());
+  EXPECT_FALSE(ParseNamespaceHeader("namespace=\"/a").ok());
+}
+
+TEST(AuthorizationHeaderTest, AllLinesAllIssuers) {
+  auto issuers = ParseAuthorizationHeaders(
+      {"issuer=https://a.example/x, issuer=https://b.example", "issuer=https://c.example"});
+  ASSERT_TRUE(issuers.ok());
+  ASSERT_EQ(issuers->size(), 3u);
+  EXPECT_EQ((*issuers)[2], "https://c.example");
+  EXPECT_FALSE(ParseAuthorizationHeaders({"issuer=notaurl"}).ok());
+  EXPECT_FALSE(ParseAuthorizationHeaders({"issuer"}).ok());
+}
+
+TEST(TokenGenerationHeaderTest, ParsesAndValidates) {
+  auto tg = ParseTokenGenerationHeader(
+      "issuer=https://issuer.example.org/myvo, max-scope-depth=3, strategy=OAuth2, base-path=/myvo");
+  ASSERT_TRUE(tg.ok());
+  EXPECT_EQ(tg->issuer, "https://issuer.example.org/myvo");
+  EXPECT_EQ(tg->max_scope_depth, 3);
+  EXPECT_EQ(tg->strategy, "OAuth2");
+  EXPECT_EQ(tg->base_path, "/myvo");
+  EXPECT_FALSE(ParseTokenGenerationHeader("issuer=https://i, strategy=OAuth2").ok());
+  EXPECT_FALSE(ParseTokenGenerationHeader("issuer=https://i, max-scope-depth=x, strategy=OAuth2").ok());
+  EXPECT_FALSE(ParseTokenGenerationHeader("issuer=https://i, max-scope-depth=1, strategy=Magic").ok());
+}
+
+TEST(ContentRangeTest, Parses) {
+  auto cr = ParseContentRange("bytes 0-0/14");
+  ASSERT_TRUE(cr.ok());
+  EXPECT_EQ(cr->first, 0u);
+  EXPECT_EQ(cr->last, 0u);
+  EXPECT_EQ(cr->total, 14);
+  auto big = ParseContentRange("bytes 4194304-8388607/67108864");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->last, 8388607u);
+  auto star = ParseContentRange("bytes 1-2/*");
+  ASSERT_TRUE(star.ok());
+  EXPECT_EQ(star->total, -1);
+}
+
+TEST(ContentRangeTest, Malformed) {
+  for (const char* bad : {"", "bytes", "bytes 1-2", "items 1-2/3", "bytes 5-2/10", "bytes 0-10/10",
+                          "bytes a-b/c", "bytes -1-2/3", "bytes 1-2/-3", "bytes 99999999999999999999-1/2"}) {
+    auto cr = ParseContentRange(bad);
+    EXPECT_FALSE(cr.ok()) << bad;
+    EXPECT_NE(cr.status().message().find("Content-Range"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace perch::http

@@ -1,0 +1,159 @@
+#include "daemon/http/propfind.h"
+
+#include <gtest/gtest.h>
+
+namespace perch::http {
+namespace {
+
+using core::StatusCode;
+
+// XRootD's Depth-1 answer as quoted in pelican-protocol.md §4.1, plus a
+// subdirectory (href without trailing slash) and awkward names.
+constexpr char kXrootdListing[] = R"(<?xml version="1.0" encoding="utf-8"?>
+<D:multistatus xmlns:D="DAV:" xmlns:ns1="http://apache.org/dav/props/" xmlns:ns0="DAV:">
+<D:response xmlns:lp1="DAV:" xmlns:lp2="http://apache.org/dav/props/" xmlns:lp3="LCGDM:">
+<D:href>/pelicanplatform/test/</D:href>
+<D:propstat>
+<D:prop>
+<lp1:getcontentlength>4096</lp1:getcontentlength>
+<lp1:getlastmodified>Mon, 03 Feb 2025 17:00:00 GMT</lp1:getlastmodified>
+<lp1:resourcetype><D:collection/></lp1:resourcetype>
+<lp1:iscollection>1</lp1:iscollection>
+<lp1:executable>F</lp1:executable>
+</D:prop>
+<D:status>HTTP/1.1 200 OK</D:status>
+</D:propstat>
+</D:response>
+<D:response xmlns:lp1="DAV:" xmlns:lp2="http://apache.org/dav/props/" xmlns:lp3="LCGDM:">
+<D:href>/pelicanplatform/test/hello-world.txt</D:href>
+<D:propstat><D:prop>
+<lp1:getcontentlength>14</lp1:getcontentlength>
+<lp1:getlastmodified>Mon, 03 Feb 2025 17:00:00 GMT</lp1:getlastmodified>
+<lp1:iscollection>0</lp1:iscollection>
+<lp1:executable>F</lp1:executable>
+</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat>
+</D:response>
+<D:response xmlns:lp1="DAV:">
+<D:href>/pelicanplatform/test/sub dir</D:href>
+<D:propstat><D:prop>
+<lp1:getcontentlength>4096</lp1:getcontentlength>
+<lp1:iscollection>1</lp1:iscollection>
+</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat>
+</D:response>
+<D:response xmlns:lp1="DAV:">
+<D:href>/pelicanplatform/test/100%25%20%C3%BCnicode.bin</D:href>
+<D:propstat><D:prop>
+<lp1:getcontentlength>0</lp1:getcontentlength>
+<lp1:iscollection>0</lp1:iscollection>
+</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat>
+</D:response>
+</D:multistatus>
+)";
+
+TEST(PropfindTest, ParsesXrootdListing) {
+  auto responses = ParseMultistatus(kXrootdListing);
+  ASSERT_TRUE(responses.ok()) << responses.status().ToString();
+  ASSERT_EQ(responses->size(), 4u);
+  EXPECT_EQ((*responses)[0].href_path, "/pelicanplatform/test");
+  EXPECT_TRUE((*responses)[0].attr.is_dir);
+  EXPECT_EQ((*responses)[0].attr.size, 0u);  // XRootD's 4096 is not a file size
+  EXPECT_EQ((*responses)[0].attr.mtime, 1738602000);
+  EXPECT_EQ((*responses)[1].attr.size, 14u);
+  EXPECT_FALSE((*responses)[1].attr.is_dir);
+
+  auto listing = InterpretListing(*responses, "/pelicanplatform/test");
+  ASSERT_TRUE(listing.ok()) << listing.status().ToString();
+  ASSERT_EQ(listing->children.size(), 3u);
+  EXPECT_EQ(listing->children[0].name, "100% ünicode.bin");
+  EXPECT_EQ(listing->children[1].name, "hello-world.txt");
+  EXPECT_EQ(listing->children[2].name, "sub dir");
+  EXPECT_TRUE(listing->children[2].attr.is_dir);
+}
+
+TEST(PropfindTest, GoStyleAnswerWithOtherPrefixesAndAbsoluteHrefs) {
+  constexpr char kGo[] = R"(<?xml version="1.0" encoding="UTF-8"?>
+<multistatus xmlns="DAV:"><response><href>https://o:8443/ns/d/</href><propstat><prop>
+<resourcetype><collection xmlns="DAV:"/></resourcetype><getlastmodified>Tue, 01 Jul 2025 10:00:00 GMT</getlastmodified>
+</prop><status>HTTP/1.1 200 OK</status></propstat></response>
+<response><href>https://o:8443/ns/d/f</href><propstat><prop><getcontentlength>5</getcontentlength>
+<getetag>"abc"</getetag><resourcetype/></prop><status>HTTP/1.1 200 OK</status></propstat>
+<propstat><prop><displayname/></prop><status>HTTP/1.1 404 Not Found</status></propstat></response>
+</multistatus>)";
+  auto responses = ParseMultistatus(kGo);
+  ASSERT_TRUE(responses.ok()) << responses.status().ToString();
+  auto listing = InterpretListing(*responses, "/ns/d");
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->children.size(), 1u);
+  EXPECT_EQ(listing->children[0].attr.etag, "abc");
+  EXPECT_EQ(listing->children[0].attr.size, 5u);
+}
+
+TEST(PropfindTest, ElementsOutsideDavNamespaceAreIgnored) {
+  constexpr char kOther[] = R"(<m:multistatus xmlns:m="urn:not-dav"><m:response/></m:multistatus>)";
+  auto r = ParseMultistatus(kOther);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("multistatus"), std::string::npos);
+}
+
+TEST(PropfindTest, MalformedAnswersGiveClearErrors) {
+  struct Case { std::string xml; const char* needle; };
+  const std::string head = R"(<D:multistatus xmlns:D="DAV:"><D:response>)";
+  const std::string ok_prop =
+      "<D:propstat><D:prop><D:getcontentlength>1</D:getcontentlength></D:prop>"
+      "<D:status>HTTP/1.1 200 OK</D:status></D:propstat>";
+  std::vector<Case> cases = {
+      {"", "not valid XML"},
+      {std::string(kXrootdListing).substr(0, 300), "not valid XML"},  // truncated
+      {"<html><body>listing</body></html>", "multistatus"},
+      {head + ok_prop + "</D:response></D:multistatus>", "without href"},
+      {head + "<D:href></D:href>" + ok_prop + "</D:response></D:multistatus>", "empty href"},
+      {head + "<D:href>/a/../../etc</D:href>" + ok_prop + "</D:response></D:multistatus>", "'..'"},
+      {head + "<D:href>/a/%zz</D:href>" + ok_prop + "</D:response></D:multistatus>", "percent"},
+      {head + "<D:href>/a</D:href><D:propstat><D:prop><D:getcontentlength>-4</D:getcontentlength>"
+              "</D:prop></D:propstat></D:response></D:multistatus>",
+       "not a number"},
+      {R"(<D:multistatus xmlns:D="DAV:"></D:multistatus>)", "no usable response"},
+      {R"(<!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><D:multistatus xmlns:D="DAV:"><D:response><D:href>&e;</D:href></D:response></D:multistatus>)",
+       "PROPFIND"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseMultistatus(c.xml);
+    ASSERT_FALSE(r.ok()) << c.xml;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << c.xml;
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos)
+        << c.xml << " -> " << r.status().message();
+  }
+}
+
+TEST(PropfindTest, HostileListingEntriesAreRejected) {
+  auto make = [](std::vector<std::pair<std::string, bool>> entries) {
+    std::vector<DavResponse> out;
+    for (auto& [path, dir] : entries) {
+      DavResponse r;
+      r.href_path = path;
+      r.attr.is_dir = dir;
+      out.push_back(r);
+    }
+    return out;
+  };
+  // An entry outside the listed directory.
+  auto outside = InterpretListing(make({{"/ns/d", true}, {"/etc/passwd", false}}), "/ns/d");
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("outside"), std::string::npos);
+  // A grandchild.
+  EXPECT_FALSE(InterpretListing(make({{"/ns/d", true}, {"/ns/d/a/b", false}}), "/ns/d").ok());
+  // The collection itself missing.
+  auto missing = InterpretListing(make({{"/ns/d/a", false}}), "/ns/d");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("lacks the collection"), std::string::npos);
+  // Duplicate names.
+  EXPECT_FALSE(InterpretListing(make({{"/ns/d", true}, {"/ns/d/a", false}, {"/ns/d/a", false}}),
+                                "/ns/d").ok());
+  // Listing a file.
+  auto file = InterpretListing(make({{"/ns/f", false}}), "/ns/f");
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace perch::http
