@@ -66,6 +66,7 @@ struct CurlLoop::Impl {
   std::deque<std::unique_ptr<Transfer>> queue;
   std::vector<CURL*> easy_pool;
   CurlLoop* owner = nullptr;
+  std::function<void(const HttpRequest&)> observer;
 
   void Arm(const std::shared_ptr<SocketWatch>& w, bool read);
   void OnSocket(const std::shared_ptr<SocketWatch>& w, bool read, const boost::system::error_code& ec);
@@ -251,6 +252,10 @@ void CurlLoop::PostAfter(std::chrono::milliseconds delay, std::function<void()> 
   });
 }
 
+void CurlLoop::SetRequestObserverForTest(std::function<void(const HttpRequest&)> observer) {
+  Post([this, observer = std::move(observer)]() mutable { impl_->observer = std::move(observer); });
+}
+
 void CurlLoop::StartOrQueue(std::unique_ptr<Transfer> t) {
   if (impl_->active.size() >= options_.max_in_flight) {
     queued_.fetch_add(1, std::memory_order_relaxed);
@@ -276,6 +281,7 @@ void CurlLoop::Start(std::unique_ptr<Transfer> t) {
   }
   t->easy = e;
   const HttpRequest& r = t->request;
+  if (impl_->observer) impl_->observer(r);
   auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(r.deadline - core::Clock::now());
   curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());
   curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());

@@ -100,6 +100,10 @@ class CurlLoop {
   void Post(std::function<void()> fn);
   void PostAfter(std::chrono::milliseconds delay, std::function<void()> fn);
 
+  // Called on the loop thread with every request as it starts (tests check
+  // which headers went where).
+  void SetRequestObserverForTest(std::function<void(const HttpRequest&)> observer);
+
   bool OnLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
   size_t InFlight() const { return in_flight_.load(std::memory_order_relaxed); }
   size_t Queued() const { return queued_.load(std::memory_order_relaxed); }

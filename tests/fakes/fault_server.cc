@@ -1,0 +1,200 @@
+#include "tests/fakes/fault_server.h"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <list>
+
+namespace perch::testing {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+struct FaultServer::Impl {
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::thread accept_thread;
+  std::atomic<bool> stopping{false};
+  mutable std::mutex mu;
+  std::map<std::string, std::string> objects;           // Protected by mu
+  std::vector<std::string> links{"ok"};                  // Protected by mu
+  std::map<std::string, int> hits;                       // Protected by mu
+  int override_status = 0;                               // Protected by mu
+  int override_times = 0;                                // Protected by mu
+  std::vector<std::pair<std::string, std::string>> override_headers;  // Protected by mu
+  std::list<std::thread> conns;                          // Protected by mu
+  std::list<std::shared_ptr<tcp::socket>> sockets;       // Protected by mu
+  uint16_t port = 0;
+  FaultServer* owner = nullptr;
+
+  void Serve(std::shared_ptr<tcp::socket> sock);
+  bool Handle(tcp::socket& sock, const bhttp::request<bhttp::string_body>& req);
+};
+
+FaultServer::FaultServer() : impl_(std::make_unique<Impl>()) {
+  impl_->owner = this;
+  tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), 0);
+  impl_->acceptor.open(ep.protocol());
+  impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
+  impl_->acceptor.bind(ep);
+  impl_->acceptor.listen();
+  impl_->port = impl_->acceptor.local_endpoint().port();
+  impl_->accept_thread = std::thread([this] {
+    while (!impl_->stopping) {
+      auto sock = std::make_shared<tcp::socket>(impl_->io);
+      boost::system::error_code ec;
+      impl_->acceptor.accept(*sock, ec);
+      if (ec || impl_->stopping) break;
+      std::lock_guard<std::mutex> l(impl_->mu);
+      impl_->sockets.push_back(sock);
+      impl_->conns.emplace_back([this, sock] { impl_->Serve(sock); });
+    }
+  });
+}
+
+FaultServer::~FaultServer() {
+  impl_->stopping = true;
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
+  // Unblock accept() by connecting once.
+  {
+    tcp::socket s(impl_->io);
+    s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), impl_->port), ec);
+  }
+  impl_->accept_thread.join();
+  std::list<std::thread> conns;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    for (auto& s : impl_->sockets) s->shutdown(tcp::socket::shutdown_both, ec);
+    conns.swap(impl_->conns);
+  }
+  for (auto& t : conns) t.join();
+}
+
+std::string FaultServer::BaseUrl() const { return "http://127.0.0.1:" + std::to_string(impl_->port); }
+
+void FaultServer::AddObject(const std::string& name, std::string bytes) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->objects[name] = std::move(bytes);
+}
+
+void FaultServer::SetLinks(std::vector<std::string> behaviours) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->links = std::move(behaviours);
+}
+
+void FaultServer::SetDirectorOverride(int status, std::vector<std::pair<std::string, std::string>> headers,
+                                      int times) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->override_status = status;
+  impl_->override_headers = std::move(headers);
+  impl_->override_times = times;
+}
+
+int FaultServer::Hits(const std::string& behaviour) const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  auto it = impl_->hits.find(behaviour);
+  return it == impl_->hits.end() ? 0 : it->second;
+}
+
+void FaultServer::Impl::Serve(std::shared_ptr<tcp::socket> sock) {
+  beast::flat_buffer buf;
+  boost::system::error_code ec;
+  while (!stopping) {
+    bhttp::request<bhttp::string_body> req;
+    bhttp::read(*sock, buf, req, ec);
+    if (ec) break;
+    if (!Handle(*sock, req)) break;
+  }
+  sock->shutdown(tcp::socket::shutdown_both, ec);
+}
+
+bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::string_body>& req) {
+  std::string target(req.target());
+  boost::system::error_code ec;
+  auto reply = [&](int status, std::string body,
+                   std::vector<std::pair<std::string, std::string>> headers = {}) {
+    bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), req.version()};
+    res.set(bhttp::field::server, "pelican/7.27.0");
+    for (auto& [k, v] : headers) res.insert(k, v);
+    res.body() = std::move(body);
+    res.prepare_payload();
+    res.keep_alive(req.keep_alive());
+    bhttp::write(sock, res, ec);
+    return !ec && req.keep_alive();
+  };
+  if (target == "/.well-known/pelican-configuration") {
+    return reply(200, "{\"director_endpoint\": \"http://127.0.0.1:" + std::to_string(port) + "\"}",
+                 {{"Content-Type", "application/json"}});
+  }
+  if (target.rfind("/ns/", 0) == 0) {
+    owner->director_hits_++;
+    std::unique_lock<std::mutex> l(mu);
+    if (override_status != 0 && override_times != 0) {
+      if (override_times > 0) --override_times;
+      int status = override_status;
+      auto headers = override_headers;
+      l.unlock();
+      return reply(status, status >= 400 ? "{\"status\":\"error\",\"msg\":\"injected\"}" : "", headers);
+    }
+    std::string link;
+    int pri = 1;
+    for (const std::string& b : links) {
+      std::string base = b == "refuse" ? "http://127.0.0.1:1" : "http://127.0.0.1:" + std::to_string(port) + "/srv/" + b;
+      link += (link.empty() ? "" : ", ") + ("<" + base + target + ">; rel=\"duplicate\"; pri=" +
+                                             std::to_string(pri++) + "; depth=1");
+    }
+    l.unlock();
+    return reply(307, "", {{"Location", "http://127.0.0.1:1" + target},
+                           {"Link", link},
+                           {"X-Pelican-Namespace", "namespace=/ns, require-token=false"}});
+  }
+  if (target.rfind("/srv/", 0) != 0) return reply(404, "no route");
+  size_t slash = target.find('/', 5);
+  std::string behaviour = target.substr(5, slash - 5);
+  std::string name = target.substr(target.find("/ns/", slash) + 4);
+  std::string object;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    hits[behaviour]++;
+    auto it = objects.find(name);
+    if (it == objects.end()) return reply(404, "not found");
+    object = it->second;
+  }
+  if (behaviour == "500") return reply(500, "injected failure");
+  if (behaviour == "404") return reply(404, "injected not found");
+  if (behaviour == "403") return reply(403, "injected denial");
+  uint64_t first = 0, last = object.empty() ? 0 : object.size() - 1;
+  std::string range(req[bhttp::field::range]);
+  if (range.rfind("bytes=", 0) == 0) {
+    first = std::stoull(range.substr(6));
+    size_t dash = range.find('-');
+    if (dash + 1 < range.size()) last = std::min<uint64_t>(std::stoull(range.substr(dash + 1)), last);
+  }
+  std::string body = object.substr(first, last - first + 1);
+  std::string cr = "bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" + std::to_string(object.size());
+  if (behaviour == "norange") return reply(200, object);
+  if (behaviour == "badrange") {
+    cr = "bytes " + std::to_string(first + 1) + "-" + std::to_string(last) + "/" + std::to_string(object.size());
+  }
+  if (behaviour == "wrongsize") {
+    cr = "bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" + std::to_string(object.size() + 1);
+  }
+  if (behaviour == "stall" || behaviour == "short") {
+    std::string head = "HTTP/1.1 206 Partial Content\r\nContent-Range: " + cr +
+                       "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+    asio::write(sock, asio::buffer(head), ec);
+    if (behaviour == "short") {
+      asio::write(sock, asio::buffer(body.data(), body.size() / 2), ec);
+      return false;  // close mid-body
+    }
+    for (int i = 0; i < 100 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return false;
+  }
+  return reply(206, body, {{"Content-Range", cr}, {"ETag", "\"17\""}});
+}
+
+}  // namespace perch::testing

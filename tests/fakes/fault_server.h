@@ -1,0 +1,55 @@
+// FaultServer: a tiny HTTP/1.1 server (Boost.Beast, a thread per connection)
+// that plays a Pelican federation whose servers misbehave on purpose, for
+// tests of failover and of malformed answers. It serves:
+//
+//   GET /.well-known/pelican-configuration   discovery naming itself as director
+//   GET /ns/<name>                            director: 307 + Link to the
+//                                             behaviours set by SetLinks()
+//   GET /srv/<behaviour>/ns/<name>            a data server behaving as asked
+//
+// Behaviours: ok, 500, 404, 403, stall (headers then silence), short (closes
+// after half the body), badrange (wrong Content-Range start), wrongsize
+// (Content-Range total off by one), norange (200 with the whole object),
+// refuse (no such server: the port is closed).
+//
+// Thread-safety: setters may be called while serving; state is under a mutex.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace perch::testing {
+
+class FaultServer {
+ public:
+  FaultServer();
+  ~FaultServer();
+  FaultServer(const FaultServer&) = delete;
+  FaultServer& operator=(const FaultServer&) = delete;
+
+  std::string BaseUrl() const;  // "http://127.0.0.1:PORT"
+
+  // Objects served below /ns.
+  void AddObject(const std::string& name, std::string bytes);
+  // The data servers the director names, best first, e.g. {"500", "short", "ok"}.
+  void SetLinks(std::vector<std::string> behaviours);
+  // Replaces the director's answer with this raw header set (status, headers).
+  void SetDirectorOverride(int status, std::vector<std::pair<std::string, std::string>> headers,
+                           int times = -1);
+
+  // How many requests each behaviour's server got.
+  int Hits(const std::string& behaviour) const;
+  int DirectorHits() const { return director_hits_.load(); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<int> director_hits_{0};
+};
+
+}  // namespace perch::testing

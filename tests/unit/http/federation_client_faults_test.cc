@@ -1,0 +1,148 @@
+// Failover and malformed answers, against FaultServer (a misbehaving fake
+// federation on loopback): each failure class moves to the next server and
+// resumes at the first missing byte; nothing wrong is ever delivered.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <random>
+
+#include "daemon/http/federation_client.h"
+#include "tests/fakes/fault_server.h"
+
+namespace perch::http {
+namespace {
+
+using core::Result;
+using core::StatusCode;
+using testing::FaultServer;
+
+std::string RandomBytes(size_t n) {
+  std::mt19937 rng(1);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+class FaultsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    object_ = RandomBytes(1 << 20);
+    server_.AddObject("obj", object_);
+    FederationClientOptions opts;
+    opts.low_speed_time = std::chrono::seconds(1);
+    opts.low_speed_bytes = 1000;
+    opts.director_backoff = std::chrono::milliseconds(50);
+    client_ = std::make_unique<FederationClient>(loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
+  }
+
+  Result<core::Bytes> Read(uint64_t off, uint64_t len, std::chrono::seconds timeout = std::chrono::seconds(20)) {
+    std::promise<Result<core::Bytes>> p;
+    client_->ReadRange(*core::ObjectPath::Parse("/obj"), core::ObjectVersion{object_.size(), ""},
+                       core::ByteRange{off, len}, core::DeadlineAfter(timeout),
+                       [&](Result<core::Bytes> r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  }
+
+  FaultServer server_;
+  CurlLoop loop_{CurlLoop::Options{}};
+  std::unique_ptr<FederationClient> client_;
+  std::string object_;
+};
+
+TEST_F(FaultsTest, EachServerFailureFailsOverToTheNext) {
+  server_.SetLinks({"500", "badrange", "wrongsize", "norange", "refuse", "ok"});
+  auto r = Read(1000, 50000);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(*r == object_.substr(1000, 50000));
+  EXPECT_EQ(client_->counters().failovers.load(), 5u);
+  EXPECT_EQ(server_.Hits("ok"), 1);
+  // Nothing from the bad servers was delivered as data.
+  EXPECT_EQ(client_->counters().body_bytes.load(), 50000u);
+}
+
+TEST_F(FaultsTest, ShortBodyResumesAtTheFirstMissingByte) {
+  server_.SetLinks({"short", "ok"});
+  auto r = Read(0, object_.size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(*r == object_);
+  EXPECT_EQ(client_->counters().resumes.load(), 1u);
+  // Half came from the first server, the rest from the second: no byte twice.
+  EXPECT_EQ(client_->counters().body_bytes.load(), object_.size());
+}
+
+TEST_F(FaultsTest, StalledServerIsAbandoned) {
+  server_.SetLinks({"stall", "ok"});
+  auto start = std::chrono::steady_clock::now();
+  auto r = Read(0, 4096);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(*r == object_.substr(0, 4096));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(FaultsTest, ExhaustedListIsUnavailableAndNamesTheLastError) {
+  server_.SetLinks({"500", "refuse"});
+  auto r = Read(0, 10);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_TRUE(r.status().retryable());
+  EXPECT_NE(r.status().message().find("failed on all"), std::string::npos);
+  // The director was asked again once before giving up.
+  EXPECT_EQ(server_.DirectorHits(), 2);
+}
+
+TEST_F(FaultsTest, DeadlineIsHonouredWhenEveryServerStalls) {
+  server_.SetLinks({"stall"});
+  FederationClientOptions opts;  // default low-speed limits: 20 s, longer than the deadline
+  client_ = std::make_unique<FederationClient>(loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
+  auto start = std::chrono::steady_clock::now();
+  auto r = Read(0, 10, std::chrono::seconds(2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+TEST_F(FaultsTest, NotFoundEverywhereIsNotFound) {
+  server_.SetLinks({"404", "404"});
+  auto r = Read(0, 10);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+}
+
+TEST_F(FaultsTest, ForbiddenIsPermissionDenied) {
+  server_.SetLinks({"403"});
+  auto r = Read(0, 10);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied) << r.status().ToString();
+}
+
+TEST_F(FaultsTest, DirectorThrottlingIsRetried) {
+  server_.SetDirectorOverride(429, {}, /*times=*/2);
+  auto r = Read(0, 100);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(server_.DirectorHits(), 3);
+}
+
+TEST_F(FaultsTest, MalformedDirectorAnswersAreClearErrors) {
+  struct Case {
+    int status;
+    std::vector<std::pair<std::string, std::string>> headers;
+    const char* needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {307, {{"Link", "<http://x/ns/obj; rel=\"duplicate\""}}, "unterminated"},
+           {307, {}, "neither Link nor Location"},
+           {307, {{"Location", "http://127.0.0.1:1/ns/obj"}, {"X-Pelican-Namespace", "namespace=/other"}},
+            "does not contain the object"},
+           {307, {{"Link", "<ftp://x/ns/obj>; rel=\"duplicate\"; pri=1"}}, "not an http"},
+           {404, {}, "injected"},
+       }) {
+    server_.SetDirectorOverride(c.status, c.headers, 1);
+    client_->InvalidateForTest();
+    auto r = Read(0, 10);
+    ASSERT_FALSE(r.ok()) << c.needle;
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos) << r.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace perch::http
