@@ -1,0 +1,154 @@
+#include "daemon/core/block_reader.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace perch::core {
+
+// The pieces of one Read, filled in by block completions in any order.
+struct BlockReader::Assembly {
+  std::mutex mu;
+  std::vector<Bytes> parts;  // Protected by mu
+  size_t remaining = 0;      // Protected by mu
+  Status error;              // Protected by mu: the first error
+  std::function<void(Result<Bytes>)> done;
+
+  void Complete(size_t i, Result<Bytes> r) {
+    std::function<void(Result<Bytes>)> finish;
+    Result<Bytes> out = InternalError("unset");
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (r.ok()) {
+        parts[i] = *std::move(r);
+      } else if (error.ok()) {
+        error = r.status();
+      }
+      if (--remaining > 0) return;
+      if (!error.ok()) {
+        out = error;
+      } else {
+        size_t total = 0;
+        for (const Bytes& p : parts) total += p.size();
+        Bytes all;
+        all.reserve(total);
+        for (Bytes& p : parts) all += p;
+        out = std::move(all);
+      }
+      finish = std::move(done);
+    }
+    finish(std::move(out));
+  }
+};
+
+BlockReader::BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options)
+    : origin_(origin), store_(store), disk_(disk), options_(options) {}
+
+void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
+                       const std::string& object_id, ByteRange range, Deadline deadline,
+                       std::function<void(Result<Bytes>)> done) {
+  const uint64_t bs = options_.block_size;
+  if (range.offset >= version.size) range.length = 0;
+  range.length = std::min(range.length, version.size - std::min(range.offset, version.size));
+  if (range.length == 0) {
+    done(Bytes());
+    return;
+  }
+  uint64_t first = range.offset / bs;
+  uint64_t last = (range.end() - 1) / bs;
+  auto assembly = std::make_shared<Assembly>();
+  assembly->parts.resize(last - first + 1);
+  assembly->remaining = last - first + 1;
+  assembly->done = std::move(done);
+
+  for (uint64_t b = first; b <= last; ++b) {
+    size_t slot = b - first;
+    uint64_t block_start = b * bs;
+    uint64_t block_len = std::min(bs, version.size - block_start);
+    uint64_t from = std::max(range.offset, block_start) - block_start;
+    uint64_t to = std::min(range.end(), block_start + block_len) - block_start;
+    BlockKey key{object_id, b};
+
+    auto hit = store_.Read(key, from, to - from);
+    if (hit.ok() && hit->size() == to - from) {
+      stats_.hits++;
+      stats_.bytes_from_cache += hit->size();
+      assembly->Complete(slot, std::move(hit));
+      continue;
+    }
+    if (!hit.ok() && hit.status().code() == StatusCode::kCorrupt) {
+      stats_.corrupt_blocks++;
+      spdlog::warn("cache block {}#{} of {} failed its check ({}); fetching it again", object_id, b,
+                   path.str(), hit.status().message());
+    } else if (hit.ok()) {
+      // A store answering with the wrong length is as good as corrupt.
+      stats_.corrupt_blocks++;
+      store_.Remove(key).IgnoreError();
+    }
+    Fetch(path, version, key, block_len, deadline,
+          [assembly, slot, from, to](Result<Bytes> block) {
+            if (!block.ok()) {
+              assembly->Complete(slot, block.status());
+              return;
+            }
+            assembly->Complete(slot, block->substr(from, to - from));
+          });
+  }
+}
+
+void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
+                        uint64_t block_len, Deadline deadline, BlockCallback done) {
+  std::shared_ptr<const Bytes> fresh;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto u = unwritten_.find(key); u != unwritten_.end()) fresh = u->second;
+  }
+  if (fresh) {
+    stats_.hits++;
+    stats_.bytes_from_cache += fresh->size();
+    done(*fresh);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto [it, inserted] = inflight_.try_emplace(key);
+    it->second.push_back(std::move(done));
+    if (!inserted) {
+      stats_.shared_fetches++;
+      return;
+    }
+  }
+  stats_.misses++;
+  ByteRange range{key.index * options_.block_size, block_len};
+  origin_.ReadRange(path, version, range, deadline, [this, key](Result<Bytes> r) {
+    std::vector<BlockCallback> waiters;
+    std::shared_ptr<const Bytes> copy;
+    if (r.ok()) copy = std::make_shared<const Bytes>(*r);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = inflight_.find(key);
+      if (it != inflight_.end()) {
+        waiters = std::move(it->second);
+        inflight_.erase(it);
+      }
+      if (copy) unwritten_[key] = copy;
+    }
+    if (copy) {
+      stats_.bytes_from_network += copy->size();
+      // Persist on the disk executor; the waiters need not wait for the disk.
+      disk_.Post([this, key, copy] {
+        Status s = store_.Write(key, *copy);
+        if (!s.ok()) {
+          stats_.store_errors++;
+          spdlog::warn("cache: block {}#{} served but not cached: {}", key.object_id, key.index,
+                       s.ToString());
+        }
+        std::lock_guard<std::mutex> l(mu_);
+        unwritten_.erase(key);
+      });
+    }
+    for (auto& w : waiters) w(r);
+  });
+}
+
+}  // namespace perch::core

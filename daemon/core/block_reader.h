@@ -1,0 +1,87 @@
+// BlockReader: serves byte ranges of immutable objects from the BlockStore,
+// fetching missing blocks from the Origin.
+//
+// A range is cut into blocks of `block_size` (the last block of an object may
+// be short). A block in the store is a hit, read on the caller's thread (a
+// FUSE worker may block on local disk). A missing or corrupt block is a miss:
+// one fetch per block no matter how many readers want it (single-flight);
+// when the bytes arrive they are handed to every waiter at once and written
+// to the store on the disk executor, never on the net loop. A store that
+// cannot write (full disk) does not fail the read: the bytes are served
+// uncached and the failure is counted.
+//
+// Thread-safety: Read is safe from any thread. Callbacks run on the thread
+// that completed the last block: the caller's (all hits), the Origin's or the
+// disk executor's; they must not block.
+//
+// Lock order: mu_ is a leaf; it is never held across calls into the Origin,
+// the store or a callback.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/core/block_store.h"
+#include "daemon/core/executor.h"
+#include "daemon/core/origin.h"
+
+namespace perch::core {
+
+struct BlockReaderOptions {
+  uint64_t block_size = 4 << 20;
+};
+
+struct BlockReaderStats {
+  std::atomic<uint64_t> hits{0};               // blocks served from the store
+  std::atomic<uint64_t> misses{0};             // blocks fetched from the origin
+  std::atomic<uint64_t> shared_fetches{0};     // misses that joined a fetch in flight
+  std::atomic<uint64_t> bytes_from_cache{0};
+  std::atomic<uint64_t> bytes_from_network{0};
+  std::atomic<uint64_t> corrupt_blocks{0};     // dropped after a failed check, refetched
+  std::atomic<uint64_t> store_errors{0};       // blocks served but not cached
+};
+
+class BlockReader {
+ public:
+  BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options);
+  BlockReader(const BlockReader&) = delete;
+  BlockReader& operator=(const BlockReader&) = delete;
+
+  // Yields exactly `range` of object `path` at `version` (clipped to its
+  // size). `object_id` names (federation, path, version) in the store.
+  // Errors are the Origin's (kNotFound, kUnavailable, kDeadlineExceeded, ...).
+  void Read(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
+            ByteRange range, Deadline deadline, std::function<void(Result<Bytes>)> done);
+
+  const BlockReaderStats& stats() const { return stats_; }
+  uint64_t block_size() const { return options_.block_size; }
+
+ private:
+  using BlockCallback = std::function<void(Result<Bytes>)>;  // the whole block
+  struct Assembly;
+
+  void Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
+             uint64_t block_len, Deadline deadline, BlockCallback done);
+
+  // Constant after construction.
+  Origin& origin_;
+  BlockStore& store_;
+  Executor& disk_;
+  const BlockReaderOptions options_;
+
+  BlockReaderStats stats_;
+
+  std::mutex mu_;
+  // Protected by mu_: waiters of each block being fetched.
+  std::map<BlockKey, std::vector<BlockCallback>> inflight_;
+  // Protected by mu_: fetched blocks whose store write has not finished; a
+  // reader arriving in that window is served from here, not refetched.
+  std::map<BlockKey, std::shared_ptr<const Bytes>> unwritten_;
+};
+
+}  // namespace perch::core

@@ -1,0 +1,131 @@
+#include "tests/fakes/fake_origin.h"
+
+namespace perch::testing {
+
+using core::Result;
+
+void FakeOrigin::AddFile(const std::string& path, std::string bytes, int64_t mtime) {
+  std::lock_guard<std::mutex> l(mu_);
+  files_[path] = std::move(bytes);
+  mtimes_[path] = mtime;
+  for (auto p = core::ObjectPath::Parse(path)->Parent();; p = p.Parent()) {
+    dirs_[p.str()] = true;
+    if (p.IsRoot()) break;
+  }
+}
+
+void FakeOrigin::AddDir(const std::string& path) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto p = *core::ObjectPath::Parse(path);; p = p.Parent()) {
+    dirs_[p.str()] = true;
+    if (p.IsRoot()) break;
+  }
+}
+
+void FakeOrigin::FailWith(core::Status status) {
+  std::lock_guard<std::mutex> l(mu_);
+  fail_ = std::move(status);
+}
+
+void FakeOrigin::ShortBodies(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  short_ = on;
+}
+
+void FakeOrigin::Hold(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  hold_ = on;
+}
+
+size_t FakeOrigin::Release() {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    run.swap(parked_);
+  }
+  for (auto& f : run) f();
+  return run.size();
+}
+
+void FakeOrigin::Complete(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (hold_) {
+      parked_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+void FakeOrigin::Stat(const core::ObjectPath& path, core::Deadline,
+                      std::function<void(Result<core::FileAttr>)> done) {
+  stats++;
+  Result<core::FileAttr> r = core::NotFoundError(path.str() + " not found");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!fail_.ok()) {
+      r = fail_;
+    } else if (auto f = files_.find(path.str()); f != files_.end()) {
+      r = core::FileAttr{false, f->second.size(), mtimes_[path.str()], ""};
+    } else if (dirs_.count(path.str())) {
+      r = core::FileAttr{true, 0, 1700000000, ""};
+    }
+  }
+  Complete([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+}
+
+void FakeOrigin::List(const core::ObjectPath& path, core::Deadline,
+                      std::function<void(Result<std::vector<core::DirEntry>>)> done) {
+  lists++;
+  Result<std::vector<core::DirEntry>> r = core::NotFoundError(path.str() + " not found");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!fail_.ok()) {
+      r = fail_;
+    } else if (dirs_.count(path.str())) {
+      std::vector<core::DirEntry> out;
+      for (const auto& [p, bytes] : files_) {
+        auto op = *core::ObjectPath::Parse(p);
+        if (op.Parent() == path) out.push_back({std::string(op.Name()), {false, bytes.size(), mtimes_[p], ""}});
+      }
+      for (const auto& [p, unused] : dirs_) {
+        auto op = *core::ObjectPath::Parse(p);
+        if (!op.IsRoot() && op.Parent() == path) out.push_back({std::string(op.Name()), {true, 0, 0, ""}});
+      }
+      r = std::move(out);
+    } else if (files_.count(path.str())) {
+      r = core::InvalidArgumentError("not a directory");
+    }
+  }
+  Complete([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+}
+
+void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersion& version,
+                           core::ByteRange range, core::Deadline,
+                           std::function<void(Result<core::Bytes>)> done) {
+  reads++;
+  Result<core::Bytes> r = core::NotFoundError(path.str() + " not found");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!fail_.ok()) {
+      r = fail_;
+    } else if (auto f = files_.find(path.str()); f != files_.end()) {
+      if (version.size != f->second.size()) {
+        r = core::CorruptError("version mismatch");
+      } else {
+        uint64_t off = std::min<uint64_t>(range.offset, f->second.size());
+        uint64_t len = std::min<uint64_t>(range.length, f->second.size() - off);
+        if (short_ && len > 0) {
+          r = core::CorruptError("short body");
+        } else {
+          r = f->second.substr(off, len);
+          bytes_read += len;
+        }
+      }
+    }
+  }
+  Complete([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+}
+
+}  // namespace perch::testing

@@ -1,0 +1,59 @@
+// FakeOrigin: an in-memory federation for core tests. Objects and
+// directories live in a map; switches inject failures (a status for every
+// call, a short body) and `hold` parks completions until Release(), so
+// tests can line up concurrent readers. Counters say what was asked.
+//
+// Thread-safety: all methods are safe from any thread; completions run on
+// the caller's thread, or on the thread that calls Release().
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/core/origin.h"
+
+namespace perch::testing {
+
+class FakeOrigin : public core::Origin {
+ public:
+  void AddFile(const std::string& path, std::string bytes, int64_t mtime = 1700000000);
+  void AddDir(const std::string& path);
+
+  // Every call fails with `status` until cleared with Status::Ok().
+  void FailWith(core::Status status);
+  // Reads return one byte less than asked.
+  void ShortBodies(bool on);
+  // Park completions until Release().
+  void Hold(bool on);
+  // Runs parked completions; returns how many ran.
+  size_t Release();
+
+  void Stat(const core::ObjectPath& path, core::Deadline deadline,
+            std::function<void(core::Result<core::FileAttr>)> done) override;
+  void List(const core::ObjectPath& path, core::Deadline deadline,
+            std::function<void(core::Result<std::vector<core::DirEntry>>)> done) override;
+  void ReadRange(const core::ObjectPath& path, const core::ObjectVersion& version,
+                 core::ByteRange range, core::Deadline deadline,
+                 std::function<void(core::Result<core::Bytes>)> done) override;
+
+  std::atomic<int> stats{0}, lists{0}, reads{0};
+  std::atomic<uint64_t> bytes_read{0};
+
+ private:
+  void Complete(std::function<void()> fn);
+
+  std::mutex mu_;
+  std::map<std::string, std::string> files_;  // Protected by mu_
+  std::map<std::string, int64_t> mtimes_;     // Protected by mu_
+  std::map<std::string, bool> dirs_;          // Protected by mu_
+  core::Status fail_;                         // Protected by mu_
+  bool short_ = false;                        // Protected by mu_
+  bool hold_ = false;                         // Protected by mu_
+  std::vector<std::function<void()>> parked_; // Protected by mu_
+};
+
+}  // namespace perch::testing

@@ -1,0 +1,131 @@
+#include "daemon/core/block_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tests/fakes/fake_origin.h"
+#include "tests/fakes/mem_block_store.h"
+
+namespace perch::core {
+namespace {
+
+using testing::FakeOrigin;
+using testing::InlineExecutor;
+using testing::MemBlockStore;
+
+constexpr uint64_t kBlock = 1000;
+
+std::string Bytes(size_t n, unsigned seed = 3) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+class BlockReaderTest : public ::testing::Test {
+ protected:
+  BlockReaderTest() : reader_(origin_, store_, disk_, BlockReaderOptions{kBlock}) {
+    data_ = Bytes(3500);
+    origin_.AddFile("/f", data_);
+  }
+
+  Result<core::Bytes> Read(uint64_t off, uint64_t len) {
+    std::optional<Result<core::Bytes>> out;
+    reader_.Read(*ObjectPath::Parse("/f"), ObjectVersion{data_.size(), ""}, "obj", ByteRange{off, len},
+                 DeadlineAfter(std::chrono::seconds(5)), [&](Result<core::Bytes> r) { out = std::move(r); });
+    EXPECT_TRUE(out.has_value()) << "inline fakes complete synchronously";
+    return out ? *std::move(out) : Result<core::Bytes>(InternalError("no answer"));
+  }
+
+  FakeOrigin origin_;
+  MemBlockStore store_;
+  InlineExecutor disk_;
+  BlockReader reader_;
+  std::string data_;
+};
+
+TEST_F(BlockReaderTest, MissThenHit) {
+  auto first = Read(900, 300);  // spans blocks 0 and 1
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(*first, data_.substr(900, 300));
+  EXPECT_EQ(reader_.stats().misses.load(), 2u);
+  EXPECT_EQ(origin_.reads.load(), 2);
+  EXPECT_TRUE(store_.Has(BlockKey{"obj", 0}));
+  EXPECT_TRUE(store_.Has(BlockKey{"obj", 1}));
+
+  auto again = Read(950, 100);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, data_.substr(950, 100));
+  EXPECT_EQ(origin_.reads.load(), 2);  // no new fetch
+  EXPECT_EQ(reader_.stats().hits.load(), 2u);
+}
+
+TEST_F(BlockReaderTest, WholeObjectAndShortLastBlock) {
+  auto all = Read(0, 10000);  // clipped to 3500
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, data_);
+  EXPECT_EQ(origin_.bytes_read.load(), data_.size());  // whole blocks, each once
+  auto past = Read(3500, 10);
+  ASSERT_TRUE(past.ok());
+  EXPECT_TRUE(past->empty());
+}
+
+TEST_F(BlockReaderTest, ConcurrentMissesShareOneFetch) {
+  origin_.Hold(true);
+  int answered = 0;
+  for (int i = 0; i < 4; ++i) {
+    reader_.Read(*ObjectPath::Parse("/f"), ObjectVersion{data_.size(), ""}, "obj", ByteRange{10, 20},
+                 DeadlineAfter(std::chrono::seconds(5)), [&](Result<core::Bytes> r) {
+                   ASSERT_TRUE(r.ok());
+                   EXPECT_EQ(*r, data_.substr(10, 20));
+                   ++answered;
+                 });
+  }
+  EXPECT_EQ(origin_.reads.load(), 1);
+  EXPECT_EQ(origin_.Release(), 1u);
+  EXPECT_EQ(answered, 4);
+  EXPECT_EQ(reader_.stats().shared_fetches.load(), 3u);
+}
+
+TEST_F(BlockReaderTest, CorruptBlockIsDroppedAndRefetched) {
+  ASSERT_TRUE(Read(0, 100).ok());
+  store_.Corrupt(BlockKey{"obj", 0});
+  auto r = Read(0, 100);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, data_.substr(0, 100));
+  EXPECT_EQ(reader_.stats().corrupt_blocks.load(), 1u);
+  EXPECT_EQ(origin_.reads.load(), 2);
+  EXPECT_TRUE(store_.Has(BlockKey{"obj", 0}));
+}
+
+TEST_F(BlockReaderTest, FullDiskServesUncached) {
+  store_.SetFull(true);
+  auto r = Read(0, 2000);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, data_.substr(0, 2000));
+  EXPECT_EQ(reader_.stats().store_errors.load(), 2u);
+  EXPECT_EQ(store_.Size(), 0u);
+}
+
+TEST_F(BlockReaderTest, OriginErrorsPropagateAndNothingIsStored) {
+  origin_.FailWith(UnavailableError("all caches down"));
+  auto r = Read(0, 100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(store_.Size(), 0u);
+  // The failure is not remembered: the next read tries again.
+  origin_.FailWith(Status::Ok());
+  EXPECT_TRUE(Read(0, 100).ok());
+}
+
+TEST_F(BlockReaderTest, ShortOriginBodiesAreErrorsNotData) {
+  origin_.ShortBodies(true);
+  auto r = Read(0, 100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(store_.Size(), 0u);
+}
+
+}  // namespace
+}  // namespace perch::core
