@@ -41,8 +41,9 @@ struct BlockReader::Assembly {
   }
 };
 
-BlockReader::BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options)
-    : origin_(origin), store_(store), disk_(disk), options_(options) {}
+BlockReader::BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options,
+                         BlockListener* listener)
+    : origin_(origin), store_(store), disk_(disk), options_(options), listener_(listener) {}
 
 void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
                        const std::string& object_id, ByteRange range, Deadline deadline,
@@ -73,6 +74,7 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
     if (hit.ok() && hit->size() == to - from) {
       stats_.hits++;
       stats_.bytes_from_cache += hit->size();
+      if (listener_) listener_->Touched(key, block_len);
       assembly->Complete(slot, std::move(hit));
       continue;
     }
@@ -80,10 +82,12 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
       stats_.corrupt_blocks++;
       spdlog::warn("cache block {}#{} of {} failed its check ({}); fetching it again", object_id, b,
                    path.str(), hit.status().message());
+      if (listener_) listener_->Dropped(key);
     } else if (hit.ok()) {
       // A store answering with the wrong length is as good as corrupt.
       stats_.corrupt_blocks++;
       store_.Remove(key).IgnoreError();
+      if (listener_) listener_->Dropped(key);
     }
     Fetch(path, version, key, block_len, deadline,
           [assembly, slot, from, to](Result<Bytes> block) {
@@ -138,6 +142,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
       // Persist on the disk executor; the waiters need not wait for the disk.
       disk_.Post([this, key, copy] {
         Status s = store_.Write(key, *copy);
+        if (s.ok() && listener_) listener_->Stored(key, copy->size());
         if (!s.ok()) {
           stats_.store_errors++;
           spdlog::warn("cache: block {}#{} served but not cached: {}", key.object_id, key.index,

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "daemon/core/block_store.h"
+#include "daemon/core/cache_catalog.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/origin.h"
 
@@ -48,7 +49,9 @@ struct BlockReaderStats {
 
 class BlockReader {
  public:
-  BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options);
+  // `listener` (may be null) hears of every stored, hit and dropped block.
+  BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options,
+              BlockListener* listener = nullptr);
   BlockReader(const BlockReader&) = delete;
   BlockReader& operator=(const BlockReader&) = delete;
 
@@ -73,6 +76,7 @@ class BlockReader {
   BlockStore& store_;
   Executor& disk_;
   const BlockReaderOptions options_;
+  BlockListener* const listener_;
 
   BlockReaderStats stats_;
 

@@ -1,0 +1,61 @@
+// Little-endian fixed-width and length-prefixed encodings for index values
+// (the on-disk format in README "On-disk format"). Decoders never read past
+// the input: a truncated value is a decode failure, not a crash.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace perch::core::codec {
+
+inline void PutU64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+inline void PutString(std::string* out, std::string_view s) {
+  PutU64(out, s.size());
+  out->append(s);
+}
+
+// A cursor over an encoded value; every Get returns false once input runs out.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool GetU64(uint64_t* v) {
+    if (in_.size() < 8) return false;
+    *v = 0;
+    for (int i = 0; i < 8; ++i) *v |= static_cast<uint64_t>(static_cast<unsigned char>(in_[i])) << (8 * i);
+    in_.remove_prefix(8);
+    return true;
+  }
+  bool GetString(std::string* s) {
+    uint64_t n = 0;
+    if (!GetU64(&n) || n > in_.size()) return false;
+    s->assign(in_.substr(0, n));
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool done() const { return in_.empty(); }
+
+ private:
+  std::string_view in_;
+};
+
+// 128-bit FNV-1a over `s`, as 32 hex characters: a stable, filesystem-safe id.
+inline std::string StableId(std::string_view s) {
+  uint64_t a = 0xcbf29ce484222325ULL, b = 0x84222325cbf29ce4ULL;
+  for (unsigned char c : s) {
+    a = (a ^ c) * 0x100000001b3ULL;
+    b = (b ^ c) * 0x100000001b3ULL;
+    b ^= b >> 29;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (uint64_t v : {a, b}) {
+    for (int i = 15; i >= 0; --i) out.push_back(kHex[(v >> (4 * i)) & 0xf]);
+  }
+  return out;
+}
+
+}  // namespace perch::core::codec

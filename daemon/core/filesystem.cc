@@ -1,0 +1,79 @@
+#include "daemon/core/filesystem.h"
+
+#include "daemon/core/codec.h"
+#include "daemon/core/wait.h"
+
+namespace perch::core {
+
+FileSystem::FileSystem(NamespaceCache& names, BlockReader& reader, FileSystemOptions options)
+    : names_(names), reader_(reader), options_(std::move(options)) {}
+
+Result<FileAttr> FileSystem::GetAttr(const ObjectPath& path) { return names_.GetAttr(path, NewDeadline()); }
+
+Result<FileAttr> FileSystem::Lookup(const ObjectPath& parent, std::string_view name) {
+  auto child = parent.Child(name);
+  if (!child.ok()) return NotFoundError("invalid name", FailureSite::kLocal);
+  return names_.GetAttr(*child, NewDeadline());
+}
+
+Result<std::vector<DirEntry>> FileSystem::ReadDir(const ObjectPath& path) {
+  return names_.ReadDir(path, NewDeadline());
+}
+
+std::string FileSystem::ObjectId(const ObjectPath& path, const FileAttr& attr) const {
+  std::string key = options_.federation_id;
+  key += '\0';
+  key += path.str();
+  key += '\0';
+  key += std::to_string(attr.size) + ":" + std::to_string(attr.mtime) + ":" + attr.etag;
+  return codec::StableId(key);
+}
+
+Result<uint64_t> FileSystem::Open(const ObjectPath& path) {
+  auto attr = names_.GetAttr(path, NewDeadline());
+  if (!attr.ok()) return attr.status();
+  if (attr->is_dir) return InvalidArgumentError(path.str() + " is a directory");
+  uint64_t h = next_handle_++;
+  OpenFile f{path, *attr, ObjectId(path, *attr)};
+  std::lock_guard<std::mutex> l(mu_);
+  open_objects_[f.object_id]++;
+  open_.emplace(h, std::move(f));
+  return h;
+}
+
+Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) {
+  OpenFile f;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = open_.find(handle);
+    if (it == open_.end()) return InvalidArgumentError("unknown file handle");
+    f = it->second;
+  }
+  Deadline deadline = NewDeadline();
+  return WaitFor<Bytes>(deadline, [&](auto cb) {
+    reader_.Read(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size},
+                 deadline, cb);
+  });
+}
+
+void FileSystem::Release(uint64_t handle) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = open_.find(handle);
+  if (it == open_.end()) return;
+  if (--open_objects_[it->second.object_id] == 0) open_objects_.erase(it->second.object_id);
+  open_.erase(it);
+}
+
+Result<OpenFile> FileSystem::Describe(uint64_t handle) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = open_.find(handle);
+  if (it == open_.end()) return InvalidArgumentError("unknown file handle");
+  return it->second;
+}
+
+bool FileSystem::InUse(const std::string& object_id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return open_objects_.count(object_id) > 0;
+}
+
+}  // namespace perch::core

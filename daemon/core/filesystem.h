@@ -1,0 +1,76 @@
+// FileSystem: the read-only filesystem perch mounts, shaped like FUSE but
+// free of it (the fuse/ adapter maps inodes to paths and errors to errno).
+// Paths are relative to the mount root.
+//
+// Metadata comes from the NamespaceCache, bytes from the BlockReader. An open
+// file is pinned to the version (size, mtime, etag) seen at open, so every
+// read of one open file is of one immutable object; its blocks are not evicted
+// while it is open.
+//
+// Every call takes its deadline from `op_timeout`: nothing waits longer.
+//
+// Thread-safety: all methods are safe from any thread and may block the
+// caller (FUSE workers) until answered or the deadline passes.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/core/block_reader.h"
+#include "daemon/core/namespace_cache.h"
+
+namespace perch::core {
+
+struct FileSystemOptions {
+  std::chrono::milliseconds op_timeout{30000};
+  std::string federation_id;  // e.g. the federation URL; part of every object id
+};
+
+struct OpenFile {
+  ObjectPath path;
+  FileAttr attr;
+  std::string object_id;
+};
+
+class FileSystem {
+ public:
+  FileSystem(NamespaceCache& names, BlockReader& reader, FileSystemOptions options);
+
+  Result<FileAttr> GetAttr(const ObjectPath& path);
+  Result<FileAttr> Lookup(const ObjectPath& parent, std::string_view name);
+  Result<std::vector<DirEntry>> ReadDir(const ObjectPath& path);
+
+  // Opens a file for reading. kInvalidArgument for a directory.
+  Result<uint64_t> Open(const ObjectPath& path);
+  // Reads up to `size` bytes at `offset` of open file `handle` (short at EOF).
+  Result<Bytes> Read(uint64_t handle, uint64_t offset, uint64_t size);
+  void Release(uint64_t handle);
+
+  // The open file `handle`, for xattrs and logs. kInvalidArgument if unknown.
+  Result<OpenFile> Describe(uint64_t handle) const;
+
+  // True if some open file reads object `object_id` (the evictor skips it).
+  bool InUse(const std::string& object_id) const;
+
+  // The store id of `path` at version `attr`.
+  std::string ObjectId(const ObjectPath& path, const FileAttr& attr) const;
+
+  Deadline NewDeadline() const { return DeadlineAfter(options_.op_timeout); }
+  bool offline() const { return names_.offline(); }
+
+ private:
+  NamespaceCache& names_;
+  BlockReader& reader_;
+  const FileSystemOptions options_;
+
+  std::atomic<uint64_t> next_handle_{1};
+  mutable std::mutex mu_;
+  std::map<uint64_t, OpenFile> open_;             // Protected by mu_
+  std::map<std::string, int> open_objects_;        // Protected by mu_: object id -> open count
+};
+
+}  // namespace perch::core

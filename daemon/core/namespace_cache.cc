@@ -1,0 +1,215 @@
+#include "daemon/core/namespace_cache.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <ctime>
+
+#include "daemon/core/codec.h"
+#include "daemon/core/wait.h"
+
+namespace perch::core {
+namespace {
+
+// Index keys (README "On-disk format"): "na" + path -> attribute entry,
+// "nl" + path -> listing entry.
+std::string AttrKey(const ObjectPath& p) { return "na" + p.str(); }
+std::string ListKey(const ObjectPath& p) { return "nl" + p.str(); }
+
+int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
+
+void PutAttr(std::string* out, const FileAttr& a) {
+  codec::PutU64(out, a.is_dir ? 1 : 0);
+  codec::PutU64(out, a.size);
+  codec::PutU64(out, static_cast<uint64_t>(a.mtime));
+  codec::PutString(out, a.etag);
+}
+
+bool GetAttrFields(codec::Reader* r, FileAttr* a) {
+  uint64_t dir = 0, size = 0, mtime = 0;
+  if (!r->GetU64(&dir) || !r->GetU64(&size) || !r->GetU64(&mtime) || !r->GetString(&a->etag)) {
+    return false;
+  }
+  a->is_dir = dir != 0;
+  a->size = size;
+  a->mtime = static_cast<int64_t>(mtime);
+  return true;
+}
+
+bool IsOffline(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+NamespaceCache::NamespaceCache(Origin& origin, Index& index, NamespaceOptions options)
+    : origin_(origin), index_(index), options_(options) {}
+
+bool NamespaceCache::HasPersistedEntries() {
+  bool any = false;
+  index_.Scan("n", [&](std::string_view, std::string_view) {
+    any = true;
+    return false;
+  }).IgnoreError();
+  return any;
+}
+
+std::optional<NamespaceCache::AttrEntry> NamespaceCache::FindAttr(const ObjectPath& path) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = attrs_.find(path.str()); it != attrs_.end()) return it->second;
+  }
+  auto v = index_.Get(AttrKey(path));
+  if (!v.ok() || !v->has_value()) return std::nullopt;
+  codec::Reader r(**v);
+  AttrEntry e;
+  uint64_t exists = 0, expires = 0;
+  if (!r.GetU64(&exists) || !r.GetU64(&expires) || !GetAttrFields(&r, &e.attr)) {
+    spdlog::warn("namespace: undecodable index entry for {}; ignoring it", path.str());
+    return std::nullopt;
+  }
+  e.exists = exists != 0;
+  e.expires = static_cast<int64_t>(expires);
+  std::lock_guard<std::mutex> l(mu_);
+  attrs_[path.str()] = e;
+  return e;
+}
+
+std::optional<NamespaceCache::ListEntry> NamespaceCache::FindList(const ObjectPath& path) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = lists_.find(path.str()); it != lists_.end()) return it->second;
+  }
+  auto v = index_.Get(ListKey(path));
+  if (!v.ok() || !v->has_value()) return std::nullopt;
+  codec::Reader r(**v);
+  ListEntry e;
+  uint64_t expires = 0, n = 0;
+  if (!r.GetU64(&expires) || !r.GetU64(&n)) return std::nullopt;
+  e.expires = static_cast<int64_t>(expires);
+  for (uint64_t i = 0; i < n; ++i) {
+    DirEntry d;
+    if (!r.GetString(&d.name) || !GetAttrFields(&r, &d.attr)) {
+      spdlog::warn("namespace: undecodable listing for {}; ignoring it", path.str());
+      return std::nullopt;
+    }
+    e.entries.push_back(std::move(d));
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  lists_[path.str()] = e;
+  return e;
+}
+
+void NamespaceCache::StoreAttr(const ObjectPath& path, const AttrEntry& e) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    attrs_[path.str()] = e;
+  }
+  std::string v;
+  codec::PutU64(&v, e.exists ? 1 : 0);
+  codec::PutU64(&v, static_cast<uint64_t>(e.expires));
+  PutAttr(&v, e.attr);
+  Status s = index_.Apply({{AttrKey(path), std::move(v)}});
+  if (!s.ok()) spdlog::warn("namespace: could not persist {}: {}", path.str(), s.ToString());
+}
+
+void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
+  std::vector<Index::Write> batch;
+  std::string v;
+  codec::PutU64(&v, static_cast<uint64_t>(e.expires));
+  codec::PutU64(&v, e.entries.size());
+  int64_t now = Now();
+  for (const DirEntry& d : e.entries) {
+    codec::PutString(&v, d.name);
+    PutAttr(&v, d.attr);
+  }
+  batch.push_back({ListKey(path), std::move(v)});
+  // Children's attributes come with the listing (readdirplus needs them).
+  std::vector<std::pair<std::string, AttrEntry>> children;
+  for (const DirEntry& d : e.entries) {
+    auto child = path.Child(d.name);
+    if (!child.ok()) continue;
+    AttrEntry ae{true, d.attr, now + (d.attr.is_dir ? options_.dir_ttl : options_.file_ttl).count()};
+    std::string av;
+    codec::PutU64(&av, 1);
+    codec::PutU64(&av, static_cast<uint64_t>(ae.expires));
+    PutAttr(&av, ae.attr);
+    batch.push_back({AttrKey(*child), std::move(av)});
+    children.emplace_back(child->str(), ae);
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    lists_[path.str()] = e;
+    for (auto& [p, ae] : children) attrs_[p] = ae;
+  }
+  Status s = index_.Apply(batch);
+  if (!s.ok()) spdlog::warn("namespace: could not persist listing of {}: {}", path.str(), s.ToString());
+}
+
+void NamespaceCache::NoteOnline() {
+  if (offline_.exchange(false)) spdlog::info("namespace: the federation answers again");
+}
+
+void NamespaceCache::NoteOffline(const Status& why) {
+  if (!offline_.exchange(true)) {
+    spdlog::warn("namespace: federation unavailable ({}); serving what is cached", why.ToString());
+  }
+}
+
+Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadline) {
+  int64_t now = Now();
+  std::optional<AttrEntry> known = FindAttr(path);
+  if (known && known->expires > now) {
+    if (!known->exists) return NotFoundError(path.str() + " does not exist (cached answer)");
+    return known->attr;
+  }
+  // A fresh listing of the parent answers without a network round trip.
+  if (!path.IsRoot()) {
+    if (auto parent = FindList(path.Parent()); parent && parent->expires > now) {
+      auto it = std::find_if(parent->entries.begin(), parent->entries.end(),
+                             [&](const DirEntry& d) { return d.name == path.Name(); });
+      if (it == parent->entries.end()) {
+        StoreAttr(path, AttrEntry{false, {}, now + options_.negative_ttl.count()});
+        return NotFoundError(path.str() + " does not exist (not in its directory's listing)");
+      }
+      return it->attr;
+    }
+  }
+  auto r = WaitFor<FileAttr>(deadline, [&](auto cb) { origin_.Stat(path, deadline, cb); });
+  if (r.ok()) {
+    NoteOnline();
+    StoreAttr(path, AttrEntry{true, *r, now + (r->is_dir ? options_.dir_ttl : options_.file_ttl).count()});
+    return r;
+  }
+  if (r.status().code() == StatusCode::kNotFound) {
+    NoteOnline();
+    StoreAttr(path, AttrEntry{false, {}, now + options_.negative_ttl.count()});
+    return r.status();
+  }
+  if (IsOffline(r.status()) && known) {
+    NoteOffline(r.status());
+    if (!known->exists) return NotFoundError(path.str() + " does not exist (stale answer, federation offline)");
+    return known->attr;
+  }
+  return r.status();
+}
+
+Result<std::vector<DirEntry>> NamespaceCache::ReadDir(const ObjectPath& path, Deadline deadline) {
+  int64_t now = Now();
+  std::optional<ListEntry> known = FindList(path);
+  if (known && known->expires > now) return known->entries;
+  auto r = WaitFor<std::vector<DirEntry>>(deadline, [&](auto cb) { origin_.List(path, deadline, cb); });
+  if (r.ok()) {
+    NoteOnline();
+    std::sort(r->begin(), r->end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    StoreList(path, ListEntry{*r, now + options_.dir_ttl.count()});
+    return r;
+  }
+  if (IsOffline(r.status()) && known) {
+    NoteOffline(r.status());
+    return known->entries;
+  }
+  return r.status();
+}
+
+}  // namespace perch::core

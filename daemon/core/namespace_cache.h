@@ -1,0 +1,85 @@
+// NamespaceCache: answers "what is at this path" (attributes and directory
+// listings) from memory, then from the persisted index, then from the Origin.
+//
+// Objects in a federation are immutable, so file attributes live long
+// (file_ttl); listings can gain entries and live shorter (dir_ttl); a path
+// the federation does not have is remembered as a negative entry
+// (negative_ttl). Every answer is written through to the Index, so a
+// restarted daemon knows the namespace without asking the network.
+//
+// Offline: when the Origin cannot answer (kUnavailable, kDeadlineExceeded)
+// and an expired entry exists, the expired entry is served (stale-if-error)
+// and the cache reports offline() until the Origin answers again. This is
+// what lets a node keep reading its cached data when the federation is down.
+//
+// Thread-safety: all methods are safe from any thread; they block the caller
+// until answered or the deadline passes (FUSE workers may block). mu_ is a
+// leaf lock, never held across Origin or Index calls.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/core/index.h"
+#include "daemon/core/origin.h"
+
+namespace perch::core {
+
+struct NamespaceOptions {
+  std::chrono::seconds file_ttl{3600};
+  std::chrono::seconds dir_ttl{300};
+  std::chrono::seconds negative_ttl{30};
+};
+
+class NamespaceCache {
+ public:
+  NamespaceCache(Origin& origin, Index& index, NamespaceOptions options);
+
+  // kNotFound (possibly from a negative entry), or the Origin's error when
+  // nothing, not even a stale entry, is known.
+  Result<FileAttr> GetAttr(const ObjectPath& path, Deadline deadline);
+
+  // The entries of directory `path`, sorted by name. kInvalidArgument for a file.
+  Result<std::vector<DirEntry>> ReadDir(const ObjectPath& path, Deadline deadline);
+
+  // True while answers come from stale entries because the Origin failed.
+  bool offline() const { return offline_.load(); }
+
+  // True if the index holds any namespace entry (a warm cache to serve offline).
+  bool HasPersistedEntries();
+
+ private:
+  struct AttrEntry {
+    bool exists = false;
+    FileAttr attr;
+    int64_t expires = 0;  // seconds since the epoch (persisted: wall clock)
+  };
+  struct ListEntry {
+    std::vector<DirEntry> entries;
+    int64_t expires = 0;
+  };
+
+  std::optional<AttrEntry> FindAttr(const ObjectPath& path);
+  std::optional<ListEntry> FindList(const ObjectPath& path);
+  void StoreAttr(const ObjectPath& path, const AttrEntry& e);
+  void StoreList(const ObjectPath& path, const ListEntry& e);
+  void NoteOnline();
+  void NoteOffline(const Status& why);
+
+  // Constant after construction.
+  Origin& origin_;
+  Index& index_;
+  const NamespaceOptions options_;
+
+  std::atomic<bool> offline_{false};
+  std::mutex mu_;
+  std::map<std::string, AttrEntry> attrs_;  // Protected by mu_
+  std::map<std::string, ListEntry> lists_;  // Protected by mu_
+};
+
+}  // namespace perch::core

@@ -1,0 +1,179 @@
+// core::FileSystem over fakes, without FUSE: metadata from the namespace
+// cache (persisted, negative entries, stale when offline), reads through the
+// block cache, eviction under a quota, open files protected from eviction.
+#include "daemon/core/filesystem.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "daemon/core/cache_catalog.h"
+#include "tests/fakes/fake_origin.h"
+#include "tests/fakes/mem_block_store.h"
+#include "tests/fakes/mem_index.h"
+
+namespace perch::core {
+namespace {
+
+using testing::FakeOrigin;
+using testing::InlineExecutor;
+using testing::MemBlockStore;
+using testing::MemIndex;
+
+std::string Data(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+ObjectPath P(const std::string& s) { return *ObjectPath::Parse(s); }
+
+// One node's cache stack over a FakeOrigin; Restart() rebuilds everything but
+// the index and the block store, as a daemon restart does.
+class FileSystemTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    origin_.AddFile("/d/a.bin", Data(2500, 1));
+    origin_.AddFile("/d/b.bin", Data(900, 2));
+    origin_.AddFile("/d/sub/c.txt", "hello");
+    origin_.AddDir("/empty");
+    Build(CatalogOptions{});
+  }
+
+  void Build(CatalogOptions copts) {
+    fs_.reset();
+    reader_.reset();
+    catalog_.reset();
+    names_.reset();
+    catalog_ = std::make_unique<CacheCatalog>(index_, store_, disk_, copts,
+                                              [this](const std::string& id) { return fs_ && fs_->InUse(id); });
+    ASSERT_TRUE(catalog_->Load().ok());
+    names_ = std::make_unique<NamespaceCache>(origin_, index_, ns_opts_);
+    reader_ = std::make_unique<BlockReader>(origin_, store_, disk_, BlockReaderOptions{1000}, catalog_.get());
+    fs_ = std::make_unique<FileSystem>(*names_, *reader_,
+                                       FileSystemOptions{std::chrono::milliseconds(2000), "fed"});
+  }
+
+  std::string ReadAll(const std::string& path) {
+    auto h = fs_->Open(P(path));
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (!h.ok()) return {};
+    auto r = fs_->Read(*h, 0, 1 << 20);
+    fs_->Release(*h);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::string();
+  }
+
+  FakeOrigin origin_;
+  MemBlockStore store_;
+  MemIndex index_;
+  InlineExecutor disk_;
+  NamespaceOptions ns_opts_;
+  std::unique_ptr<CacheCatalog> catalog_;
+  std::unique_ptr<NamespaceCache> names_;
+  std::unique_ptr<BlockReader> reader_;
+  std::unique_ptr<FileSystem> fs_;
+};
+
+TEST_F(FileSystemTest, MetadataComesFromOneListing) {
+  auto ls = fs_->ReadDir(P("/d"));
+  ASSERT_TRUE(ls.ok());
+  ASSERT_EQ(ls->size(), 3u);
+  EXPECT_EQ((*ls)[0].name, "a.bin");
+  EXPECT_TRUE((*ls)[2].attr.is_dir);
+  int stats_before = origin_.stats.load();
+  auto a = fs_->Lookup(P("/d"), "a.bin");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->size, 2500u);
+  EXPECT_EQ(origin_.stats.load(), stats_before);  // answered from the listing
+  auto missing = fs_->Lookup(P("/d"), "zzz");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(origin_.stats.load(), stats_before);  // negative from the listing
+  EXPECT_TRUE(fs_->ReadDir(P("/empty"))->empty());
+  EXPECT_EQ(fs_->ReadDir(P("/d/a.bin")).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(FileSystemTest, NegativeEntriesAreRemembered) {
+  EXPECT_EQ(fs_->GetAttr(P("/nope")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(fs_->GetAttr(P("/nope")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(origin_.stats.load(), 1);
+}
+
+TEST_F(FileSystemTest, ReadsAreByteExactAndSecondReadHits) {
+  EXPECT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));
+  EXPECT_EQ(reader_->stats().misses.load(), 3u);
+  EXPECT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));
+  EXPECT_EQ(reader_->stats().hits.load(), 3u);
+  EXPECT_EQ(catalog_->cached_bytes(), 2500u);
+  auto h = fs_->Open(P("/d/a.bin"));
+  auto mid = fs_->Read(*h, 999, 2);
+  ASSERT_TRUE(mid.ok());
+  EXPECT_EQ(*mid, Data(2500, 1).substr(999, 2));
+  auto eof = fs_->Read(*h, 2500, 10);
+  ASSERT_TRUE(eof.ok());
+  EXPECT_TRUE(eof->empty());
+  fs_->Release(*h);
+  EXPECT_EQ(fs_->Open(P("/d")).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(FileSystemTest, RestartWithOriginDownServesWhatIsCached) {
+  // Everything the namespace cache stores is already expired: after the
+  // restart only stale-if-error can answer.
+  ns_opts_ = NamespaceOptions{std::chrono::seconds(-1), std::chrono::seconds(-1), std::chrono::seconds(-1)};
+  Build(CatalogOptions{});
+  ASSERT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));
+  ASSERT_TRUE(fs_->ReadDir(P("/d")).ok());
+  ASSERT_TRUE(catalog_->Flush().ok());
+  // Restart with everything expired and the federation gone.
+  origin_.FailWith(UnavailableError("federation down"));
+  Build(CatalogOptions{});
+  EXPECT_EQ(catalog_->cached_bytes(), 2500u);  // loaded from the index
+  EXPECT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));
+  EXPECT_TRUE(fs_->offline());
+  auto ls = fs_->ReadDir(P("/d"));
+  ASSERT_TRUE(ls.ok());
+  EXPECT_EQ(ls->size(), 3u);
+  // Not cached: a clear error, not a hang.
+  auto h = fs_->Open(P("/d/b.bin"));
+  ASSERT_TRUE(h.ok());
+  auto r = fs_->Read(*h, 0, 100);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  fs_->Release(*h);
+  EXPECT_EQ(fs_->GetAttr(P("/never-seen")).status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(FileSystemTest, QuotaEvictsLeastRecentlyUsedButNotOpenFiles) {
+  Build(CatalogOptions{2000, 0.95, 0.5, 1});
+  auto keep = fs_->Open(P("/d/a.bin"));  // 2500 bytes, open throughout
+  ASSERT_TRUE(keep.ok());
+  ASSERT_TRUE(fs_->Read(*keep, 0, 2500).ok());
+  EXPECT_EQ(ReadAll("/d/b.bin"), Data(900, 2));
+  EXPECT_EQ(ReadAll("/d/sub/c.txt"), "hello");
+  // Over quota, but only blocks of closed files could go.
+  EXPECT_GT(catalog_->evictions(), 0u);
+  auto again = fs_->Read(*keep, 0, 2500);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, Data(2500, 1));
+  EXPECT_EQ(reader_->stats().misses.load(), 5u);  // a.bin's 3 blocks were never refetched
+  fs_->Release(*keep);
+  // Reads stay correct while evicting.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(ReadAll("/d/b.bin"), Data(900, 2));
+    EXPECT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));
+  }
+  EXPECT_LE(catalog_->cached_bytes(), 2500u + 1000u);
+}
+
+TEST_F(FileSystemTest, DeadlineBoundsEveryCall) {
+  origin_.Hold(true);
+  auto start = std::chrono::steady_clock::now();
+  auto r = fs_->GetAttr(P("/d/a.bin"));
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  origin_.Hold(false);
+  origin_.Release();
+}
+
+}  // namespace
+}  // namespace perch::core
