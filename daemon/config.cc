@@ -1,0 +1,154 @@
+#include "daemon/config.h"
+
+#include <cctype>
+#include <set>
+#include <toml++/toml.h>
+
+namespace perch {
+
+namespace {
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+uint64_t ParseSize(const std::string& text, const std::string& what) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 18) {
+    throw ConfigError(what + ": '" + text + "' is not a size (examples: 4M, 10GiB, 1048576)");
+  }
+  uint64_t n = std::stoull(text.substr(0, i));
+  std::string unit = Lower(text.substr(i));
+  uint64_t mult = 1;
+  if (unit.empty() || unit == "b") {
+    mult = 1;
+  } else if (unit == "k" || unit == "kb" || unit == "kib") {
+    mult = 1ULL << 10;
+  } else if (unit == "m" || unit == "mb" || unit == "mib") {
+    mult = 1ULL << 20;
+  } else if (unit == "g" || unit == "gb" || unit == "gib") {
+    mult = 1ULL << 30;
+  } else if (unit == "t" || unit == "tb" || unit == "tib") {
+    mult = 1ULL << 40;
+  } else {
+    throw ConfigError(what + ": unknown unit '" + text.substr(i) + "' in '" + text + "' (use K, M, G or T)");
+  }
+  if (n > UINT64_MAX / mult) throw ConfigError(what + ": '" + text + "' is too large");
+  return n * mult;
+}
+
+std::chrono::milliseconds ParseDuration(const std::string& text, const std::string& what) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 12) throw ConfigError(what + ": '" + text + "' is not a duration (examples: 30s, 500ms, 2m)");
+  int64_t n = std::stoll(text.substr(0, i));
+  std::string unit = Lower(text.substr(i));
+  if (unit == "ms") return std::chrono::milliseconds(n);
+  if (unit.empty() || unit == "s") return std::chrono::seconds(n);
+  if (unit == "m" || unit == "min") return std::chrono::minutes(n);
+  if (unit == "h") return std::chrono::hours(n);
+  throw ConfigError(what + ": unknown unit in '" + text + "' (use ms, s, m or h)");
+}
+
+void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    throw ConfigError("config " + path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
+                      ": " + std::string(e.description()));
+  }
+  static const std::set<std::string> kKnown = {
+      "federation", "mountpoint", "cache_dir", "cache_size", "block_size", "log_level", "ca_file",
+      "token_file", "op_timeout", "fuse_threads", "max_requests_in_flight", "high_watermark",
+      "low_watermark", "dir_ttl", "file_ttl", "negative_ttl"};
+  for (const auto& [k, v] : t) {
+    if (!kKnown.count(std::string(k.str()))) {
+      throw ConfigError("config " + path + ": unknown key '" + std::string(k.str()) + "'");
+    }
+  }
+  auto str = [&](const char* key, std::string* out) {
+    if (auto n = t[key]) {
+      auto s = n.value<std::string>();
+      if (!s) throw ConfigError("config " + path + ": '" + key + "' must be a string");
+      *out = *s;
+    }
+  };
+  // Sizes and durations may be strings ("4M", "30s") or integers (bytes, seconds).
+  auto size = [&](const char* key, uint64_t* out) {
+    if (auto n = t[key]) {
+      if (auto i = n.value<int64_t>(); i && *i >= 0) {
+        *out = static_cast<uint64_t>(*i);
+      } else if (auto s = n.value<std::string>()) {
+        *out = ParseSize(*s, std::string("config ") + key);
+      } else {
+        throw ConfigError("config " + path + ": '" + key + "' must be a size such as \"4M\"");
+      }
+    }
+  };
+  auto duration = [&](const char* key, auto* out) {
+    if (auto n = t[key]) {
+      std::chrono::milliseconds ms;
+      if (auto i = n.value<int64_t>(); i && *i >= 0) {
+        ms = std::chrono::seconds(*i);
+      } else if (auto s = n.value<std::string>()) {
+        ms = ParseDuration(*s, std::string("config ") + key);
+      } else {
+        throw ConfigError("config " + path + ": '" + key + "' must be a duration such as \"30s\"");
+      }
+      *out = std::chrono::duration_cast<std::remove_pointer_t<decltype(out)>>(ms);
+    }
+  };
+  auto real = [&](const char* key, double* out) {
+    if (auto n = t[key]) {
+      auto d = n.value<double>();
+      if (!d) throw ConfigError("config " + path + ": '" + key + "' must be a number");
+      *out = *d;
+    }
+  };
+  auto count = [&](const char* key, auto* out) {
+    if (auto n = t[key]) {
+      auto i = n.value<int64_t>();
+      if (!i || *i <= 0) throw ConfigError("config " + path + ": '" + key + "' must be a positive integer");
+      *out = static_cast<std::remove_pointer_t<decltype(out)>>(*i);
+    }
+  };
+  str("federation", &c->federation_url);
+  str("mountpoint", &c->mountpoint);
+  str("cache_dir", &c->cache_dir);
+  size("cache_size", &c->cache_size);
+  size("block_size", &c->block_size);
+  str("log_level", &c->log_level);
+  str("ca_file", &c->ca_file);
+  str("token_file", &c->token_file);
+  duration("op_timeout", &c->op_timeout);
+  count("fuse_threads", &c->fuse_threads);
+  count("max_requests_in_flight", &c->max_requests_in_flight);
+  real("high_watermark", &c->high_watermark);
+  real("low_watermark", &c->low_watermark);
+  duration("dir_ttl", &c->dir_ttl);
+  duration("file_ttl", &c->file_ttl);
+  duration("negative_ttl", &c->negative_ttl);
+}
+
+void Validate(const DaemonConfig& c) {
+  if (c.block_size < 64 * 1024 || c.block_size > 256ULL << 20) {
+    throw ConfigError("block_size must be between 64K and 256M");
+  }
+  if (c.cache_size < c.block_size * 4) throw ConfigError("cache_size must hold at least 4 blocks");
+  if (!(c.low_watermark > 0 && c.low_watermark < c.high_watermark && c.high_watermark <= 1.0)) {
+    throw ConfigError("watermarks must satisfy 0 < low_watermark < high_watermark <= 1");
+  }
+  if (c.op_timeout < std::chrono::milliseconds(100)) throw ConfigError("op_timeout must be at least 100ms");
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  if (!kLevels.count(c.log_level)) {
+    throw ConfigError("log_level '" + c.log_level + "' is not one of trace, debug, info, warn, error, critical, off");
+  }
+}
+
+}  // namespace perch

@@ -1,0 +1,49 @@
+// perchd's configuration: defaults, then a TOML file (--config), then flags.
+// Parsing throws ConfigError with a message that names the bad key or flag
+// and the accepted form; main turns it into one line and exit status 2.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace perch {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct DaemonConfig {
+  std::string federation_url;
+  std::string mountpoint;
+  std::string cache_dir = "/var/cache/perch";
+  uint64_t cache_size = 10ULL << 30;
+  uint64_t block_size = 4ULL << 20;
+  std::string log_level = "info";
+  bool foreground = false;
+  std::string ca_file;        // extra CA bundle for the federation's https servers
+  std::string token_file;     // explicit bearer token file
+  std::chrono::milliseconds op_timeout{30000};  // every FUSE request is answered within this
+  unsigned fuse_threads = 32;
+  size_t max_requests_in_flight = 256;
+  double high_watermark = 0.95;
+  double low_watermark = 0.85;
+  std::chrono::seconds dir_ttl{300};
+  std::chrono::seconds file_ttl{3600};
+  std::chrono::seconds negative_ttl{30};
+};
+
+// "4M", "10GiB", "512k", "1048576" -> bytes (binary units). Throws ConfigError.
+uint64_t ParseSize(const std::string& text, const std::string& what);
+
+// "30s", "500ms", "2m", "1h", "45" (seconds) -> milliseconds. Throws ConfigError.
+std::chrono::milliseconds ParseDuration(const std::string& text, const std::string& what);
+
+// Applies the TOML file at `path` over `config`. Unknown keys are errors.
+void ApplyConfigFile(const std::string& path, DaemonConfig* config);
+
+// Checks cross-field rules (watermarks, block size bounds). Throws ConfigError.
+void Validate(const DaemonConfig& config);
+
+}  // namespace perch

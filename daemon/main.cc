@@ -1,0 +1,237 @@
+// perchd: mounts a federation namespace read-only through FUSE over a
+// persistent block cache. This file only wires components together:
+// configuration, the cache stack, the mount, signals and orderly shutdown.
+#include <fcntl.h>
+#include <spdlog/sinks/stderr_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "daemon/config.h"
+#include "daemon/core/block_reader.h"
+#include "daemon/core/cache_catalog.h"
+#include "daemon/core/filesystem.h"
+#include "daemon/core/namespace_cache.h"
+#include "daemon/http/federation_client.h"
+#include "daemon/store/cache_dir_lock.h"
+#include "daemon/store/file_block_store.h"
+#include "daemon/store/rocksdb_index.h"
+#include "daemon/thread_pool_executor.h"
+#include "fuse/fuse_server.h"
+
+namespace perch {
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitFailure = 1;
+
+// Runs the daemon proper; returns the exit status. `ready` is called once the
+// mount serves (it detaches from the terminal when not in the foreground).
+int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
+  auto url = http::ParseFederationUrl(cfg.federation_url);
+  if (!url.ok()) {
+    spdlog::error("{}", url.status().message());
+    return kExitUsage;
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(cfg.mountpoint, ec)) {
+    spdlog::error("mountpoint {} does not exist or is not a directory", cfg.mountpoint);
+    return kExitUsage;
+  }
+  auto lock = store::CacheDirLock::Acquire(cfg.cache_dir);
+  if (!lock.ok()) {
+    spdlog::error("{}", lock.status().message());
+    return kExitFailure;
+  }
+  auto index = store::RocksDbIndex::Open((std::filesystem::path(cfg.cache_dir) / "index").string());
+  if (!index.ok()) {
+    spdlog::error("cannot open the cache index: {}", index.status().message());
+    return kExitFailure;
+  }
+  store::FileBlockStore blocks(cfg.cache_dir);
+
+  http::CurlLoop::Options loop_opts;
+  loop_opts.max_in_flight = cfg.max_requests_in_flight;
+  loop_opts.ca_file = cfg.ca_file;
+  loop_opts.user_agent = "perch/0.1";
+  http::CurlLoop loop(loop_opts);
+  http::FederationClientOptions client_opts;
+  client_opts.token_file = cfg.token_file;
+  http::FederationClient client(loop, *url, client_opts);
+
+  ThreadPoolExecutor disk(2);
+  core::FileSystem* fs_ptr = nullptr;
+  core::CacheCatalog catalog(**index, blocks, disk,
+                             core::CatalogOptions{cfg.cache_size, cfg.high_watermark, cfg.low_watermark, 1024},
+                             [&fs_ptr](const std::string& id) { return fs_ptr != nullptr && fs_ptr->InUse(id); });
+  if (core::Status s = catalog.Load(); !s.ok()) {
+    spdlog::error("cannot read the cache index: {}", s.ToString());
+    return kExitFailure;
+  }
+  core::NamespaceCache names(client, **index,
+                             core::NamespaceOptions{cfg.file_ttl, cfg.dir_ttl, cfg.negative_ttl});
+  core::BlockReader reader(client, blocks, disk, core::BlockReaderOptions{cfg.block_size}, &catalog);
+  core::FileSystem fs(names, reader, core::FileSystemOptions{cfg.op_timeout, url->ToString()});
+  fs_ptr = &fs;
+
+  // Is the federation there? With a warm cache perchd serves offline; without
+  // one there is nothing to serve.
+  auto root = names.GetAttr(core::ObjectPath(), core::DeadlineAfter(std::min(cfg.op_timeout, std::chrono::milliseconds(15000))));
+  if (!root.ok()) {
+    bool offline = root.status().code() == core::StatusCode::kUnavailable ||
+                   root.status().code() == core::StatusCode::kDeadlineExceeded;
+    if (offline && names.HasPersistedEntries()) {
+      spdlog::warn("federation {} unreachable ({}); serving the cached namespace and retrying in the background",
+                   url->ToString(), root.status().message());
+    } else {
+      spdlog::error("cannot mount {}: {}", url->ToString(), root.status().message());
+      return kExitFailure;
+    }
+  } else if (!root->is_dir) {
+    spdlog::error("{} is a file, not a directory; mount its parent", url->ToString());
+    return kExitUsage;
+  }
+
+  fuse::FuseOptions fopts;
+  fopts.max_threads = cfg.fuse_threads;
+  fopts.fsname = "perch:" + url->ToString();
+  fopts.statfs = [&catalog](struct statvfs* st) {
+    st->f_blocks = catalog.capacity_bytes() / st->f_frsize;
+    uint64_t used = std::min(catalog.cached_bytes(), catalog.capacity_bytes());
+    st->f_bfree = st->f_bavail = (catalog.capacity_bytes() - used) / st->f_frsize;
+  };
+  fopts.xattrs = [&fs, &url](const core::ObjectPath& p, const core::FileAttr& a) {
+    std::map<std::string, std::string> x;
+    x["user.perch.federation"] = url->ToString();
+    if (!a.is_dir) x["user.perch.cache_id"] = fs.ObjectId(p, a);
+    return x;
+  };
+  fuse::FuseServer server(fs, fopts);
+  if (core::Status s = server.Mount(cfg.mountpoint); !s.ok()) {
+    spdlog::error("{}", s.message());
+    return kExitUsage;
+  }
+  spdlog::info("mounted {} at {} (cache {} , {} MiB, blocks of {} KiB)", url->ToString(), cfg.mountpoint,
+               cfg.cache_dir, cfg.cache_size >> 20, cfg.block_size >> 10);
+
+  // Access times reach the index in batches every few seconds.
+  std::function<void()> flush_loop;
+  std::atomic<bool> stopping{false};
+  flush_loop = [&] {
+    if (stopping) return;
+    catalog.Flush().IgnoreError();
+    disk.PostAfter(std::chrono::seconds(5), flush_loop);
+  };
+  disk.PostAfter(std::chrono::seconds(5), flush_loop);
+
+  ready();
+  core::Status run = server.Run();
+  spdlog::info("unmounting {}", cfg.mountpoint);
+  server.Unmount();
+  stopping = true;
+  catalog.Flush().IgnoreError();
+  disk.Join();
+  if (!run.ok()) {
+    spdlog::error("{}", run.message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace perch
+
+int main(int argc, char** argv) {
+  using perch::ConfigError;
+  perch::DaemonConfig cfg;
+  CLI::App app{"perchd: mount a Pelican/OSDF federation namespace read-only, with a persistent node cache.\n"
+               "Example: perchd --cache-dir /var/cache/perch --cache-size 50G osdf:///ospool/uc-shared/public /osdf"};
+  std::string config_file, cache_size, block_size, op_timeout;
+  app.add_option("--config", config_file, "TOML configuration file (flags override it)")->check(CLI::ExistingFile);
+  app.add_option("--cache-dir", cfg.cache_dir, "cache directory (block files and index)");
+  app.add_option("--cache-size", cache_size, "cache quota, e.g. 50G (default 10G)");
+  app.add_option("--block-size", block_size, "block size for large objects, e.g. 4M (default 4M)");
+  app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error");
+  app.add_option("--ca-file", cfg.ca_file, "extra CA bundle for the federation's https servers");
+  app.add_option("--token-file", cfg.token_file, "bearer token file for protected namespaces");
+  app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
+  app.add_flag("-f,--foreground", cfg.foreground, "stay in the foreground (systemd, debugging)");
+  std::string url, mountpoint;
+  app.add_option("FEDERATION_URL", url, "pelican://host/path, osdf:///path or http(s)://host:port/path");
+  app.add_option("MOUNTPOINT", mountpoint, "an existing empty directory");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (!config_file.empty()) perch::ApplyConfigFile(config_file, &cfg);
+    if (!url.empty()) cfg.federation_url = url;
+    if (!mountpoint.empty()) cfg.mountpoint = mountpoint;
+    if (!cache_size.empty()) cfg.cache_size = perch::ParseSize(cache_size, "--cache-size");
+    if (!block_size.empty()) cfg.block_size = perch::ParseSize(block_size, "--block-size");
+    if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
+    if (cfg.federation_url.empty() || cfg.mountpoint.empty()) {
+      throw ConfigError("FEDERATION_URL and MOUNTPOINT are required (see --help)");
+    }
+    perch::Validate(cfg);
+  } catch (const ConfigError& e) {
+    std::cerr << "perchd: " << e.what() << "\n";
+    return 2;
+  }
+  spdlog::set_default_logger(spdlog::stderr_color_mt("perchd"));
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  if (cfg.foreground) {
+    return perch::Serve(cfg, [] {});
+  }
+  // Background: fork before any thread exists; the parent waits until the
+  // child has mounted (or failed) so that the exit status tells the truth.
+  int pipefd[2];
+  if (pipe(pipefd) != 0) {
+    std::perror("perchd: pipe");
+    return 1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("perchd: fork");
+    return 1;
+  }
+  if (pid > 0) {
+    close(pipefd[1]);
+    char status = 1;
+    ssize_t n = read(pipefd[0], &status, 1);
+    return n == 1 ? status : 1;
+  }
+  close(pipefd[0]);
+  setsid();
+  int rc = perch::Serve(cfg, [&] {
+    char ok = 0;
+    if (write(pipefd[1], &ok, 1) != 1) {
+      // The parent is gone; nothing to tell.
+    }
+    close(pipefd[1]);
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+      dup2(devnull, 2);
+      if (devnull > 2) close(devnull);
+    }
+    if (chdir("/") != 0) {
+      // Not fatal: we never use relative paths after start.
+    }
+  });
+  char code = static_cast<char>(rc);
+  if (write(pipefd[1], &code, 1) != 1) {
+    // Already reported ready, or the parent is gone.
+  }
+  return rc;
+}

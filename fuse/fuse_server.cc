@@ -1,0 +1,457 @@
+#define FUSE_USE_VERSION 312
+#include "fuse/fuse_server.h"
+
+#include <fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace perch::fuse {
+
+using core::ObjectPath;
+using core::Status;
+using core::StatusCode;
+
+int ToErrno(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return 0;
+    case StatusCode::kNotFound: return ENOENT;
+    case StatusCode::kPermissionDenied: return EACCES;
+    case StatusCode::kInvalidArgument: return EINVAL;
+    case StatusCode::kCancelled: return EINTR;
+    case StatusCode::kNoSpace: return ENOSPC;
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kCorrupt:
+    case StatusCode::kInternal: return EIO;
+  }
+  return EIO;
+}
+
+namespace {
+
+FuseServer* Self(fuse_req_t req) { return static_cast<FuseServer*>(fuse_req_userdata(req)); }
+
+// Logs and answers an error. Expected misses (ENOENT) are not logged.
+void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
+  int err = ToErrno(s);
+  if (err != ENOENT) spdlog::warn("fuse {}: {} -> {}", op, s.ToString(), std::strerror(err));
+  fuse_reply_err(req, err);
+}
+
+// A directory listing taken at opendir, so offsets stay stable across calls.
+struct DirHandle {
+  ObjectPath path;
+  std::vector<core::DirEntry> entries;
+};
+
+}  // namespace
+
+// Every callback body runs inside Guard: no exception reaches libfuse.
+#define PERCH_FUSE_GUARD(req, op, body)                                  \
+  try {                                                                  \
+    body                                                                 \
+  } catch (const std::exception& e) {                                    \
+    spdlog::error("fuse {}: unexpected exception: {}", op, e.what());    \
+    fuse_reply_err(req, EIO);                                            \
+  } catch (...) {                                                        \
+    spdlog::error("fuse {}: unexpected exception", op);                  \
+    fuse_reply_err(req, EIO);                                            \
+  }
+
+struct FuseServer::Ops {
+  static void Init(void* userdata, struct fuse_conn_info* conn) {
+    auto* self = static_cast<FuseServer*>(userdata);
+    conn->max_readahead = self->options_.max_io;
+    if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+    conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+    spdlog::info("fuse: protocol {}.{}, max_read {} KiB", conn->proto_major, conn->proto_minor,
+                 self->options_.max_io / 1024);
+  }
+
+  static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    PERCH_FUSE_GUARD(req, "lookup", {
+      FuseServer* self = Self(req);
+      ObjectPath dir;
+      if (!self->PathOf(parent, &dir)) return (void)fuse_reply_err(req, ESTALE);
+      auto attr = self->fs_.Lookup(dir, name);
+      if (!attr.ok()) {
+        if (attr.status().code() == StatusCode::kNotFound) {
+          fuse_entry_param e{};
+          e.ino = 0;  // a negative entry the kernel caches
+          e.entry_timeout = self->options_.negative_timeout;
+          return (void)fuse_reply_entry(req, &e);
+        }
+        return ReplyStatus(req, "lookup", attr.status());
+      }
+      ObjectPath child = *dir.Child(name);
+      fuse_entry_param e{};
+      e.ino = self->Remember(child);
+      e.attr_timeout = self->options_.attr_timeout;
+      e.entry_timeout = self->options_.entry_timeout;
+      self->FillStat(e.ino, *attr, &e.attr);
+      if (fuse_reply_entry(req, &e) != 0) self->Forget(e.ino, 1);  // the kernel never got it
+    })
+  }
+
+  static void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+    Self(req)->Forget(ino, nlookup);
+    fuse_reply_none(req);
+  }
+
+  static void ForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
+    for (size_t i = 0; i < count; ++i) Self(req)->Forget(forgets[i].ino, forgets[i].nlookup);
+    fuse_reply_none(req);
+  }
+
+  static void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+    PERCH_FUSE_GUARD(req, "getattr", {
+      FuseServer* self = Self(req);
+      ObjectPath path;
+      if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+      auto attr = self->fs_.GetAttr(path);
+      if (!attr.ok()) return ReplyStatus(req, "getattr", attr.status());
+      struct stat st {};
+      self->FillStat(ino, *attr, &st);
+      fuse_reply_attr(req, &st, self->options_.attr_timeout);
+    })
+  }
+
+  static void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+    PERCH_FUSE_GUARD(req, "opendir", {
+      FuseServer* self = Self(req);
+      ObjectPath path;
+      if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+      auto entries = self->fs_.ReadDir(path);
+      if (!entries.ok()) return ReplyStatus(req, "opendir", entries.status());
+      auto h = std::make_unique<DirHandle>(DirHandle{path, std::move(*entries)});
+      fi->fh = reinterpret_cast<uint64_t>(h.get());
+      fi->keep_cache = 1;
+      fi->cache_readdir = 1;
+      if (fuse_reply_open(req, fi) == 0) h.release();
+    })
+  }
+
+  static void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                            struct fuse_file_info* fi, bool plus) {
+    PERCH_FUSE_GUARD(req, plus ? "readdirplus" : "readdir", {
+      FuseServer* self = Self(req);
+      auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+      std::vector<char> buf(size);
+      size_t used = 0;
+      const size_t total = h->entries.size() + 2;
+      for (size_t i = static_cast<size_t>(off); i < total; ++i) {
+        const char* name;
+        core::FileAttr attr;
+        bool dot = i < 2;
+        if (dot) {
+          name = i == 0 ? "." : "..";
+          attr.is_dir = true;
+        } else {
+          name = h->entries[i - 2].name.c_str();
+          attr = h->entries[i - 2].attr;
+        }
+        size_t n;
+        if (!plus) {
+          struct stat st {};
+          st.st_ino = dot ? (i == 0 ? ino : FUSE_ROOT_ID) : 0;
+          st.st_mode = attr.is_dir ? S_IFDIR : S_IFREG;
+          n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, static_cast<off_t>(i + 1));
+          if (n > size - used) break;
+        } else {
+          fuse_entry_param e{};
+          if (dot) {
+            e.attr.st_ino = i == 0 ? ino : FUSE_ROOT_ID;
+            e.attr.st_mode = S_IFDIR;
+          } else {
+            ObjectPath child = *h->path.Child(name);
+            e.ino = self->Remember(child);
+            e.attr_timeout = self->options_.attr_timeout;
+            e.entry_timeout = self->options_.entry_timeout;
+            self->FillStat(e.ino, attr, &e.attr);
+          }
+          n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
+          if (n > size - used) {
+            if (!dot) self->Forget(e.ino, 1);  // not sent: the kernel holds no reference
+            break;
+          }
+        }
+        used += n;
+      }
+      fuse_reply_buf(req, buf.data(), used);
+    })
+  }
+
+  static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
+    ReadDirCommon(req, ino, size, off, fi, false);
+  }
+  static void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
+    ReadDirCommon(req, ino, size, off, fi, true);
+  }
+
+  static void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+    delete reinterpret_cast<DirHandle*>(fi->fh);
+    fuse_reply_err(req, 0);
+  }
+
+  static void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+    PERCH_FUSE_GUARD(req, "open", {
+      FuseServer* self = Self(req);
+      if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+        return (void)fuse_reply_err(req, EROFS);
+      }
+      ObjectPath path;
+      if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+      auto h = self->fs_.Open(path);
+      if (!h.ok()) {
+        return (void)(h.status().code() == StatusCode::kInvalidArgument ? fuse_reply_err(req, EISDIR)
+                                                                         : (ReplyStatus(req, "open", h.status()), 0));
+      }
+      fi->fh = *h;
+      fi->keep_cache = 1;  // immutable objects: the page cache stays valid
+      fi->noflush = 1;
+      if (fuse_reply_open(req, fi) != 0) self->fs_.Release(*h);
+    })
+  }
+
+  static void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
+    PERCH_FUSE_GUARD(req, "read", {
+      FuseServer* self = Self(req);
+      auto bytes = self->fs_.Read(fi->fh, static_cast<uint64_t>(off), size);
+      if (!bytes.ok()) return ReplyStatus(req, "read", bytes.status());
+      fuse_reply_buf(req, bytes->data(), bytes->size());
+    })
+  }
+
+  static void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+    Self(req)->fs_.Release(fi->fh);
+    fuse_reply_err(req, 0);
+  }
+
+  static void StatFs(fuse_req_t req, fuse_ino_t) {
+    PERCH_FUSE_GUARD(req, "statfs", {
+      FuseServer* self = Self(req);
+      struct statvfs st {};
+      st.f_bsize = 4096;
+      st.f_frsize = 4096;
+      st.f_namemax = 255;
+      if (self->options_.statfs) self->options_.statfs(&st);
+      fuse_reply_statfs(req, &st);
+    })
+  }
+
+  static std::map<std::string, std::string> Xattrs(fuse_req_t req, fuse_ino_t ino, int* err) {
+    FuseServer* self = Self(req);
+    ObjectPath path;
+    if (!self->PathOf(ino, &path)) {
+      *err = ESTALE;
+      return {};
+    }
+    auto attr = self->fs_.GetAttr(path);
+    if (!attr.ok()) {
+      *err = ToErrno(attr.status());
+      return {};
+    }
+    *err = 0;
+    return self->options_.xattrs ? self->options_.xattrs(path, *attr) : std::map<std::string, std::string>{};
+  }
+
+  static void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+    PERCH_FUSE_GUARD(req, "getxattr", {
+      int err = 0;
+      auto all = Xattrs(req, ino, &err);
+      if (err) return (void)fuse_reply_err(req, err);
+      auto it = all.find(name);
+      if (it == all.end()) return (void)fuse_reply_err(req, ENODATA);
+      if (size == 0) return (void)fuse_reply_xattr(req, it->second.size());
+      if (size < it->second.size()) return (void)fuse_reply_err(req, ERANGE);
+      fuse_reply_buf(req, it->second.data(), it->second.size());
+    })
+  }
+
+  static void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+    PERCH_FUSE_GUARD(req, "listxattr", {
+      int err = 0;
+      auto all = Xattrs(req, ino, &err);
+      if (err) return (void)fuse_reply_err(req, err);
+      std::string names;
+      for (const auto& [k, v] : all) names.append(k).push_back('\0');
+      if (size == 0) return (void)fuse_reply_xattr(req, names.size());
+      if (size < names.size()) return (void)fuse_reply_err(req, ERANGE);
+      fuse_reply_buf(req, names.data(), names.size());
+    })
+  }
+
+  // Write-shaped operations: a read-only filesystem.
+  static void SetAttr(fuse_req_t req, fuse_ino_t, struct stat*, int, struct fuse_file_info*) {
+    fuse_reply_err(req, EROFS);
+  }
+  static void MkNod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { fuse_reply_err(req, EROFS); }
+  static void MkDir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { fuse_reply_err(req, EROFS); }
+  static void Unlink(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+  static void RmDir(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+  static void SymLink(fuse_req_t req, const char*, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+  static void Rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) {
+    fuse_reply_err(req, EROFS);
+  }
+  static void Link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+  static void Create(fuse_req_t req, fuse_ino_t, const char*, mode_t, struct fuse_file_info*) {
+    fuse_reply_err(req, EROFS);
+  }
+  static void Write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, struct fuse_file_info*) {
+    fuse_reply_err(req, EROFS);
+  }
+  static void SetXattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
+    fuse_reply_err(req, EROFS);
+  }
+  static void RemoveXattr(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+};
+
+FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options) : fs_(fs), options_(std::move(options)) {
+  inodes_[FUSE_ROOT_ID] = Inode{ObjectPath(), 1};
+  by_path_["/"] = FUSE_ROOT_ID;
+}
+
+FuseServer::~FuseServer() {
+  Unmount();
+  if (se_ != nullptr) fuse_session_destroy(se_);
+}
+
+uint64_t FuseServer::Remember(const ObjectPath& path) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = by_path_.find(path.str());
+  uint64_t ino;
+  if (it != by_path_.end()) {
+    ino = it->second;
+  } else {
+    ino = next_ino_++;
+    by_path_.emplace(path.str(), ino);
+    inodes_.emplace(ino, Inode{path, 0});
+  }
+  inodes_[ino].lookups++;
+  return ino;
+}
+
+void FuseServer::Forget(uint64_t ino, uint64_t n) {
+  if (ino == FUSE_ROOT_ID) return;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  it->second.lookups = n >= it->second.lookups ? 0 : it->second.lookups - n;
+  if (it->second.lookups == 0) {
+    by_path_.erase(it->second.path.str());
+    inodes_.erase(it);
+  }
+}
+
+bool FuseServer::PathOf(uint64_t ino, ObjectPath* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return false;
+  *out = it->second.path;
+  return true;
+}
+
+void FuseServer::FillStat(uint64_t ino, const core::FileAttr& a, struct stat* st) const {
+  std::memset(st, 0, sizeof(*st));
+  st->st_ino = ino;
+  st->st_mode = a.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  st->st_nlink = a.is_dir ? 2 : 1;
+  st->st_size = static_cast<off_t>(a.size);
+  st->st_blksize = 1 << 20;
+  st->st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st->st_mtime = st->st_ctime = st->st_atime = static_cast<time_t>(a.mtime);
+}
+
+Status FuseServer::Mount(const std::string& mountpoint) {
+  struct stat st {};
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    return core::InvalidArgumentError("mountpoint " + mountpoint + ": " + std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return core::InvalidArgumentError("mountpoint " + mountpoint + " is not a directory");
+  if (::access("/dev/fuse", R_OK | W_OK) != 0) {
+    return core::InvalidArgumentError(std::string("cannot use /dev/fuse: ") + std::strerror(errno) +
+                                      " (is the fuse module loaded, and are you root?)");
+  }
+  static const struct fuse_lowlevel_ops kOps = [] {
+    struct fuse_lowlevel_ops o {};
+    o.init = &Ops::Init;
+    o.lookup = &Ops::Lookup;
+    o.forget = &Ops::Forget;
+    o.forget_multi = &Ops::ForgetMulti;
+    o.getattr = &Ops::GetAttr;
+    o.opendir = &Ops::OpenDir;
+    o.readdir = &Ops::ReadDir;
+    o.readdirplus = &Ops::ReadDirPlus;
+    o.releasedir = &Ops::ReleaseDir;
+    o.open = &Ops::Open;
+    o.read = &Ops::Read;
+    o.release = &Ops::Release;
+    o.statfs = &Ops::StatFs;
+    o.getxattr = &Ops::GetXattr;
+    o.listxattr = &Ops::ListXattr;
+    o.setattr = &Ops::SetAttr;
+    o.mknod = &Ops::MkNod;
+    o.mkdir = &Ops::MkDir;
+    o.unlink = &Ops::Unlink;
+    o.rmdir = &Ops::RmDir;
+    o.symlink = &Ops::SymLink;
+    o.rename = &Ops::Rename;
+    o.link = &Ops::Link;
+    o.create = &Ops::Create;
+    o.write = &Ops::Write;
+    o.setxattr = &Ops::SetXattr;
+    o.removexattr = &Ops::RemoveXattr;
+    return o;
+  }();
+  std::string opts = "ro,default_permissions,fsname=" + options_.fsname + ",subtype=perch,max_read=" +
+                     std::to_string(options_.max_io);
+  if (::getuid() == 0) opts += ",allow_other";
+  std::vector<std::string> argv_s = {"perchd", "-o", opts};
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  se_ = fuse_session_new(&args, &kOps, sizeof(kOps), this);
+  if (se_ == nullptr) return core::InternalError("fuse_session_new failed (see messages above)");
+  if (fuse_session_mount(se_, mountpoint.c_str()) != 0) {
+    return core::InvalidArgumentError("cannot mount at " + mountpoint + " (already mounted? see messages above)");
+  }
+  mounted_ = true;
+  return Status::Ok();
+}
+
+Status FuseServer::Run() {
+  if (fuse_set_signal_handlers(se_) != 0) return core::InternalError("cannot install signal handlers");
+  handlers_ = true;
+  struct fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(cfg, options_.clone_fd ? 1 : 0);
+  fuse_loop_cfg_set_max_threads(cfg, options_.max_threads);
+  int rc = fuse_session_loop_mt(se_, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  fuse_remove_signal_handlers(se_);
+  handlers_ = false;
+  if (rc != 0 && rc != SIGINT && rc != SIGTERM && rc != SIGHUP) {
+    return core::InternalError("fuse loop ended with " + std::to_string(rc));
+  }
+  return Status::Ok();
+}
+
+void FuseServer::Exit() {
+  if (se_ != nullptr) fuse_session_exit(se_);
+}
+
+void FuseServer::Unmount() {
+  if (mounted_ && se_ != nullptr) {
+    fuse_session_unmount(se_);
+    mounted_ = false;
+  }
+}
+
+}  // namespace perch::fuse

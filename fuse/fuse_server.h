@@ -1,0 +1,99 @@
+// FuseServer: the libfuse 3 low-level adapter over core::FileSystem.
+//
+// It owns the inode table (inode <-> path, with the kernel's lookup counts:
+// they change only in lookup/readdirplus and forget), translates core
+// results to FUSE replies (ToErrno is the one mapping out of Status for the
+// mount) and answers every request exactly once. Nothing here decides
+// policy: caching, deadlines and failover happen below, in core.
+//
+// The mount is read-only ("ro"): the kernel refuses writes with EROFS, and
+// every write-shaped operation that still reaches us gets EROFS too. Files
+// are immutable, so entries and attributes get long kernel timeouts and
+// opens set keep_cache (a second epoch reads from the page cache).
+//
+// Thread-safety: FUSE callbacks run on libfuse's worker threads; the inode
+// table is under mu_ (a leaf lock, never held across a FileSystem call or a
+// fuse_reply_*). Exceptions never cross into libfuse: each callback catches
+// everything and answers EIO.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "daemon/core/filesystem.h"
+
+struct fuse_session;
+
+namespace perch::fuse {
+
+struct FuseOptions {
+  double entry_timeout = 3600;     // seconds the kernel may cache a name -> inode
+  double attr_timeout = 3600;      // ... and attributes
+  double negative_timeout = 30;    // ... and a missing name
+  unsigned max_threads = 32;
+  bool clone_fd = true;
+  uint32_t max_io = 1 << 20;       // largest read request (kernel max_pages permitting)
+  std::string fsname = "perch";
+  // Fills statfs answers (capacity and use of the block cache).
+  std::function<void(struct statvfs*)> statfs;
+  // Extended attributes of an open or looked-up path: name -> value.
+  std::function<std::map<std::string, std::string>(const core::ObjectPath&, const core::FileAttr&)> xattrs;
+};
+
+// The errno for a core error, as the guide's table says.
+int ToErrno(const core::Status& status);
+
+class FuseServer {
+ public:
+  FuseServer(core::FileSystem& fs, FuseOptions options);
+  ~FuseServer();
+  FuseServer(const FuseServer&) = delete;
+  FuseServer& operator=(const FuseServer&) = delete;
+
+  // Creates the session and mounts it read-only at `mountpoint`. A clear
+  // error (missing mountpoint, no /dev/fuse, permission) otherwise.
+  core::Status Mount(const std::string& mountpoint);
+  // Serves until unmounted or Exit(); installs SIGINT/SIGTERM/SIGHUP handlers
+  // that end the loop. Returns when the loop ends.
+  core::Status Run();
+  // Ends the loop (safe from any thread).
+  void Exit();
+  // Unmounts (idempotent).
+  void Unmount();
+
+  // Implementation of the callbacks (public for the C trampolines).
+  struct Ops;
+
+ private:
+  friend struct Ops;
+  struct Inode {
+    core::ObjectPath path;
+    uint64_t lookups = 0;
+  };
+
+  uint64_t Remember(const core::ObjectPath& path);  // +1 lookup
+  void Forget(uint64_t ino, uint64_t n);
+  bool PathOf(uint64_t ino, core::ObjectPath* out);
+  void FillStat(uint64_t ino, const core::FileAttr& a, struct stat* st) const;
+
+  core::FileSystem& fs_;
+  const FuseOptions options_;
+  struct fuse_session* se_ = nullptr;
+  bool mounted_ = false;
+  bool handlers_ = false;
+
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Inode> inodes_;         // Protected by mu_
+  std::map<std::string, uint64_t> by_path_;            // Protected by mu_
+  uint64_t next_ino_ = 2;                              // Protected by mu_
+};
+
+}  // namespace perch::fuse

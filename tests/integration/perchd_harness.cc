@@ -1,0 +1,132 @@
+#include "tests/integration/perchd_harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/integration/test_tree.h"
+
+#ifndef PERCHD_PATH
+#error "PERCHD_PATH must name the perchd binary"
+#endif
+
+namespace perch::testing {
+
+namespace fs = std::filesystem;
+
+bool FuseAvailable() { return access("/dev/fuse", R_OK | W_OK) == 0 && geteuid() == 0; }
+
+bool IsMounted(const fs::path& mountpoint) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  std::string mp = fs::weakly_canonical(mountpoint).string();
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    std::string id, parent, dev, root, point;
+    ss >> id >> parent >> dev >> root >> point;
+    if (point == mp && line.find(" - fuse") != std::string::npos) return true;
+  }
+  return false;
+}
+
+namespace {
+
+pid_t Spawn(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<std::string> argv_s = {PERCHD_PATH};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits up to `timeout` for `pid`; returns its exit code or -1 if still running.
+int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (std::chrono::steady_clock::now() > end) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
+RunResult RunPerchdToExit(const std::vector<std::string>& args, std::chrono::seconds timeout) {
+  TempDir dir("perchd-run");
+  fs::path log = dir.path() / "log";
+  pid_t pid = Spawn(args, log);
+  RunResult out;
+  out.exit_code = WaitExit(pid, timeout);
+  if (out.exit_code == -1) {
+    kill(pid, SIGKILL);
+    WaitExit(pid, std::chrono::seconds(5));
+  }
+  out.output = ReadLocalFile(log);
+  return out;
+}
+
+std::string PerchdProcess::Start(const std::vector<std::string>& args, const fs::path& mountpoint,
+                                 const fs::path& log) {
+  mountpoint_ = mountpoint;
+  log_ = log;
+  std::vector<std::string> all = {"--foreground"};
+  all.insert(all.end(), args.begin(), args.end());
+  pid_ = Spawn(all, log);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < end) {
+    if (IsMounted(mountpoint)) return "";
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return "perchd exited before mounting:\n" + Log();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Stop();
+  return "perchd did not mount within 60 s:\n" + Log();
+}
+
+int PerchdProcess::Stop() {
+  int code = 0;
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    code = WaitExit(pid_, std::chrono::seconds(15));
+    if (code == -1) {
+      kill(pid_, SIGKILL);
+      code = WaitExit(pid_, std::chrono::seconds(5));
+    }
+    pid_ = -1;
+  }
+  if (!mountpoint_.empty() && IsMounted(mountpoint_)) {
+    std::string cmd = "fusermount3 -u -z '" + mountpoint_.string() + "' 2>/dev/null";
+    if (std::system(cmd.c_str()) != 0) {
+      std::string um = "umount -l '" + mountpoint_.string() + "' 2>/dev/null";
+      (void)std::system(um.c_str());
+    }
+  }
+  return code;
+}
+
+std::string PerchdProcess::Log() const { return ReadLocalFile(log_); }
+
+PerchdProcess::~PerchdProcess() { Stop(); }
+
+}  // namespace perch::testing

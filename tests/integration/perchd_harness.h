@@ -1,0 +1,51 @@
+// PerchdProcess: runs the real perchd binary (in the foreground, as a child
+// process) on a mountpoint, waits until the FUSE mount is live, and always
+// tears it down: SIGTERM, then a lazy unmount and SIGKILL if it lingers.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace perch::testing {
+
+// Whether /dev/fuse is usable (else tests GTEST_SKIP).
+bool FuseAvailable();
+
+// True if `mountpoint` is a FUSE mount right now (per /proc/self/mountinfo).
+bool IsMounted(const std::filesystem::path& mountpoint);
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+};
+
+// Runs perchd with `args` to completion (for start-up error checks).
+RunResult RunPerchdToExit(const std::vector<std::string>& args,
+                          std::chrono::seconds timeout = std::chrono::seconds(60));
+
+class PerchdProcess {
+ public:
+  PerchdProcess() = default;
+  ~PerchdProcess();
+  PerchdProcess(const PerchdProcess&) = delete;
+  PerchdProcess& operator=(const PerchdProcess&) = delete;
+
+  // Starts `perchd --foreground <args>` and waits until `mountpoint` is mounted.
+  // Returns "" on success, else a message with perchd's log.
+  std::string Start(const std::vector<std::string>& args, const std::filesystem::path& mountpoint,
+                    const std::filesystem::path& log);
+  // Stops perchd cleanly (SIGTERM) and returns its exit code.
+  int Stop();
+  std::string Log() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::filesystem::path mountpoint_;
+  std::filesystem::path log_;
+};
+
+}  // namespace perch::testing

@@ -1,0 +1,98 @@
+#include "daemon/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace perch {
+namespace {
+
+TEST(ConfigTest, Sizes) {
+  EXPECT_EQ(ParseSize("4M", "x"), 4u << 20);
+  EXPECT_EQ(ParseSize("10GiB", "x"), 10ULL << 30);
+  EXPECT_EQ(ParseSize("512k", "x"), 512u << 10);
+  EXPECT_EQ(ParseSize("1048576", "x"), 1048576u);
+  for (const char* bad : {"", "M", "4X", "-1", "4.5G", "99999999999999999999", "20000000000T"}) {
+    EXPECT_THROW(ParseSize(bad, "--cache-size"), ConfigError) << bad;
+  }
+  try {
+    ParseSize("lots", "--cache-size");
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--cache-size: 'lots' is not a size"), std::string::npos);
+  }
+}
+
+TEST(ConfigTest, Durations) {
+  EXPECT_EQ(ParseDuration("30s", "x"), std::chrono::seconds(30));
+  EXPECT_EQ(ParseDuration("500ms", "x"), std::chrono::milliseconds(500));
+  EXPECT_EQ(ParseDuration("2m", "x"), std::chrono::minutes(2));
+  EXPECT_EQ(ParseDuration("45", "x"), std::chrono::seconds(45));
+  EXPECT_THROW(ParseDuration("soon", "x"), ConfigError);
+  EXPECT_THROW(ParseDuration("5d", "x"), ConfigError);
+}
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  void TearDown() override { std::filesystem::remove(path_); }
+  void Write(const std::string& text) { std::ofstream(path_) << text; }
+  std::string path_ = std::filesystem::temp_directory_path() / ("perch-config-" + std::to_string(getpid()) + ".toml");
+};
+
+TEST_F(ConfigFileTest, AppliesEveryKey) {
+  Write(R"(federation = "osdf:///ospool/data"
+mountpoint = "/osdf"
+cache_dir = "/var/cache/perch"
+cache_size = "50G"
+block_size = 8388608
+op_timeout = "10s"
+fuse_threads = 8
+high_watermark = 0.9
+low_watermark = 0.8
+dir_ttl = 60
+)");
+  DaemonConfig c;
+  ApplyConfigFile(path_, &c);
+  EXPECT_EQ(c.federation_url, "osdf:///ospool/data");
+  EXPECT_EQ(c.cache_size, 50ULL << 30);
+  EXPECT_EQ(c.block_size, 8u << 20);
+  EXPECT_EQ(c.op_timeout, std::chrono::seconds(10));
+  EXPECT_EQ(c.fuse_threads, 8u);
+  EXPECT_EQ(c.dir_ttl, std::chrono::seconds(60));
+  EXPECT_NO_THROW(Validate(c));
+}
+
+TEST_F(ConfigFileTest, ErrorsNameTheProblem) {
+  struct Case { const char* text; const char* needle; };
+  for (const Case& k : {Case{"cache_size = \"lots\"", "cache_size"}, Case{"cach_size = 1", "unknown key 'cach_size'"},
+                        Case{"fuse_threads = -3", "positive integer"}, Case{"cache_dir = 5", "must be a string"},
+                        Case{"cache_size = [", ":1:"}}) {
+    Write(k.text);
+    DaemonConfig c;
+    try {
+      ApplyConfigFile(path_, &c);
+      ADD_FAILURE() << "accepted: " << k.text;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(k.needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ConfigValidateTest, CrossFieldRules) {
+  DaemonConfig c;
+  c.low_watermark = 0.99;
+  EXPECT_THROW(Validate(c), ConfigError);
+  c = DaemonConfig{};
+  c.block_size = 1000;
+  EXPECT_THROW(Validate(c), ConfigError);
+  c = DaemonConfig{};
+  c.cache_size = c.block_size;
+  EXPECT_THROW(Validate(c), ConfigError);
+  c = DaemonConfig{};
+  c.log_level = "loud";
+  EXPECT_THROW(Validate(c), ConfigError);
+}
+
+}  // namespace
+}  // namespace perch
