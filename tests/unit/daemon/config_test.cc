@@ -96,3 +96,18 @@ TEST(ConfigValidateTest, CrossFieldRules) {
 
 }  // namespace
 }  // namespace perch
+
+namespace perch {
+namespace {
+
+// The example shipped in systemd/ must stay valid.
+TEST(ConfigExampleTest, ShippedExampleParses) {
+  DaemonConfig c;
+  ApplyConfigFile(PERCH_SOURCE_DIR "/systemd/perchd.toml.example", &c);
+  EXPECT_EQ(c.mountpoint, "/osdf");
+  EXPECT_EQ(c.cache_size, 50ULL << 30);
+  EXPECT_NO_THROW(Validate(c));
+}
+
+}  // namespace
+}  // namespace perch
