@@ -2,7 +2,7 @@
 // persistent block cache. This file only wires components together:
 // configuration, the cache stack, the mount, signals and orderly shutdown.
 #include <fcntl.h>
-#include <spdlog/sinks/stderr_color_sinks.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
 #include <unistd.h>

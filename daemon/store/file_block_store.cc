@@ -1,0 +1,208 @@
+#include "daemon/store/file_block_store.h"
+
+#include <fcntl.h>
+#include <isa-l/crc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "daemon/core/codec.h"
+
+namespace perch::store {
+
+namespace {
+
+using core::Result;
+using core::Status;
+
+constexpr char kMagic[8] = {'P', 'E', 'R', 'C', 'H', 'B', 'L', 'K'};
+constexpr uint64_t kFormat = 1;
+constexpr size_t kFixedHeader = 8 + 6 * 8;  // magic + format, header_len, index, length, crc, id_len
+
+Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
+  std::string msg = what + " " + path + ": " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return Status(core::StatusCode::kNoSpace, msg, core::FailureSite::kLocal);
+  return core::InternalError(msg);
+}
+
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Reads exactly n bytes at off; false on error or EOF (errno 0 at EOF).
+bool PreadAll(int fd, char* p, size_t n, off_t off) {
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, n, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r == 0) errno = 0;
+      return false;
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    off += r;
+  }
+  return true;
+}
+
+uint32_t Crc32c(std::string_view data) {
+  return crc32_iscsi(reinterpret_cast<unsigned char*>(const_cast<char*>(data.data())),
+                     static_cast<int>(data.size()), 0xFFFFFFFFu) ^ 0xFFFFFFFFu;
+}
+
+std::string Header(const core::BlockKey& key, uint64_t length, uint32_t crc) {
+  std::string h(kMagic, sizeof(kMagic));
+  size_t header_len = kFixedHeader + key.object_id.size();
+  header_len = (header_len + 63) / 64 * 64;
+  core::codec::PutU64(&h, kFormat);
+  core::codec::PutU64(&h, header_len);
+  core::codec::PutU64(&h, key.index);
+  core::codec::PutU64(&h, length);
+  core::codec::PutU64(&h, crc);
+  core::codec::PutString(&h, key.object_id);
+  h.resize(header_len, '\0');
+  return h;
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+FileBlockStore::FileBlockStore(std::string root) : root_(std::move(root)) {}
+
+std::string FileBlockStore::PathOf(const core::BlockKey& key) const {
+  std::string shard = key.object_id.size() >= 2 ? key.object_id.substr(0, 2) : "00";
+  return root_ + "/blocks/" + shard + "/" + key.object_id + "." + std::to_string(key.index);
+}
+
+Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t offset, uint64_t length) {
+  const std::string path = PathOf(key);
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) {
+    if (errno == ENOENT) return core::NotFoundError("no block " + path, core::FailureSite::kLocal);
+    return ErrnoStatus("open", path, errno);
+  }
+  auto corrupt = [&](const std::string& why) -> Result<core::Bytes> {
+    Forget(path);
+    ::unlink(path.c_str());
+    return core::CorruptError("cache block " + path + ": " + why + "; removed", core::FailureSite::kLocal);
+  };
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
+  std::string head(kFixedHeader, '\0');
+  if (!PreadAll(f.fd, head.data(), head.size(), 0)) {
+    if (errno != 0) return ErrnoStatus("read", path, errno);
+    return corrupt("shorter than its header");
+  }
+  if (std::memcmp(head.data(), kMagic, sizeof(kMagic)) != 0) return corrupt("bad magic");
+  core::codec::Reader r(std::string_view(head).substr(sizeof(kMagic)));
+  uint64_t format = 0, header_len = 0, index = 0, data_len = 0, crc = 0, id_len = 0;
+  r.GetU64(&format);
+  r.GetU64(&header_len);
+  r.GetU64(&index);
+  r.GetU64(&data_len);
+  r.GetU64(&crc);
+  r.GetU64(&id_len);
+  if (format != kFormat) return corrupt("unknown format " + std::to_string(format));
+  if (header_len < kFixedHeader + id_len || header_len > 4096) return corrupt("bad header length");
+  if (static_cast<uint64_t>(st.st_size) != header_len + data_len) {
+    return corrupt("size " + std::to_string(st.st_size) + " does not match its header");
+  }
+  std::string id(id_len, '\0');
+  if (!PreadAll(f.fd, id.data(), id_len, static_cast<off_t>(kFixedHeader))) return corrupt("truncated header");
+  if (index != key.index || id != key.object_id) return corrupt("header names another block");
+  FileId fid{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+             static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  if (Verified(path, fid)) {
+    if (offset >= data_len) return core::Bytes();
+    uint64_t n = std::min(length, data_len - offset);
+    std::string part(n, '\0');
+    if (!PreadAll(f.fd, part.data(), n, static_cast<off_t>(header_len + offset))) {
+      if (errno != 0) return ErrnoStatus("read", path, errno);
+      return corrupt("truncated data");
+    }
+    return part;
+  }
+  // First read of this file: check the whole block, then cut the asked-for part.
+  std::string data(data_len, '\0');
+  if (!PreadAll(f.fd, data.data(), data_len, static_cast<off_t>(header_len))) {
+    if (errno != 0) return ErrnoStatus("read", path, errno);
+    return corrupt("truncated data");
+  }
+  if (Crc32c(data) != static_cast<uint32_t>(crc)) return corrupt("CRC32C mismatch");
+  MarkVerified(path, fid);
+  if (offset >= data_len) return core::Bytes();
+  return data.substr(offset, length);
+}
+
+Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
+  const std::string path = PathOf(key);
+  const std::string dir = path.substr(0, path.rfind('/'));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ErrnoStatus("mkdir", dir, ec.value());
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const std::string tmp = dir + "/.tmp." + std::to_string(rng());
+  Fd f;
+  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
+  std::string header = Header(key, data.size(), Crc32c(data));
+  if (!WriteAll(f.fd, header.data(), header.size()) || !WriteAll(f.fd, data.data(), data.size()) ||
+      ::fsync(f.fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("write", tmp, err);
+  }
+  ::close(f.fd);
+  f.fd = -1;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("rename", path, err);
+  }
+  return Status::Ok();
+}
+
+bool FileBlockStore::Verified(const std::string& path, const FileId& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = verified_.find(path);
+  return it != verified_.end() && it->second == id;
+}
+
+void FileBlockStore::MarkVerified(const std::string& path, const FileId& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (verified_.size() >= (1u << 18)) verified_.clear();  // bound memory; re-verifying is only slower
+  verified_[path] = id;
+}
+
+void FileBlockStore::Forget(const std::string& path) {
+  std::lock_guard<std::mutex> l(mu_);
+  verified_.erase(path);
+}
+
+Status FileBlockStore::Remove(const core::BlockKey& key) {
+  const std::string path = PathOf(key);
+  Forget(path);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("remove", path, errno);
+  return Status::Ok();
+}
+
+}  // namespace perch::store
