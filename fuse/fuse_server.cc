@@ -68,6 +68,7 @@ struct DirHandle {
 struct FuseServer::Ops {
   static void Init(void* userdata, struct fuse_conn_info* conn) {
     auto* self = static_cast<FuseServer*>(userdata);
+    conn->max_read = self->options_.max_io;  // must match the max_read mount option
     conn->max_readahead = self->options_.max_io;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
