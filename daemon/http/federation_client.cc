@@ -392,7 +392,10 @@ class FederationClient::State : public std::enable_shared_from_this<FederationCl
           done(StatusFromHttp(r->head.status, what, FailureSite::kOrigin, r->body), request_path);
           return;
         }
-        auto parsed = ParseMultistatus(r->body);
+        HrefStyle style;
+        style.prefer_raw = r->head.Get("server").value_or("").starts_with("XrootD");
+        style.request_path = request_path;
+        auto parsed = ParseMultistatus(r->body, style);
         if (!parsed.ok()) {
           done(Status(StatusCode::kCorrupt, what + ": " + parsed.status().message(), FailureSite::kOrigin, true),
                request_path);

@@ -5,6 +5,7 @@
 #include <libxml/tree.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <limits>
 #include <cstring>
@@ -54,13 +55,31 @@ struct DocDeleter {
   void operator()(xmlDoc* d) const { xmlFreeDoc(d); }
 };
 
-// Decodes an href (absolute URL or path) to a clean absolute path.
-Result<std::string> HrefToPath(std::string_view href) {
-  std::string path(href);
-  if (href.find("://") != std::string_view::npos) {
-    auto split = SplitHttpUrl(href);
-    if (!split.ok()) return CorruptError("PROPFIND href '" + std::string(href) + "' is not http(s)");
-    path = split->path.empty() ? "/" : split->path;
+// The path part of an href (absolute URL or path), still as written.
+Result<std::string> HrefPath(std::string_view href) {
+  if (href.find("://") == std::string_view::npos) return std::string(href);
+  auto split = SplitHttpUrl(href);
+  if (!split.ok()) return CorruptError("PROPFIND href '" + std::string(href) + "' is not http(s)");
+  return split->path.empty() ? std::string("/") : split->path;
+}
+
+// True if `s` holds something a percent-encoded URL path cannot.
+bool HasRawCharacters(std::string_view s) {
+  auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c <= 0x20 || c >= 0x7f || c == '"' || c == '<' || c == '>' || c == '\\') return true;
+    if (c == '%' && (i + 2 >= s.size() || !hex(s[i + 1]) || !hex(s[i + 2]))) return true;
+  }
+  return false;
+}
+
+// Turns an href path into a clean absolute path, decoding it unless `raw`.
+Result<std::string> HrefToPath(const std::string& path, bool raw) {
+  if (raw) {
+    auto p = core::ObjectPath::Parse(path);
+    if (!p.ok()) return CorruptError("PROPFIND href: " + p.status().message());
+    return p->str();
   }
   auto decoded = PercentDecode(path);
   if (!decoded.ok()) return CorruptError("PROPFIND href: " + decoded.status().message());
@@ -71,7 +90,7 @@ Result<std::string> HrefToPath(std::string_view href) {
 
 }  // namespace
 
-Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml) {
+Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const HrefStyle& style) {
   if (xml.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
     return CorruptError("PROPFIND answer too large");
   }
@@ -89,14 +108,34 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml) {
   if (root == nullptr || !IsDav(root, "multistatus")) {
     return CorruptError("PROPFIND answer has no DAV:multistatus root");
   }
-  std::vector<DavResponse> out;
+  // First pass: the hrefs, to decide how they are written.
+  std::vector<std::pair<const xmlNode*, std::string>> responses;
+  bool raw = false;
   for (const xmlNode* r = root->children; r != nullptr; r = r->next) {
     if (!IsDav(r, "response")) continue;
     const xmlNode* href = FirstDavChild(r, "href");
     if (href == nullptr) return CorruptError("PROPFIND response without href");
     std::string href_text = Text(href);
     if (href_text.empty()) return CorruptError("PROPFIND response with an empty href");
-    auto path = HrefToPath(href_text);
+    auto path = HrefPath(href_text);
+    if (!path.ok()) return path.status();
+    raw |= HasRawCharacters(*path);
+    responses.emplace_back(r, *path);
+  }
+  if (!raw && style.prefer_raw) {
+    raw = true;
+    auto decoded_request = PercentDecode(style.request_path);
+    if (!responses.empty() && decoded_request.ok() && *decoded_request != style.request_path) {
+      std::string self = responses.front().second;
+      while (self.size() > 1 && self.back() == '/') self.pop_back();
+      std::string req = style.request_path;
+      while (req.size() > 1 && req.back() == '/') req.pop_back();
+      if (self == req) raw = false;  // the server echoed the encoded form: it encodes
+    }
+  }
+  std::vector<DavResponse> out;
+  for (const auto& [r, href_path] : responses) {
+    auto path = HrefToPath(href_path, raw);
     if (!path.ok()) return path.status();
     DavResponse resp;
     resp.href_path = *path;

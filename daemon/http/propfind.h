@@ -26,10 +26,22 @@ struct DavResponse {
   core::FileAttr attr;
 };
 
+// How hrefs are written. WebDAV says percent-encoded; XRootD (5.5) writes raw
+// names ("/ns/sp ace/100%.txt"). With kAuto a document is taken as raw if any
+// href holds a character an encoded URL cannot (space, non-ASCII, a '%' not
+// followed by two hex digits); otherwise as encoded, unless `prefer_raw`
+// (the server is XRootD) and nothing shows that it encodes: the collection's
+// own href equal to the encoded form of `request_path` where that differs
+// from the decoded one.
+struct HrefStyle {
+  bool prefer_raw = false;
+  std::string request_path;  // the path as sent (encoded); "" if unknown
+};
+
 // Parses a 207 body. kCorrupt for malformed XML, a missing multistatus root,
 // a response without href, a non-numeric length, or an href that does not
 // decode to a clean absolute path (e.g. containing "..").
-core::Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml);
+core::Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const HrefStyle& style = {});
 
 // A listing of one directory, from a Depth-1 answer.
 struct Listing {
@@ -37,8 +49,8 @@ struct Listing {
   std::vector<core::DirEntry> children;  // sorted by name
 };
 
-// Interprets a Depth-1 answer for the request URL path `request_path`
-// (encoded or decoded path of the collection as sent, e.g. "/ns/dir").
+// Interprets a Depth-1 answer for the collection `request_path` (encoded, as
+// sent, e.g. "/ns/sub%20dir").
 // `server_prefix` is the path of the server's base URL that precedes object
 // paths (usually ""). The first response whose path equals the request is the
 // collection itself; every other response must be a direct child. kCorrupt if

@@ -95,8 +95,8 @@ TEST_F(MountTest, TreeListsAndReadsByteExact) {
   // Every file byte-exact, twice (the second time from the cache).
   for (int round = 0; round < 2; ++round) {
     for (const auto& f : StandardTreeFiles()) {
-      std::string a = ReadThrough(mnt_ / fs::u8path(f.rel));
-      std::string b = ReadLocalFile(tree_->path() / fs::u8path(f.rel));
+      std::string a = ReadThrough(mnt_ / fs::path(f.rel));
+      std::string b = ReadLocalFile(tree_->path() / fs::path(f.rel));
       ASSERT_EQ(a.size(), b.size()) << f.rel;
       ASSERT_TRUE(a == b) << f.rel << " differs (round " << round << ")";
     }
@@ -142,7 +142,7 @@ TEST_F(MountTest, QuotaSmallerThanTheTreeEvictsAndStaysCorrect) {
   Mount(perchd, {"--cache-size", "8M", "--block-size", "1M"});
   for (int round = 0; round < 2; ++round) {
     for (const auto& f : StandardTreeFiles()) {
-      ASSERT_TRUE(ReadThrough(mnt_ / fs::u8path(f.rel)) == ReadLocalFile(tree_->path() / fs::u8path(f.rel)))
+      ASSERT_TRUE(ReadThrough(mnt_ / fs::path(f.rel)) == ReadLocalFile(tree_->path() / fs::path(f.rel)))
           << f.rel;
     }
   }
@@ -235,7 +235,7 @@ TEST(MountRestartTest, CachedFilesSurviveAFederationOutage) {
     for (auto& e : fs::recursive_directory_iterator(mnt)) (void)e;
     for (const auto& f : files) {
       if (f.rel == "with space.bin") continue;
-      ASSERT_TRUE(ReadLocalFile(mnt / fs::u8path(f.rel)) == ReadLocalFile(tree.path() / fs::u8path(f.rel)));
+      ASSERT_TRUE(ReadLocalFile(mnt / fs::path(f.rel)) == ReadLocalFile(tree.path() / fs::path(f.rel)));
     }
     EXPECT_EQ(perchd.Stop(), 0);
   }
@@ -244,7 +244,7 @@ TEST(MountRestartTest, CachedFilesSurviveAFederationOutage) {
   ASSERT_EQ(perchd.Start(args, mnt, work.path() / "2.log"), "");
   for (const auto& f : files) {
     if (f.rel == "with space.bin") continue;
-    EXPECT_TRUE(ReadLocalFile(mnt / fs::u8path(f.rel)) == ReadLocalFile(tree.path() / fs::u8path(f.rel))) << f.rel;
+    EXPECT_TRUE(ReadLocalFile(mnt / fs::path(f.rel)) == ReadLocalFile(tree.path() / fs::path(f.rel))) << f.rel;
   }
   // The uncached file: EIO within the deadline, never a hang.
   auto start = std::chrono::steady_clock::now();

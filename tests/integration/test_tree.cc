@@ -23,7 +23,7 @@ std::vector<TreeFile> StandardTreeFiles(bool include_large) {
       {"100%.txt", 100},
       {"a+b=c&d.txt", 7},
       {"semi;colon,comma.txt", 33},
-      {"\xc3\xbcn\xc3\xafcode-\xe5\x90\x8d.dat", 4097},
+      {"\xc3\xbc" "n" "\xc3\xaf" "code-" "\xe5\x90\x8d" ".dat", 4097},
       {"sub dir/nested/deep.txt", 12345},
       {"sub dir/x.bin", 65536},
       {"images/n01440764/img_0001.JPEG", 110 * 1024},
@@ -38,7 +38,7 @@ void CreateTestTree(const fs::path& root, const std::vector<TreeFile>& files) {
   std::mt19937_64 rng(42);
   fs::create_directories(root / "empty dir");
   for (const TreeFile& f : files) {
-    fs::path p = root / fs::u8path(f.rel);
+    fs::path p = root / fs::path(f.rel);
     fs::create_directories(p.parent_path());
     std::ofstream out(p, std::ios::binary);
     std::string buf(1 << 16, '\0');

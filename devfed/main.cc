@@ -1,0 +1,257 @@
+// perch-devfed: a local Pelican-style federation on loopback, for tests,
+// benchmarks, the demo and for trying perch without a real federation.
+//
+// For each --export /NS=DIR it starts one real XRootD origin (XrdHttp) that
+// serves DIR at /NS, optionally N XCache instances in front of each public
+// origin, and a director of our own (director.h). It prints what it started,
+// first line "federation: <url>", last line "ready", and stops everything on
+// SIGINT/SIGTERM.
+#include <pwd.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "daemon/core/types.h"
+#include "devfed/director.h"
+#include "devfed/tokens.h"
+#include "devfed/xrootd_server.h"
+
+namespace fs = std::filesystem;
+using perch::devfed::Director;
+using perch::devfed::Namespace;
+using perch::devfed::RunCommand;
+using perch::devfed::XrootdConfig;
+using perch::devfed::XrootdServer;
+
+namespace {
+
+struct Export {
+  std::string ns;
+  std::string dir;
+  bool protected_ = false;
+};
+
+// Generates a CA and a server certificate for 127.0.0.1/localhost in `dir`.
+std::string MakeTls(const fs::path& dir) {
+  fs::create_directories(dir / "cadir");
+  fs::path ext = dir / "ext.cnf";
+  std::ofstream(ext) << "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+                        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n";
+  auto p = [&](const char* f) { return (dir / f).string(); };
+  if (RunCommand({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p("ca.key"), "-out",
+                  p("ca.pem"), "-days", "7", "-subj", "/CN=perch-devfed CA"}) != 0 ||
+      RunCommand({"openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", p("server.key"), "-out",
+                  p("server.csr"), "-subj", "/CN=localhost"}) != 0 ||
+      RunCommand({"openssl", "x509", "-req", "-in", p("server.csr"), "-CA", p("ca.pem"), "-CAkey", p("ca.key"),
+                  "-CAcreateserial", "-out", p("server.pem"), "-days", "7", "-extfile", ext.string()}) != 0) {
+    return "could not generate TLS certificates with openssl (apt-get install openssl)";
+  }
+  fs::copy_file(dir / "ca.pem", dir / "cadir" / "ca.pem", fs::copy_options::overwrite_existing);
+  if (RunCommand({"openssl", "rehash", (dir / "cadir").string()}) != 0) return "openssl rehash failed";
+  RunCommand({"chown", "-R", "xrootd", dir.string()});
+  fs::permissions(dir / "server.key", fs::perms::owner_read | fs::perms::owner_write);
+  return "";
+}
+
+// Checks that the xrootd user can list `dir` (it serves it).
+bool XrootdCanRead(const std::string& dir) {
+  return RunCommand({"runuser", "-u", "xrootd", "--", "test", "-r", dir, "-a", "-x", dir}) == 0;
+}
+
+void Say(const std::string& line) {
+  std::cout << line << std::endl;  // flushed: tests read it line by line
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "perch-devfed: run a local Pelican-style federation on 127.0.0.1.\n\n"
+      "Each --export /NS=DIR is served by a real XRootD origin at federation path /NS; --caches N puts N\n"
+      "XCache servers in front of each public origin; a director speaking Pelican's protocol redirects\n"
+      "clients to them. The first line printed is 'federation: <url>', the last 'ready'.\n\n"
+      "Example:\n"
+      "  perch-devfed --export /test=$HOME/data --caches 2\n"
+      "  curl -si http://127.0.0.1:PORT/test/file.txt        # 307 + Link + X-Pelican-Namespace\n"
+      "  perchd --foreground http://127.0.0.1:PORT/test /mnt/test\n\n"
+      "DIR must be readable by the 'xrootd' user. Stop with Ctrl-C: every server is stopped and the\n"
+      "work directory removed."};
+  std::vector<std::string> export_args, protected_args;
+  int caches = 0, port = 0;
+  bool tls = false;
+  std::string work_dir_arg, token_out, log_level = "warn";
+  app.add_option("--export", export_args, "/NS=DIR: serve DIR at federation path /NS (repeatable)")->required();
+  app.add_option("--protected", protected_args, "/NS: the origin of this export requires a bearer token");
+  app.add_option("--caches", caches, "XCache servers in front of each public origin (default 0)")->check(CLI::Range(0, 6));
+  app.add_flag("--tls", tls, "generate a CA and serve everything over HTTPS");
+  app.add_option("--port", port, "director port (default: a free one)");
+  app.add_option("--work-dir", work_dir_arg, "where configs, logs and caches go (default: a new dir under /tmp)");
+  app.add_option("--token-out", token_out, "write a bearer token valid for the protected exports here");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  // Validate everything before starting anything.
+  std::vector<Export> exports;
+  for (const std::string& e : export_args) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || e.empty() || e[0] != '/') {
+      std::cerr << "perch-devfed: --export wants /NS=DIR, got '" << e << "'\n";
+      return 2;
+    }
+    auto ns = perch::core::ObjectPath::Parse(e.substr(0, eq));
+    if (!ns.ok() || ns->IsRoot()) {
+      std::cerr << "perch-devfed: bad namespace in '" << e << "': " << (ns.ok() ? "may not be /" : ns.status().message()) << "\n";
+      return 2;
+    }
+    std::string dir = fs::absolute(e.substr(eq + 1)).lexically_normal().string();
+    if (!fs::is_directory(dir)) {
+      std::cerr << "perch-devfed: " << dir << " is not a directory\n";
+      return 2;
+    }
+    exports.push_back({ns->str(), dir, false});
+  }
+  for (const std::string& p : protected_args) {
+    bool found = false;
+    for (Export& e : exports) found |= (e.ns == p) && (e.protected_ = true);
+    if (!found) {
+      std::cerr << "perch-devfed: --protected " << p << " names no --export\n";
+      return 2;
+    }
+  }
+  if (getpwnam("xrootd") == nullptr || RunCommand({"sh", "-c", "command -v xrootd"}) != 0) {
+    std::cerr << "perch-devfed: xrootd is not installed (apt-get install xrootd-server xrootd-server-plugins)\n";
+    return 1;
+  }
+  for (const Export& e : exports) {
+    if (!XrootdCanRead(e.dir)) {
+      std::cerr << "perch-devfed: user 'xrootd' cannot read " << e.dir << " (chmod a+rX it and its parents)\n";
+      return 1;
+    }
+  }
+
+  // Block the stop signals now; a thread-free sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  bool own_work_dir = work_dir_arg.empty();
+  fs::path work;
+  if (own_work_dir) {
+    std::string t = (fs::temp_directory_path() / "perch-devfed-XXXXXX").string();
+    if (mkdtemp(t.data()) == nullptr) {
+      std::perror("perch-devfed: mkdtemp");
+      return 1;
+    }
+    work = t;
+  } else {
+    work = fs::absolute(work_dir_arg) / ("perch-devfed-" + std::to_string(getpid()));
+    fs::create_directories(work);
+  }
+  fs::permissions(work, fs::perms(0755));
+
+  std::vector<std::unique_ptr<XrootdServer>> servers;
+  std::unique_ptr<Director> director;
+  int rc = 0;
+  auto fail = [&](const std::string& msg) {
+    std::cerr << "perch-devfed: " << msg << "\n";
+    rc = 1;
+  };
+  [&] {
+    XrootdConfig base;
+    base.work_dir = work.string();
+    if (tls) {
+      std::string err = MakeTls(work / "tls");
+      if (!err.empty()) return fail(err);
+      base.tls_cert = (work / "tls" / "server.pem").string();
+      base.tls_key = (work / "tls" / "server.key").string();
+      base.tls_ca_dir = (work / "tls" / "cadir").string();
+    }
+    std::string token_lines;
+    bool any_protected = false;
+    for (const Export& e : exports) any_protected |= e.protected_;
+    perch::devfed::TokenIssuer issuer;
+    if (any_protected) {
+      std::string err = issuer.Init(work / "tokens");
+      if (!err.empty()) return fail(err);
+    }
+    std::vector<Namespace> namespaces;
+    int k = 0;
+    for (const Export& e : exports) {
+      ++k;
+      // The origin serves <root>/NS: a tree of directories ending in a symlink to DIR.
+      fs::path root = work / ("origin-" + std::to_string(k) + "-root");
+      fs::path link = root / fs::path(e.ns.substr(1));
+      fs::create_directories(link.parent_path());
+      fs::create_symlink(e.dir, link);
+      XrootdConfig oc = base;
+      oc.name = "origin-" + std::to_string(k);
+      oc.export_root = root.string();
+      if (e.protected_) oc.extra = issuer.XrootdConfig(e.ns);
+      auto origin = std::make_unique<XrootdServer>();
+      std::string err = origin->Start(oc);
+      if (!err.empty()) return fail(err);
+      Namespace ns{e.ns, e.dir, e.protected_, origin->Url(), {}};
+      int origin_port = origin->port();
+      servers.push_back(std::move(origin));
+      for (int i = 1; !e.protected_ && i <= caches; ++i) {
+        XrootdConfig cc = base;
+        cc.name = "cache-" + std::to_string(k) + "-" + std::to_string(i);
+        cc.export_root = (work / (cc.name + "-storage")).string();
+        fs::create_directories(cc.export_root);
+        cc.origin_port = origin_port;
+        auto cache = std::make_unique<XrootdServer>();
+        err = cache->Start(cc);
+        if (!err.empty()) return fail(err);
+        ns.cache_urls.push_back(cache->Url());
+        servers.push_back(std::move(cache));
+      }
+      namespaces.push_back(std::move(ns));
+    }
+    try {
+      director = std::make_unique<Director>(namespaces, port, base.tls_cert, base.tls_key);
+    } catch (const std::exception& ex) {
+      return fail(std::string("director: ") + ex.what());
+    }
+    if (any_protected && !token_out.empty()) {
+      std::string err = issuer.WriteToken(token_out);
+      if (!err.empty()) return fail(err);
+    }
+    Say("federation: " + director->Url());
+    Say("director: " + director->Url());
+    size_t s = 0;
+    for (size_t i = 0; i < namespaces.size(); ++i) {
+      Say("origin " + namespaces[i].prefix + ": " + servers[s].get()->Url() + " pid=" + std::to_string(servers[s]->pid()));
+      ++s;
+      for (size_t c = 0; c < namespaces[i].cache_urls.size(); ++c, ++s) {
+        Say("cache " + namespaces[i].prefix + " " + std::to_string(c + 1) + ": " + servers[s]->Url() +
+            " pid=" + std::to_string(servers[s]->pid()));
+      }
+    }
+    if (tls) Say("ca: " + (work / "tls" / "ca.pem").string());
+    if (any_protected && !token_out.empty()) Say("token: " + fs::absolute(token_out).string());
+    Say("ready");
+  }();
+
+  if (rc == 0) {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("signal {}: stopping", sig);
+  }
+  if (director) director->Stop();
+  std::vector<XrootdServer*> all;
+  for (auto& s : servers) all.push_back(s.get());
+  perch::devfed::StopAll(all);
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  return rc;
+}

@@ -1,0 +1,61 @@
+// DevFed: runs build/bin/perch-devfed for a test and tears it down. Start()
+// waits for "ready" and parses what devfed printed; the destructor stops it
+// (SIGTERM; SIGKILL and a sweep of its servers' pids if it lingers), so a
+// failing test leaves nothing running.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace perch::testing {
+
+class DevFed {
+ public:
+  struct Export {
+    std::string ns;   // "/test"
+    std::string dir;  // served directory (readable by user xrootd)
+    bool protected_ = false;
+  };
+  struct Options {
+    std::vector<Export> exports;
+    int caches = 0;
+    bool tls = false;
+  };
+
+  explicit DevFed(Options options);
+  ~DevFed();
+  DevFed(const DevFed&) = delete;
+  DevFed& operator=(const DevFed&) = delete;
+
+  // "" once devfed is ready, else an error with devfed's stderr.
+  std::string Start();
+  void Stop();
+
+  std::string FederationUrl() const { return federation_; }
+  std::string OriginUrl(const std::string& ns) const;
+  std::vector<std::string> CacheUrls(const std::string& ns) const;
+  // SIGKILLs cache `i` (0-based) of `ns`.
+  void KillCache(const std::string& ns, size_t i);
+  std::string CaFile() const { return ca_; }
+  std::string TokenFile() const { return token_; }
+
+  // True if xrootd is installed (tests skip otherwise).
+  static bool XrootdAvailable();
+
+ private:
+  struct Server {
+    std::string url;
+    pid_t pid = -1;
+  };
+  Options options_;
+  pid_t pid_ = -1;
+  std::string work_;
+  std::string federation_, ca_, token_;
+  std::map<std::string, Server> origins_;
+  std::map<std::string, std::vector<Server>> caches_;
+};
+
+}  // namespace perch::testing
