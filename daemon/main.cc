@@ -66,10 +66,13 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   http::FederationClient client(loop, *url, client_opts);
 
   ThreadPoolExecutor disk(2);
-  core::FileSystem* fs_ptr = nullptr;
+  std::atomic<core::BlockReader*> reader_ptr{nullptr};  // set below; the catalog asks it what is in use
   core::CacheCatalog catalog(**index, blocks, disk,
                              core::CatalogOptions{cfg.cache_size, cfg.high_watermark, cfg.low_watermark, 1024},
-                             [&fs_ptr](const std::string& id) { return fs_ptr != nullptr && fs_ptr->InUse(id); });
+                             [&reader_ptr](const core::BlockKey& k) {
+                               core::BlockReader* r = reader_ptr.load();
+                               return r != nullptr && r->InUse(k);
+                             });
   if (core::Status s = catalog.Load(); !s.ok()) {
     spdlog::error("cannot read the cache index: {}", s.ToString());
     return kExitFailure;
@@ -77,8 +80,8 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   core::NamespaceCache names(client, **index,
                              core::NamespaceOptions{cfg.file_ttl, cfg.dir_ttl, cfg.negative_ttl});
   core::BlockReader reader(client, blocks, disk, core::BlockReaderOptions{cfg.block_size}, &catalog);
+  reader_ptr = &reader;
   core::FileSystem fs(names, reader, core::FileSystemOptions{cfg.op_timeout, url->ToString()});
-  fs_ptr = &fs;
 
   // Is the federation there? With a warm cache perchd serves offline; without
   // one there is nothing to serve.

@@ -70,7 +70,15 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
     uint64_t to = std::min(range.end(), block_start + block_len) - block_start;
     BlockKey key{object_id, b};
 
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      reading_[key]++;
+    }
     auto hit = store_.Read(key, from, to - from);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (--reading_[key] == 0) reading_.erase(key);
+    }
     if (hit.ok() && hit->size() == to - from) {
       stats_.hits++;
       stats_.bytes_from_cache += hit->size();
@@ -98,6 +106,11 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
             assembly->Complete(slot, block->substr(from, to - from));
           });
   }
+}
+
+bool BlockReader::InUse(const BlockKey& key) {
+  std::lock_guard<std::mutex> l(mu_);
+  return reading_.count(key) > 0 || inflight_.count(key) > 0 || unwritten_.count(key) > 0;
 }
 
 void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,

@@ -62,6 +62,10 @@ class BlockReader {
             ByteRange range, Deadline deadline, std::function<void(Result<Bytes>)> done);
 
   const BlockReaderStats& stats() const { return stats_; }
+
+  // True while block `key` is being read from the store or fetched and
+  // written (the evictor leaves it alone).
+  bool InUse(const BlockKey& key);
   uint64_t block_size() const { return options_.block_size; }
 
  private:
@@ -86,6 +90,8 @@ class BlockReader {
   // Protected by mu_: fetched blocks whose store write has not finished; a
   // reader arriving in that window is served from here, not refetched.
   std::map<BlockKey, std::shared_ptr<const Bytes>> unwritten_;
+  // Protected by mu_: readers of each block now inside store_.Read.
+  std::map<BlockKey, int> reading_;
 };
 
 }  // namespace perch::core

@@ -11,7 +11,7 @@
 namespace perch::core {
 
 CacheCatalog::CacheCatalog(Index& index, BlockStore& store, Executor& disk, CatalogOptions options,
-                           std::function<bool(const std::string&)> in_use)
+                           std::function<bool(const BlockKey&)> in_use)
     : index_(index), store_(store), disk_(disk), options_(options), in_use_(std::move(in_use)) {}
 
 std::string CacheCatalog::Key(const BlockKey& key) {
@@ -49,12 +49,15 @@ Status CacheCatalog::Load() {
   });
   if (!s.ok()) return s;
   if (bad > 0) spdlog::warn("cache: {} undecodable block records ignored", bad);
-  std::lock_guard<std::mutex> l(mu_);
-  records_ = std::move(loaded);
-  next_seq_ = max_seq + 1;
-  cached_bytes_ = total;
-  spdlog::info("cache: {} blocks, {} bytes of {} capacity", records_.size(), total, options_.capacity_bytes);
-  MaybeScheduleEviction();
+  size_t count = loaded.size();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    records_ = std::move(loaded);
+    next_seq_ = max_seq + 1;
+    cached_bytes_ = total;
+  }
+  spdlog::info("cache: {} blocks, {} bytes of {} capacity", count, total, options_.capacity_bytes);
+  MaybeScheduleEviction();  // not under mu_: eviction takes it
   return Status::Ok();
 }
 
@@ -150,7 +153,7 @@ size_t CacheCatalog::EvictIfNeeded() {
   std::vector<Index::Write> batch;
   for (const auto& [seq, key] : lru) {
     if (cached_bytes_.load() <= low) break;
-    if (in_use_ && in_use_(key.object_id)) continue;
+    if (in_use_ && in_use_(key)) continue;
     Status s = store_.Remove(key);  // the file first, then the record
     if (!s.ok()) {
       spdlog::warn("cache: could not evict block {}#{}: {}", key.object_id, key.index, s.ToString());

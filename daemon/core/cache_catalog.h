@@ -13,8 +13,10 @@
 //
 // Eviction runs on the disk executor when the total passes the high
 // watermark and removes least-recently-used blocks until it is under the low
-// watermark, skipping blocks of objects that are open (in_use) and of pinned
-// prefixes. It removes the block file before the record.
+// watermark, skipping blocks being read or fetched right now (in_use). It
+// removes the block file before the record. (A reader that already opened a
+// block file keeps reading it after the unlink: POSIX semantics.) Open files
+// are not pinned as a whole, so a file larger than the quota can stream.
 //
 // Thread-safety: all methods are safe from any thread. mu_ is a leaf lock,
 // never held across store or index calls.
@@ -51,9 +53,9 @@ struct CatalogOptions {
 
 class CacheCatalog : public BlockListener {
  public:
-  // `in_use(object_id)` says whether an object is open and must not lose blocks.
+  // `in_use(key)` says whether a block is being read or written now.
   CacheCatalog(Index& index, BlockStore& store, Executor& disk, CatalogOptions options,
-               std::function<bool(const std::string&)> in_use);
+               std::function<bool(const BlockKey&)> in_use);
 
   // Reads the block records. REQUIRES: called once, before any other method.
   Status Load();
@@ -86,7 +88,7 @@ class CacheCatalog : public BlockListener {
   BlockStore& store_;
   Executor& disk_;
   const CatalogOptions options_;
-  const std::function<bool(const std::string&)> in_use_;
+  const std::function<bool(const BlockKey&)> in_use_;
 
   std::atomic<uint64_t> cached_bytes_{0};
   std::atomic<uint64_t> evictions_{0};

@@ -36,7 +36,6 @@ Result<uint64_t> FileSystem::Open(const ObjectPath& path) {
   uint64_t h = next_handle_++;
   OpenFile f{path, *attr, ObjectId(path, *attr)};
   std::lock_guard<std::mutex> l(mu_);
-  open_objects_[f.object_id]++;
   open_.emplace(h, std::move(f));
   return h;
 }
@@ -60,7 +59,6 @@ void FileSystem::Release(uint64_t handle) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = open_.find(handle);
   if (it == open_.end()) return;
-  if (--open_objects_[it->second.object_id] == 0) open_objects_.erase(it->second.object_id);
   open_.erase(it);
 }
 
@@ -71,9 +69,5 @@ Result<OpenFile> FileSystem::Describe(uint64_t handle) const {
   return it->second;
 }
 
-bool FileSystem::InUse(const std::string& object_id) const {
-  std::lock_guard<std::mutex> l(mu_);
-  return open_objects_.count(object_id) > 0;
-}
 
 }  // namespace perch::core

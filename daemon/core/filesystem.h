@@ -53,9 +53,6 @@ class FileSystem {
   // The open file `handle`, for xattrs and logs. kInvalidArgument if unknown.
   Result<OpenFile> Describe(uint64_t handle) const;
 
-  // True if some open file reads object `object_id` (the evictor skips it).
-  bool InUse(const std::string& object_id) const;
-
   // The store id of `path` at version `attr`.
   std::string ObjectId(const ObjectPath& path, const FileAttr& attr) const;
 
@@ -69,8 +66,7 @@ class FileSystem {
 
   std::atomic<uint64_t> next_handle_{1};
   mutable std::mutex mu_;
-  std::map<uint64_t, OpenFile> open_;             // Protected by mu_
-  std::map<std::string, int> open_objects_;        // Protected by mu_: object id -> open count
+  std::map<uint64_t, OpenFile> open_;  // Protected by mu_
 };
 
 }  // namespace perch::core

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 #include "daemon/core/cache_catalog.h"
 #include "tests/fakes/fake_origin.h"
@@ -47,7 +48,7 @@ class FileSystemTest : public ::testing::Test {
     catalog_.reset();
     names_.reset();
     catalog_ = std::make_unique<CacheCatalog>(index_, store_, disk_, copts,
-                                              [this](const std::string& id) { return fs_ && fs_->InUse(id); });
+                                              [this](const BlockKey& k) { return (reader_ && reader_->InUse(k)) || pinned_.count(k) > 0; });
     ASSERT_TRUE(catalog_->Load().ok());
     names_ = std::make_unique<NamespaceCache>(origin_, index_, ns_opts_);
     reader_ = std::make_unique<BlockReader>(origin_, store_, disk_, BlockReaderOptions{1000}, catalog_.get());
@@ -70,6 +71,7 @@ class FileSystemTest : public ::testing::Test {
   MemIndex index_;
   InlineExecutor disk_;
   NamespaceOptions ns_opts_;
+  std::set<BlockKey> pinned_;  // blocks the test declares in use
   std::unique_ptr<CacheCatalog> catalog_;
   std::unique_ptr<NamespaceCache> names_;
   std::unique_ptr<BlockReader> reader_;
@@ -143,26 +145,31 @@ TEST_F(FileSystemTest, RestartWithOriginDownServesWhatIsCached) {
   EXPECT_EQ(fs_->GetAttr(P("/never-seen")).status().code(), StatusCode::kUnavailable);
 }
 
-TEST_F(FileSystemTest, QuotaEvictsLeastRecentlyUsedButNotOpenFiles) {
+TEST_F(FileSystemTest, QuotaEvictsLeastRecentlyUsedBlocks) {
   Build(CatalogOptions{2000, 0.95, 0.5, 1});
-  auto keep = fs_->Open(P("/d/a.bin"));  // 2500 bytes, open throughout
-  ASSERT_TRUE(keep.ok());
-  ASSERT_TRUE(fs_->Read(*keep, 0, 2500).ok());
-  EXPECT_EQ(ReadAll("/d/b.bin"), Data(900, 2));
-  EXPECT_EQ(ReadAll("/d/sub/c.txt"), "hello");
-  // Over quota, but only blocks of closed files could go.
-  EXPECT_GT(catalog_->evictions(), 0u);
-  auto again = fs_->Read(*keep, 0, 2500);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, Data(2500, 1));
-  EXPECT_EQ(reader_->stats().misses.load(), 5u);  // a.bin's 3 blocks were never refetched
-  fs_->Release(*keep);
-  // Reads stay correct while evicting.
+  // a.bin alone (2500 bytes) is larger than the quota: it still reads whole.
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(ReadAll("/d/b.bin"), Data(900, 2));
     EXPECT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));
+    EXPECT_EQ(ReadAll("/d/b.bin"), Data(900, 2));
+    EXPECT_EQ(ReadAll("/d/sub/c.txt"), "hello");
+    EXPECT_LE(catalog_->cached_bytes(), 2000u);
   }
-  EXPECT_LE(catalog_->cached_bytes(), 2500u + 1000u);
+  EXPECT_GT(catalog_->evictions(), 0u);
+  // The most recently used block survived; the oldest went.
+  EXPECT_TRUE(store_.Has(BlockKey{fs_->ObjectId(P("/d/sub/c.txt"), *fs_->GetAttr(P("/d/sub/c.txt"))), 0}));
+}
+
+TEST_F(FileSystemTest, BlocksInUseAreNotEvicted) {
+  ASSERT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));  // 3 blocks, LRU order 0, 1, 2
+  std::string id = fs_->ObjectId(P("/d/a.bin"), *fs_->GetAttr(P("/d/a.bin")));
+  pinned_.insert(BlockKey{id, 0});
+  CacheCatalog small(index_, store_, disk_, CatalogOptions{1000, 0.5, 0.4, 1},
+                     [this](const BlockKey& k) { return pinned_.count(k) > 0; });
+  ASSERT_TRUE(small.Load().ok());  // over the high watermark: evicts at once
+  EXPECT_EQ(small.evictions(), 2u);  // blocks 1 and 2; block 0 is in use
+  EXPECT_EQ(small.EvictIfNeeded(), 0u);  // nothing else may go
+  EXPECT_TRUE(store_.Has(BlockKey{id, 0}));
+  EXPECT_FALSE(store_.Has(BlockKey{id, 1}));
 }
 
 TEST_F(FileSystemTest, DeadlineBoundsEveryCall) {
