@@ -137,6 +137,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   core::Status run = server.Run();
   spdlog::info("unmounting {}", cfg.mountpoint);
   server.Unmount();
+  loop.Shutdown();  // in-flight fetches end (cancelled) while the cache objects still exist
   stopping = true;
   catalog.Flush().IgnoreError();
   disk.Join();

@@ -98,16 +98,18 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
   if (flush) Flush().IgnoreError();
 }
 
+bool CacheCatalog::Forget(const BlockKey& key) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = records_.find(key);
+  if (it == records_.end()) return false;
+  cached_bytes_ -= it->second.length;
+  records_.erase(it);
+  dirty_.erase(key);
+  return true;
+}
+
 void CacheCatalog::Dropped(const BlockKey& key) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = records_.find(key);
-    if (it == records_.end()) return;
-    cached_bytes_ -= it->second.length;
-    records_.erase(it);
-    dirty_.erase(key);
-  }
-  index_.Apply({{Key(key), std::nullopt}}).IgnoreError();
+  if (Forget(key)) index_.Apply({{Key(key), std::nullopt}}).IgnoreError();
 }
 
 Status CacheCatalog::Flush() {
@@ -159,14 +161,7 @@ size_t CacheCatalog::EvictIfNeeded() {
       spdlog::warn("cache: could not evict block {}#{}: {}", key.object_id, key.index, s.ToString());
       continue;
     }
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = records_.find(key);
-      if (it == records_.end()) continue;
-      cached_bytes_ -= it->second.length;
-      records_.erase(it);
-      dirty_.erase(key);
-    }
+    if (!Forget(key)) continue;
     batch.push_back({Key(key), std::nullopt});
     ++evicted;
   }

@@ -82,6 +82,8 @@ class CacheCatalog : public BlockListener {
   static std::string Key(const BlockKey& key);
   static std::string Encode(const Record& r);
   void MaybeScheduleEviction();
+  // Removes `key`'s in-memory record; false if there was none. Takes mu_.
+  bool Forget(const BlockKey& key);
 
   // Constant after construction.
   Index& index_;

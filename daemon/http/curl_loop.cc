@@ -176,6 +176,13 @@ CurlLoop::CurlLoop(Options options) : options_(std::move(options)), impl_(std::m
 }
 
 CurlLoop::~CurlLoop() {
+  Shutdown();
+  for (CURL* e : impl_->easy_pool) curl_easy_cleanup(e);
+  curl_multi_cleanup(impl_->multi);
+}
+
+void CurlLoop::Shutdown() {
+  if (!thread_.joinable()) return;
   asio::post(impl_->io, [this] {
     std::vector<uint64_t> ids;
     for (auto& [id, t] : impl_->active) ids.push_back(id);
@@ -190,10 +197,9 @@ CurlLoop::~CurlLoop() {
     }
     impl_->timer.cancel();
     impl_->work.reset();
+    impl_->io.stop();  // drop pending timers (retry backoffs): nothing may run after Shutdown
   });
   thread_.join();
-  for (CURL* e : impl_->easy_pool) curl_easy_cleanup(e);
-  curl_multi_cleanup(impl_->multi);
 }
 
 uint64_t CurlLoop::Submit(HttpRequest request, Callback done) {

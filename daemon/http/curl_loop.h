@@ -82,7 +82,12 @@ class CurlLoop {
   using Callback = std::function<void(core::Result<HttpResponse>)>;
 
   explicit CurlLoop(Options options);
-  ~CurlLoop();
+  ~CurlLoop();  // Shutdown()
+
+  // Cancels every transfer (callbacks get kCancelled, on the loop thread,
+  // before this returns) and joins the loop thread. Idempotent. Call it
+  // before destroying objects that in-flight callbacks point at.
+  void Shutdown();
   CurlLoop(const CurlLoop&) = delete;
   CurlLoop& operator=(const CurlLoop&) = delete;
 

@@ -72,10 +72,8 @@ struct FederationClient::NamespaceEntry {
 
 class FederationClient::State : public std::enable_shared_from_this<FederationClient::State> {
  public:
-  State(CurlLoop& loop, FederationUrl url, FederationClientOptions options,
-        FederationCounters& counters)
-      : loop_(loop), url_(std::move(url)), options_(std::move(options)), counters_(counters),
-        tokens_(options_.token_file) {}
+  State(CurlLoop& loop, FederationUrl url, FederationClientOptions options)
+      : loop_(loop), url_(std::move(url)), options_(std::move(options)), tokens_(options_.token_file) {}
 
   using NsCallback = std::function<void(Result<std::shared_ptr<const NamespaceEntry>>)>;
 
@@ -415,7 +413,7 @@ class FederationClient::State : public std::enable_shared_from_this<FederationCl
   CurlLoop& loop_;
   FederationUrl url_;
   FederationClientOptions options_;
-  FederationCounters& counters_;
+  FederationCounters counters_;
   TokenFinder tokens_;
   std::function<void(const std::string&, uint64_t)> progress_hook_;
 
@@ -587,6 +585,10 @@ void FederationClient::State::AttemptDone(std::shared_ptr<ReadOp> op, Result<Htt
   if (!op->head_error.ok()) {
     failure = op->head_error;
   } else if (!r.ok()) {
+    if (r.status().code() == StatusCode::kCancelled) {
+      FinishRead(op, r.status());  // shutting down: no failover
+      return;
+    }
     if (r.status().code() == StatusCode::kDeadlineExceeded) {
       op->last_error = r.status();
       Attempt(op);  // reports the deadline
@@ -631,9 +633,11 @@ void FederationClient::State::FinishRead(std::shared_ptr<ReadOp> op, Result<core
 FederationClient::FederationClient(CurlLoop& loop, FederationUrl url, FederationClientOptions options,
                                    std::string /*ca_file_for_logs*/)
     : url_(url), loop_(loop),
-      state_(std::make_shared<State>(loop, std::move(url), std::move(options), counters_)) {}
+      state_(std::make_shared<State>(loop, std::move(url), std::move(options))) {}
 
 FederationClient::~FederationClient() = default;
+
+const FederationCounters& FederationClient::counters() const { return state_->counters_; }
 
 void FederationClient::Stat(const ObjectPath& path, Deadline deadline,
                             std::function<void(Result<core::FileAttr>)> done) {

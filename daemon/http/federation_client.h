@@ -87,7 +87,7 @@ class FederationClient : public core::Origin {
                  std::function<void(core::Result<core::Bytes>)> done) override;
 
   const FederationUrl& url() const { return url_; }
-  const FederationCounters& counters() const { return counters_; }
+  const FederationCounters& counters() const;
 
   // Called on the loop thread after each accepted body chunk of a range GET,
   // with the server URL and the bytes of the current read received so far.
@@ -103,8 +103,9 @@ class FederationClient : public core::Origin {
 
   FederationUrl url_;
   CurlLoop& loop_;
-  FederationCounters counters_;
-  std::shared_ptr<State> state_;  // owned by the loop thread's tasks
+  // Shared with the loop thread's tasks, which may outlive this object (a
+  // transfer cancelled when the CurlLoop shuts down still completes).
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace perch::http
