@@ -71,6 +71,8 @@ struct FuseServer::Ops {
     conn->max_read = self->options_.max_io;  // must match the max_read mount option
     conn->max_readahead = self->options_.max_io;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+    if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
     conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
     spdlog::info("fuse: protocol {}.{}, max_read {} KiB", conn->proto_major, conn->proto_minor,
@@ -225,6 +227,16 @@ struct FuseServer::Ops {
   static void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
     PERCH_FUSE_GUARD(req, "read", {
       FuseServer* self = Self(req);
+      // A hit inside one block: hand the kernel the block file (spliced when
+      // the kernel allows it) instead of copying the bytes through us.
+      if (auto slice = self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)) {
+        struct fuse_bufvec bv = FUSE_BUFVEC_INIT(slice->length());
+        bv.buf[0].flags = static_cast<enum fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+        bv.buf[0].fd = slice->fd();
+        bv.buf[0].pos = static_cast<off_t>(slice->file_offset());
+        fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+        return;
+      }
       auto bytes = self->fs_.Read(fi->fh, static_cast<uint64_t>(off), size);
       if (!bytes.ok()) return ReplyStatus(req, "read", bytes.status());
       fuse_reply_buf(req, bytes->data(), bytes->size());

@@ -87,10 +87,7 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
       continue;
     }
     if (!hit.ok() && hit.status().code() == StatusCode::kCorrupt) {
-      stats_.corrupt_blocks++;
-      spdlog::warn("cache block {}#{} of {} failed its check ({}); fetching it again", object_id, b,
-                   path.str(), hit.status().message());
-      if (listener_) listener_->Dropped(key);
+      NoteCorrupt(key, hit.status());
     } else if (hit.ok()) {
       // A store answering with the wrong length is as good as corrupt.
       stats_.corrupt_blocks++;
@@ -106,6 +103,31 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
             assembly->Complete(slot, block->substr(from, to - from));
           });
   }
+}
+
+std::optional<BlockSlice> BlockReader::TrySlice(const ObjectVersion& version, const std::string& object_id,
+                                                ByteRange range) {
+  const uint64_t bs = options_.block_size;
+  if (range.length == 0 || range.offset >= version.size) return std::nullopt;
+  range.length = std::min(range.length, version.size - range.offset);
+  uint64_t b = range.offset / bs;
+  if ((range.end() - 1) / bs != b) return std::nullopt;  // spans blocks
+  uint64_t block_len = std::min(bs, version.size - b * bs);
+  BlockKey key{object_id, b};
+  auto slice = store_.Slice(key, range.offset - b * bs, range.length);
+  if (!slice.ok() && slice.status().code() == StatusCode::kCorrupt) NoteCorrupt(key, slice.status());
+  if (!slice.ok() || slice->length() != range.length) return std::nullopt;  // Read fetches it
+  stats_.hits++;
+  stats_.bytes_from_cache += range.length;
+  if (listener_) listener_->Touched(key, block_len);
+  return std::move(*slice);
+}
+
+void BlockReader::NoteCorrupt(const BlockKey& key, const Status& why) {
+  stats_.corrupt_blocks++;
+  spdlog::warn("cache block {}#{} failed its check ({}); fetching it again", key.object_id, key.index,
+               why.message());
+  if (listener_) listener_->Dropped(key);
 }
 
 bool BlockReader::InUse(const BlockKey& key) {

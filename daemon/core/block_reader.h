@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,12 @@ class BlockReader {
   void Read(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
             ByteRange range, Deadline deadline, std::function<void(Result<Bytes>)> done);
 
+  // A zero-copy hit: if `range` lies in one block that the store holds as a
+  // file, the open file and the range's position in it; nullopt otherwise
+  // (the caller then uses Read). Counts as a hit.
+  std::optional<BlockSlice> TrySlice(const ObjectVersion& version, const std::string& object_id,
+                                     ByteRange range);
+
   const BlockReaderStats& stats() const { return stats_; }
 
   // True while block `key` is being read from the store or fetched and
@@ -72,6 +79,8 @@ class BlockReader {
   using BlockCallback = std::function<void(Result<Bytes>)>;  // the whole block
   struct Assembly;
 
+  // A block failed its check (the store already removed it): count, log, forget.
+  void NoteCorrupt(const BlockKey& key, const Status& why);
   void Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
              uint64_t block_len, Deadline deadline, BlockCallback done);
 

@@ -11,6 +11,8 @@
 // order; those live in the Index.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,6 +27,30 @@ struct BlockKey {
   uint64_t index = 0;     // block number within the object
   friend bool operator==(const BlockKey&, const BlockKey&) = default;
   friend auto operator<=>(const BlockKey&, const BlockKey&) = default;
+};
+
+// An open block file and where in it a byte range lies, for replies that
+// move bytes from the file to the kernel without copying them through
+// perch (splice). Owns `fd`.
+class BlockSlice {
+ public:
+  BlockSlice(int fd, uint64_t file_offset, uint64_t length) : fd_(fd), file_offset_(file_offset), length_(length) {}
+  BlockSlice(BlockSlice&& o) noexcept : fd_(o.fd_), file_offset_(o.file_offset_), length_(o.length_) { o.fd_ = -1; }
+  BlockSlice& operator=(BlockSlice&&) = delete;
+  BlockSlice(const BlockSlice&) = delete;
+  BlockSlice& operator=(const BlockSlice&) = delete;
+  ~BlockSlice() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  int fd() const { return fd_; }
+  uint64_t file_offset() const { return file_offset_; }
+  uint64_t length() const { return length_; }
+
+ private:
+  int fd_;
+  uint64_t file_offset_;
+  uint64_t length_;
 };
 
 class BlockStore {
@@ -42,6 +68,14 @@ class BlockStore {
 
   // Removes block `key`; OK if it was absent.
   virtual Status Remove(const BlockKey& key) = 0;
+
+  // Like Read, but yields the open file and the position of the bytes in it
+  // instead of the bytes (same checks, same errors). Stores that do not keep
+  // blocks in files answer kInvalidArgument; callers then use Read.
+  virtual Result<BlockSlice> Slice(const BlockKey& key, uint64_t offset, uint64_t length) {
+    (void)key, (void)offset, (void)length;
+    return InvalidArgumentError("this block store has no files to splice from");
+  }
 };
 
 }  // namespace perch::core

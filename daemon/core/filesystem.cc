@@ -55,6 +55,17 @@ Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) 
   });
 }
 
+std::optional<BlockSlice> FileSystem::ReadSlice(uint64_t handle, uint64_t offset, uint64_t size) {
+  OpenFile f;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = open_.find(handle);
+    if (it == open_.end()) return std::nullopt;
+    f = it->second;
+  }
+  return reader_.TrySlice(ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size});
+}
+
 void FileSystem::Release(uint64_t handle) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = open_.find(handle);

@@ -48,6 +48,9 @@ class FileSystem {
   Result<uint64_t> Open(const ObjectPath& path);
   // Reads up to `size` bytes at `offset` of open file `handle` (short at EOF).
   Result<Bytes> Read(uint64_t handle, uint64_t offset, uint64_t size);
+  // Zero-copy variant of Read for cache hits within one block: the open block
+  // file and the bytes' position in it, or nullopt (use Read).
+  std::optional<BlockSlice> ReadSlice(uint64_t handle, uint64_t offset, uint64_t size);
   void Release(uint64_t handle);
 
   // The open file `handle`, for xattrs and logs. kInvalidArgument if unknown.

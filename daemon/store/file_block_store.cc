@@ -92,7 +92,8 @@ std::string FileBlockStore::PathOf(const core::BlockKey& key) const {
   return root_ + "/blocks/" + shard + "/" + key.object_id + "." + std::to_string(key.index);
 }
 
-Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t offset, uint64_t length) {
+Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint64_t* data_offset,
+                                   uint64_t* data_len_out) {
   const std::string path = PathOf(key);
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -100,7 +101,7 @@ Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t off
     if (errno == ENOENT) return core::NotFoundError("no block " + path, core::FailureSite::kLocal);
     return ErrnoStatus("open", path, errno);
   }
-  auto corrupt = [&](const std::string& why) -> Result<core::Bytes> {
+  auto corrupt = [&](const std::string& why) {
     Forget(path);
     ::unlink(path.c_str());
     return core::CorruptError("cache block " + path + ": " + why + "; removed", core::FailureSite::kLocal);
@@ -131,26 +132,44 @@ Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t off
   if (index != key.index || id != key.object_id) return corrupt("header names another block");
   FileId fid{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
              static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-  if (Verified(path, fid)) {
-    if (offset >= data_len) return core::Bytes();
-    uint64_t n = std::min(length, data_len - offset);
-    std::string part(n, '\0');
-    if (!PreadAll(f.fd, part.data(), n, static_cast<off_t>(header_len + offset))) {
+  if (!Verified(path, fid)) {
+    // First use of this file by this process: check the whole block.
+    std::string data(data_len, '\0');
+    if (!PreadAll(f.fd, data.data(), data_len, static_cast<off_t>(header_len))) {
       if (errno != 0) return ErrnoStatus("read", path, errno);
       return corrupt("truncated data");
     }
-    return part;
+    if (Crc32c(data) != static_cast<uint32_t>(crc)) return corrupt("CRC32C mismatch");
+    MarkVerified(path, fid);
   }
-  // First read of this file: check the whole block, then cut the asked-for part.
-  std::string data(data_len, '\0');
-  if (!PreadAll(f.fd, data.data(), data_len, static_cast<off_t>(header_len))) {
-    if (errno != 0) return ErrnoStatus("read", path, errno);
-    return corrupt("truncated data");
-  }
-  if (Crc32c(data) != static_cast<uint32_t>(crc)) return corrupt("CRC32C mismatch");
-  MarkVerified(path, fid);
+  *fd_out = f.fd;
+  f.fd = -1;
+  *data_offset = header_len;
+  *data_len_out = data_len;
+  return Status::Ok();
+}
+
+Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t offset, uint64_t length) {
+  Fd f;
+  uint64_t data_offset = 0, data_len = 0;
+  PERCH_RETURN_IF_ERROR(OpenChecked(key, &f.fd, &data_offset, &data_len));
   if (offset >= data_len) return core::Bytes();
-  return data.substr(offset, length);
+  uint64_t n = std::min(length, data_len - offset);
+  std::string part(n, '\0');
+  if (!PreadAll(f.fd, part.data(), n, static_cast<off_t>(data_offset + offset))) {
+    if (errno != 0) return ErrnoStatus("read", PathOf(key), errno);
+    return core::CorruptError("cache block " + PathOf(key) + " shrank while being read", core::FailureSite::kLocal);
+  }
+  return part;
+}
+
+Result<core::BlockSlice> FileBlockStore::Slice(const core::BlockKey& key, uint64_t offset, uint64_t length) {
+  int fd = -1;
+  uint64_t data_offset = 0, data_len = 0;
+  PERCH_RETURN_IF_ERROR(OpenChecked(key, &fd, &data_offset, &data_len));
+  core::BlockSlice slice(fd, data_offset + std::min(offset, data_len),
+                         offset >= data_len ? 0 : std::min(length, data_len - offset));
+  return slice;
 }
 
 Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {

@@ -39,6 +39,7 @@ class FileBlockStore : public core::BlockStore {
   core::Result<core::Bytes> Read(const core::BlockKey& key, uint64_t offset, uint64_t length) override;
   core::Status Write(const core::BlockKey& key, std::string_view data) override;
   core::Status Remove(const core::BlockKey& key) override;
+  core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset, uint64_t length) override;
 
   // The file that holds block `key` (exposed for tests and tools).
   std::string PathOf(const core::BlockKey& key) const;
@@ -49,6 +50,9 @@ class FileBlockStore : public core::BlockStore {
     int64_t mtime_ns = 0;
     friend bool operator==(const FileId&, const FileId&) = default;
   };
+  // Opens block `key` and checks it (header always, CRC32C once per file).
+  // On success `*fd` is open and `*data_offset`/`*data_len` locate the data.
+  core::Status OpenChecked(const core::BlockKey& key, int* fd, uint64_t* data_offset, uint64_t* data_len);
   bool Verified(const std::string& path, const FileId& id);
   void MarkVerified(const std::string& path, const FileId& id);
   void Forget(const std::string& path);
