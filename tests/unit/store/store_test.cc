@@ -27,6 +27,15 @@ std::string Data(size_t n) {
   return s;
 }
 
+void FlipByte(const std::string& path, uint64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 1));
+}
+
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -68,13 +77,21 @@ TEST_F(StoreTest, RoundTripAtManyOffsets) {
   EXPECT_EQ(store.Read(BlockKey{"ab12cd", 1}, 0, 1).status().code(), StatusCode::kNotFound);
 }
 
-void FlipByte(const std::string& path, uint64_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c;
-  f.get(c);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.put(static_cast<char>(c ^ 1));
+
+TEST_F(StoreTest, SliceLocatesTheBytesInTheBlockFile) {
+  FileBlockStore store(dir_.string());
+  std::string data = Data(100000);
+  ASSERT_TRUE(store.Write(BlockKey{"cc", 7}, data).ok());
+  auto slice = store.Slice(BlockKey{"cc", 7}, 4096, 1000);
+  ASSERT_TRUE(slice.ok()) << slice.status().ToString();
+  EXPECT_EQ(slice->length(), 1000u);
+  std::string got(1000, '\0');
+  ASSERT_EQ(pread(slice->fd(), got.data(), got.size(), static_cast<off_t>(slice->file_offset())), 1000);
+  EXPECT_EQ(got, data.substr(4096, 1000));
+  auto tail = store.Slice(BlockKey{"cc", 7}, 99990, 1000);  // clipped at the end of the block
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->length(), 10u);
+  EXPECT_EQ(store.Slice(BlockKey{"cc", 9}, 0, 1).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(StoreTest, CorruptionIsDetectedAndTheFileRemoved) {
