@@ -432,6 +432,7 @@ Status FuseServer::Mount(const std::string& mountpoint) {
   for (auto& s : argv_s) argv.push_back(s.data());
   struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   se_ = fuse_session_new(&args, &kOps, sizeof(kOps), this);
+  fuse_opt_free_args(&args);  // libfuse may have copied them into its own allocation
   if (se_ == nullptr) return core::InternalError("fuse_session_new failed (see messages above)");
   if (fuse_session_mount(se_, mountpoint.c_str()) != 0) {
     return core::InvalidArgumentError("cannot mount at " + mountpoint + " (already mounted? see messages above)");

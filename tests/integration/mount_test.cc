@@ -237,7 +237,7 @@ TEST(MountRestartTest, CachedFilesSurviveAFederationOutage) {
       if (f.rel == "with space.bin") continue;
       ASSERT_TRUE(ReadLocalFile(mnt / fs::path(f.rel)) == ReadLocalFile(tree.path() / fs::path(f.rel)));
     }
-    EXPECT_EQ(perchd.Stop(), 0);
+    EXPECT_EQ(perchd.Stop(), 0) << perchd.Log();
   }
   fed.reset();  // director, origin: all gone
   PerchdProcess perchd;
