@@ -73,12 +73,5 @@ void FileSystem::Release(uint64_t handle) {
   open_.erase(it);
 }
 
-Result<OpenFile> FileSystem::Describe(uint64_t handle) const {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = open_.find(handle);
-  if (it == open_.end()) return InvalidArgumentError("unknown file handle");
-  return it->second;
-}
-
 
 }  // namespace perch::core

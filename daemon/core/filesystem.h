@@ -53,9 +53,6 @@ class FileSystem {
   std::optional<BlockSlice> ReadSlice(uint64_t handle, uint64_t offset, uint64_t size);
   void Release(uint64_t handle);
 
-  // The open file `handle`, for xattrs and logs. kInvalidArgument if unknown.
-  Result<OpenFile> Describe(uint64_t handle) const;
-
   // The store id of `path` at version `attr`.
   std::string ObjectId(const ObjectPath& path, const FileAttr& attr) const;
 

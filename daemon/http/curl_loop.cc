@@ -288,7 +288,8 @@ void CurlLoop::Start(std::unique_ptr<Transfer> t) {
   t->easy = e;
   const HttpRequest& r = t->request;
   if (impl_->observer) impl_->observer(r);
-  auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(r.deadline - core::Clock::now());
+  // Rounded up, so curl never gives up before the caller's deadline.
+  auto remaining = std::chrono::ceil<std::chrono::milliseconds>(r.deadline - core::Clock::now());
   curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());
   curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -388,7 +389,10 @@ void CurlLoop::DrainCompleted() {
     } else {
       std::string why = t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc);
       std::string msg_text = t->request.method + " " + host + ": " + why;
-      if (rc == CURLE_OPERATION_TIMEDOUT && core::Clock::now() >= t->request.deadline) {
+      // A timeout within a few ms of the deadline is the deadline (timers are not exact);
+      // earlier ones are connect or low-speed limits: the server's failure.
+      if (rc == CURLE_OPERATION_TIMEDOUT &&
+          core::Clock::now() + std::chrono::milliseconds(20) >= t->request.deadline) {
         Finish(t, core::DeadlineExceededError(msg_text, core::FailureSite::kCache));
       } else {
         Finish(t, core::UnavailableError(msg_text, core::FailureSite::kCache));

@@ -109,7 +109,6 @@ class CurlLoop {
   // which headers went where).
   void SetRequestObserverForTest(std::function<void(const HttpRequest&)> observer);
 
-  bool OnLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
   size_t InFlight() const { return in_flight_.load(std::memory_order_relaxed); }
   size_t Queued() const { return queued_.load(std::memory_order_relaxed); }
 

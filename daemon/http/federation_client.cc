@@ -630,8 +630,7 @@ void FederationClient::State::FinishRead(std::shared_ptr<ReadOp> op, Result<core
   if (done) done(std::move(r));
 }
 
-FederationClient::FederationClient(CurlLoop& loop, FederationUrl url, FederationClientOptions options,
-                                   std::string /*ca_file_for_logs*/)
+FederationClient::FederationClient(CurlLoop& loop, FederationUrl url, FederationClientOptions options)
     : url_(url), loop_(loop),
       state_(std::make_shared<State>(loop, std::move(url), std::move(options))) {}
 

@@ -74,8 +74,7 @@ struct FederationCounters {
 
 class FederationClient : public core::Origin {
  public:
-  FederationClient(CurlLoop& loop, FederationUrl url, FederationClientOptions options = {},
-                   std::string ca_file_for_logs = {});
+  FederationClient(CurlLoop& loop, FederationUrl url, FederationClientOptions options = {});
   ~FederationClient() override;
 
   void Stat(const core::ObjectPath& path, core::Deadline deadline,

@@ -146,3 +146,40 @@ TEST_F(FaultsTest, MalformedDirectorAnswersAreClearErrors) {
 
 }  // namespace
 }  // namespace perch::http
+
+namespace perch::http {
+namespace {
+
+TEST(CurlLoopBudgetTest, InFlightBudgetIsNeverExceeded) {
+  testing::FaultServer server;
+  server.AddObject("obj", std::string(200000, 'x'));
+  CurlLoop::Options opts;
+  opts.max_in_flight = 3;
+  CurlLoop loop(opts);
+  std::atomic<size_t> peak{0};
+  loop.SetRequestObserverForTest([&](const HttpRequest&) {
+    size_t now = loop.InFlight() + 1;  // the transfer being started
+    size_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  });
+  std::atomic<int> done{0}, ok{0};
+  for (int i = 0; i < 30; ++i) {
+    HttpRequest r;
+    r.url = server.BaseUrl() + "/srv/stall/ns/obj";  // holds the connection ~5 s unless cancelled
+    r.deadline = core::DeadlineAfter(std::chrono::milliseconds(300));
+    loop.Submit(std::move(r), [&](core::Result<HttpResponse> res) {
+      done++;
+      if (!res.ok() && res.status().code() == core::StatusCode::kDeadlineExceeded) ok++;
+    });
+  }
+  for (int i = 0; i < 200 && done.load() < 30; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(done.load(), 30);
+  EXPECT_EQ(ok.load(), 30);  // every one hit its own deadline; none hung in the queue
+  EXPECT_EQ(peak.load(), 3u);
+  EXPECT_EQ(loop.InFlight(), 0u);
+  EXPECT_EQ(loop.Queued(), 0u);
+}
+
+}  // namespace
+}  // namespace perch::http
