@@ -1,0 +1,281 @@
+#include "trainer/loader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+
+#include "trainer/jpeg_decoder.h"
+#include "trainer/transforms.h"
+
+namespace perch::trainer {
+
+namespace {
+
+// Paths of the first bad files are logged one by one; after that only the count grows (it is
+// reported with the loader's stats), so a tree full of bad files cannot flood the log.
+constexpr int64_t kMaxLoggedWarnings = 20;
+
+// Reads all of `path` into `buf` (grown, never shrunk). Returns false with `error`.
+bool ReadFile(const std::string& path, std::vector<uint8_t>* buf, size_t* size,
+              std::string* error) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = std::strerror(errno);
+    return false;
+  }
+  struct stat st;
+  size_t n = 0;
+  if (fstat(fd, &st) == 0 && st.st_size > 0 && buf->size() < static_cast<size_t>(st.st_size) + 1) {
+    buf->resize(static_cast<size_t>(st.st_size) + 1);
+  }
+  if (buf->size() < 4096) {
+    buf->resize(4096);
+  }
+  while (true) {
+    if (n == buf->size()) {
+      buf->resize(buf->size() * 2);  // the file grew since fstat
+    }
+    ssize_t r = read(fd, buf->data() + n, buf->size() - n);
+    if (r < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      *error = std::strerror(errno);
+      close(fd);
+      return false;
+    }
+    if (r == 0) {
+      break;
+    }
+    n += static_cast<size_t>(r);
+  }
+  close(fd);
+  *size = n;
+  return true;
+}
+
+}  // namespace
+
+struct WorkerState {
+  JpegDecoder decoder;
+  std::vector<uint8_t> file;
+};
+
+Loader::Loader(const ImageFolder& data, LoaderOptions options)
+    : data_(data), options_(options) {
+  if (options_.batch_size < 1 || options_.workers < 1 || options_.image_size < 1 ||
+      options_.prefetch < 1) {
+    throw std::invalid_argument("loader: batch size, workers, image size and prefetch must be >= 1");
+  }
+  const int64_t s = options_.image_size;
+  auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(options_.pin_memory);
+  slots_.resize(options_.prefetch);
+  for (Slot& slot : slots_) {
+    slot.images = at::empty({options_.batch_size, 3, s, s}, opts);
+    slot.labels.resize(options_.batch_size);
+    slot.ok.resize(options_.batch_size);
+  }
+  for (int i = 0; i < options_.workers; ++i) {
+    threads_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : threads_) {
+    t.join();
+  }
+}
+
+int64_t Loader::BatchesPerEpoch() const {
+  return (static_cast<int64_t>(data_.size()) + options_.batch_size - 1) / options_.batch_size;
+}
+
+std::vector<int64_t> Loader::EpochOrder(int64_t epoch) const {
+  std::vector<int64_t> order(data_.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (options_.train) {
+    // Fisher-Yates with our own Rng: std::shuffle's sequence differs between standard
+    // libraries, and the order is part of what a checkpoint must reproduce.
+    Rng rng(MixSeed(options_.seed, static_cast<uint64_t>(epoch), ~0ULL));
+    for (size_t i = order.size(); i > 1; --i) {
+      std::swap(order[i - 1], order[rng.Below(i)]);
+    }
+  }
+  return order;
+}
+
+int64_t Loader::BatchLength(int64_t batch) const {
+  const int64_t first = start_ + batch * options_.batch_size;
+  return std::min<int64_t>(options_.batch_size, static_cast<int64_t>(order_.size()) - first);
+}
+
+void Loader::StopWorkersFromEpoch(std::unique_lock<std::mutex>& lock) {
+  active_ = false;
+  // Workers finishing a sample of the old epoch still write into the slots; wait for them.
+  done_cv_.wait(lock, [this] { return in_flight_ == 0; });
+}
+
+void Loader::StartEpoch(int64_t epoch, int64_t start) {
+  std::vector<int64_t> order = EpochOrder(epoch);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    StopWorkersFromEpoch(lock);
+    order_ = std::move(order);
+    epoch_ = epoch;
+    start_ = std::clamp<int64_t>(start, 0, static_cast<int64_t>(order_.size()));
+    next_position_ = start_;
+    released_ = 0;
+    next_batch_ = 0;
+    for (Slot& slot : slots_) {
+      slot.batch = -1;
+      slot.remaining = 0;
+    }
+    active_ = true;
+  }
+  work_cv_.notify_all();
+}
+
+void Loader::WorkerLoop() {
+  WorkerState ws;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [this] {
+      return stop_ || (active_ && next_position_ < static_cast<int64_t>(order_.size()) &&
+                       (next_position_ - start_) / options_.batch_size <
+                           released_ + options_.prefetch);
+    });
+    if (stop_) {
+      return;
+    }
+    const int64_t position = next_position_++;
+    const int64_t batch = (position - start_) / options_.batch_size;
+    const int64_t row = (position - start_) % options_.batch_size;
+    Slot& slot = slots_[batch % options_.prefetch];
+    if (slot.batch != batch) {
+      // First sample of this batch: the slot's previous batch was released (checked above).
+      slot.batch = batch;
+      slot.remaining = BatchLength(batch);
+    }
+    const int64_t index = order_[position];
+    const int64_t epoch = epoch_;
+    float* dst = slot.images.data_ptr<float>() +
+                 row * 3 * static_cast<int64_t>(options_.image_size) * options_.image_size;
+    ++in_flight_;
+    lock.unlock();
+
+    const bool ok = LoadSample(index, epoch, dst, ws);
+
+    lock.lock();
+    --in_flight_;
+    slot.labels[row] = data_.samples()[index].label;
+    slot.ok[row] = ok ? 1 : 0;
+    if (--slot.remaining == 0 || in_flight_ == 0) {
+      done_cv_.notify_all();
+    }
+  }
+}
+
+bool Loader::LoadSample(int64_t index, int64_t epoch, float* dst, WorkerState& ws) {
+  const Sample& sample = data_.samples()[index];
+  std::string error;
+  size_t size = 0;
+  const int s = options_.image_size;
+  bool ok = ReadFile(sample.path, &ws.file, &size, &error);
+  if (ok) {
+    bytes_.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
+    Rng rng(MixSeed(options_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)));
+    const bool train = options_.train;
+    auto region = [&](int w, int h) {
+      return train ? RandomResizedCropRegion(w, h, rng)
+                   : ResizeCenterCropRegion(w, h, ValResizeFor(s), s);
+    };
+    DecodedRegion decoded;
+    ok = ws.decoder.Decode(ws.file.data(), size, s, s, region, &decoded, &error);
+    if (ok) {
+      // torchvision's RandomHorizontalFlip: torch.rand(1) < 0.5, drawn after the crop.
+      const bool flip = train && rng.Uniform(0, 1) < 0.5;
+      ResampleNormalize(decoded, s, s, flip, dst);
+    }
+  }
+  if (ok) {
+    images_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  const int64_t n = skipped_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (warnings_logged_.fetch_add(1, std::memory_order_relaxed) < kMaxLoggedWarnings) {
+    spdlog::warn("skipping unreadable image {} ({}); {} skipped so far", sample.path, error, n);
+  }
+  return false;
+}
+
+bool Loader::Next(Batch* batch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // The batch returned last time is no longer used by the caller.
+  if (released_ < next_batch_) {
+    released_ = next_batch_;
+    work_cv_.notify_all();
+  }
+  const int64_t first = start_ + next_batch_ * options_.batch_size;
+  if (!active_ || first >= static_cast<int64_t>(order_.size())) {
+    return false;
+  }
+  Slot& slot = slots_[next_batch_ % options_.prefetch];
+  const int64_t length = BatchLength(next_batch_);
+  auto t0 = std::chrono::steady_clock::now();
+  done_cv_.wait(lock, [&] { return slot.batch == next_batch_ && slot.remaining == 0; });
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Close the gaps left by skipped samples, keeping the order of the others. Only this thread
+  // touches a completed slot, so the copy runs without the lock.
+  lock.unlock();
+  const int64_t row_floats = 3 * static_cast<int64_t>(options_.image_size) * options_.image_size;
+  float* base = slot.images.data_ptr<float>();
+  int64_t n = 0;
+  std::vector<int64_t> labels;
+  labels.reserve(length);
+  for (int64_t r = 0; r < length; ++r) {
+    if (!slot.ok[r]) {
+      continue;
+    }
+    if (n != r) {
+      std::memcpy(base + n * row_floats, base + r * row_floats, row_floats * sizeof(float));
+    }
+    labels.push_back(slot.labels[r]);
+    ++n;
+  }
+  batch->images = slot.images.narrow(0, 0, n);
+  batch->labels = at::tensor(labels, at::TensorOptions().dtype(at::kLong));
+  if (options_.pin_memory) {
+    batch->labels = batch->labels.pin_memory();
+  }
+  batch->size = n;
+  batch->skipped = length - n;
+  batch->end_position = first + length;
+  lock.lock();
+  ++next_batch_;
+  return true;
+}
+
+LoaderStats Loader::stats() const {
+  LoaderStats s;
+  s.images = images_.load();
+  s.skipped = skipped_.load();
+  s.bytes = bytes_.load();
+  std::lock_guard<std::mutex> lock(mu_);
+  s.wait_seconds = wait_seconds_;
+  return s;
+}
+
+}  // namespace perch::trainer

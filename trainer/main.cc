@@ -1,0 +1,119 @@
+// perch-train: trains ResNet-18/50 on an ImageFolder tree (e.g. ImageNet read through a perch
+// mount) with checkpoints that survive HTCondor preemption. See trainer/README.md.
+#include <signal.h>
+
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "trainer/trainer.h"
+
+namespace {
+
+// The only process-wide state: a signal handler can reach nothing else.
+std::atomic<int> g_stop_signal{0};
+
+void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+
+// "90", "90s", "15m", "2h" -> seconds; throws CLI::ValidationError.
+double ParseDuration(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw CLI::ValidationError("--max-runtime", "not a duration: " + text);
+  }
+  const std::string unit = text.substr(used);
+  if (unit.empty() || unit == "s") {
+    return v;
+  }
+  if (unit == "m") {
+    return v * 60;
+  }
+  if (unit == "h") {
+    return v * 3600;
+  }
+  throw CLI::ValidationError("--max-runtime", "unknown unit in " + text + " (s, m or h)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  perch::trainer::TrainOptions o;
+  std::string max_runtime;
+  std::string log_level = "info";
+  CLI::App app{"perch-train: ResNet training on an ImageFolder tree, resumable (exit 85 = "
+               "checkpointed, rerun to continue)"};
+  app.add_option("--data-dir", o.data_dir, "training tree: one directory per class")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--val-dir", o.val_dir, "validation tree with the same classes")
+      ->check(CLI::ExistingDirectory);
+  auto* ckpt = app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                              "where checkpoint.pt and model_final.pt go; resumes from it");
+  app.add_option("--epochs", o.epochs, "epochs to train (default 90)")->check(CLI::PositiveNumber);
+  app.add_flag("--loader-only", o.loader_only,
+               "only run the data loader over --data-dir and report images/s");
+  app.add_option("--summary-json", o.summary_json, "write a JSON summary of the run here");
+  app.add_option("--arch", o.arch, "resnet18 or resnet50 (default)")
+      ->check(CLI::IsMember({"resnet18", "resnet50"}));
+  app.add_option("--batch-size", o.batch_size, "images per step (default 256)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--workers", o.workers, "loader threads (default: one per core)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--prefetch", o.prefetch, "batches the loader prepares ahead (default 3)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "peak learning rate (default 0.1 * batch size / 256)");
+  app.add_option("--lr-schedule", o.lr_schedule, "cosine (default) or step (x0.1 every "
+                 "--lr-step-epochs)")->check(CLI::IsMember({"cosine", "step"}));
+  app.add_option("--lr-step-epochs", o.lr_step_epochs, "step schedule period (default 30)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup-epochs", o.warmup_epochs, "linear warm-up length (default 1)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--momentum", o.momentum, "SGD momentum (default 0.9)");
+  app.add_option("--weight-decay", o.weight_decay, "SGD weight decay (default 1e-4)");
+  app.add_flag("!--no-norm-weight-decay", o.norm_weight_decay,
+               "no weight decay on BatchNorm parameters and biases");
+  app.add_option("--label-smoothing", o.label_smoothing, "e.g. 0.1 (default 0)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--image-size", o.image_size, "crop size in pixels (default 224)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", o.max_steps, "stop training after this many steps in total")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-runtime", max_runtime,
+                 "checkpoint and exit 85 after this long, e.g. 3600, 90m, 2h");
+  app.add_option("--checkpoint-every-steps", o.checkpoint_every_steps,
+                 "also checkpoint every N steps (default: at epoch ends and on stop)");
+  app.add_option("--seed", o.seed, "seed for weights, sample order and augmentation");
+  app.add_option("--device", o.device, "auto (default), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--threads", o.threads, "libtorch intra-op threads (default: libtorch's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-every", o.log_every, "print progress every N steps (default 50)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  if (!o.loader_only && ckpt->count() == 0) {
+    spdlog::error("--checkpoint-dir is required (except with --loader-only)");
+    return 1;
+  }
+  if (!max_runtime.empty()) {
+    try {
+      o.max_runtime_s = ParseDuration(max_runtime);
+    } catch (const CLI::Error& e) {
+      return app.exit(e);
+    }
+  }
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  o.stop_signal = &g_stop_signal;
+  return perch::trainer::Run(o);
+}

@@ -1,0 +1,52 @@
+// Synthesis of an ImageNet-like ImageFolder tree of real JPEG files, for tests, benchmarks and
+// the demo: out/train/<synset>/<synset>_<i>.JPEG and out/val/<synset>/..., synset names
+// n00000000, n00000001, ... Images are 400-600 px on each side (ImageNet's typical 500x375
+// range) and about 110 KB at quality 90 (ImageNet's mean), with content a model can learn:
+// each class has its own hue, shape family and stripe orientation/frequency, drawn at a random
+// place and scale over a random background, plus noise so that JPEG sizes resemble photos.
+//
+// Deterministic for a given seed. Thread-safe (no shared state); SynthesizeTree uses its own
+// threads.
+#ifndef PERCH_TRAINER_SYNTH_H_
+#define PERCH_TRAINER_SYNTH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace perch::trainer {
+
+struct SynthOptions {
+  std::string out;
+  int classes = 10;
+  int per_class = 100;      // training images per class
+  int val_per_class = 0;    // validation images per class (0: no val/)
+  uint64_t seed = 1;
+  int quality = 90;
+  int min_side = 400;
+  int max_side = 600;
+  int threads = 0;          // 0: one per core
+};
+
+struct SynthResult {
+  int64_t files = 0;
+  int64_t bytes = 0;
+};
+
+// Renders image `index` of class `label` (RGB, width*height*3) into `rgb`.
+void RenderImage(int label, int classes, uint64_t seed, int width, int height,
+                 std::vector<uint8_t>* rgb);
+
+// Encodes RGB as a baseline 4:2:0 JPEG; returns false on a TurboJPEG error.
+bool EncodeJpeg(const std::vector<uint8_t>& rgb, int width, int height, int quality,
+                std::vector<uint8_t>* jpeg);
+
+// Writes the whole tree. Throws std::runtime_error on I/O errors.
+SynthResult SynthesizeTree(const SynthOptions& options);
+
+// "n%08d".
+std::string SynsetName(int label);
+
+}  // namespace perch::trainer
+
+#endif  // PERCH_TRAINER_SYNTH_H_
