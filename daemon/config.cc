@@ -66,7 +66,7 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
   static const std::set<std::string> kKnown = {
       "federation", "mountpoint", "cache_dir", "cache_size", "block_size", "log_level", "ca_file",
       "token_file", "op_timeout", "fuse_threads", "max_requests_in_flight", "high_watermark",
-      "low_watermark", "dir_ttl", "file_ttl", "negative_ttl"};
+      "low_watermark", "dir_ttl", "file_ttl", "negative_ttl", "control", "metrics"};
   for (const auto& [k, v] : t) {
     if (!kKnown.count(std::string(k.str()))) {
       throw ConfigError("config " + path + ": unknown key '" + std::string(k.str()) + "'");
@@ -134,6 +134,8 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
   duration("dir_ttl", &c->dir_ttl);
   duration("file_ttl", &c->file_ttl);
   duration("negative_ttl", &c->negative_ttl);
+  str("control", &c->control_address);
+  str("metrics", &c->metrics_address);
 }
 
 void Validate(const DaemonConfig& c) {

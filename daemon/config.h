@@ -32,6 +32,8 @@ struct DaemonConfig {
   std::chrono::seconds dir_ttl{300};
   std::chrono::seconds file_ttl{3600};
   std::chrono::seconds negative_ttl{30};
+  std::string control_address;  // "unix:PATH" or "tcp:HOST:PORT"; "" = the default socket
+  std::string metrics_address;  // "HOST:PORT" for Prometheus; "" = off
 };
 
 // "4M", "10GiB", "512k", "1048576" -> bytes (binary units). Throws ConfigError.

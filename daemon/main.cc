@@ -5,6 +5,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -14,16 +15,20 @@
 #include <iostream>
 
 #include "daemon/config.h"
+#include "daemon/control/control_server.h"
 #include "daemon/core/block_reader.h"
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/filesystem.h"
 #include "daemon/core/namespace_cache.h"
+#include "daemon/core/node_control.h"
+#include "daemon/core/warmer.h"
 #include "daemon/http/federation_client.h"
 #include "daemon/store/cache_dir_lock.h"
 #include "daemon/store/file_block_store.h"
 #include "daemon/store/rocksdb_index.h"
 #include "daemon/thread_pool_executor.h"
 #include "fuse/fuse_server.h"
+#include "proto/control_address.h"
 
 namespace perch {
 namespace {
@@ -101,21 +106,93 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
     return kExitUsage;
   }
 
+  core::OpMetrics op_metrics;
   fuse::FuseOptions fopts;
   fopts.max_threads = cfg.fuse_threads;
   fopts.fsname = "perch:" + url->ToString();
+  fopts.metrics = &op_metrics;
   fopts.statfs = [&catalog](struct statvfs* st) {
     st->f_blocks = catalog.capacity_bytes() / st->f_frsize;
     uint64_t used = std::min(catalog.cached_bytes(), catalog.capacity_bytes());
     st->f_bfree = st->f_bavail = (catalog.capacity_bytes() - used) / st->f_frsize;
   };
-  fopts.xattrs = [&fs, &url](const core::ObjectPath& p, const core::FileAttr& a) {
+  fopts.xattrs = [&fs, &url, &catalog, &reader, &client](const core::ObjectPath& p, const core::FileAttr& a) {
     std::map<std::string, std::string> x;
     x["user.perch.federation"] = url->ToString();
-    if (!a.is_dir) x["user.perch.cache_id"] = fs.ObjectId(p, a);
+    if (!a.is_dir) {
+      std::string id = fs.ObjectId(p, a);
+      x["user.perch.cache_id"] = id;
+      uint64_t cached = 0;
+      const uint64_t bs = reader.block_size();
+      for (uint64_t b = 0; b * bs < a.size; ++b) {
+        if (catalog.Contains(core::BlockKey{id, b})) cached += std::min(bs, a.size - b * bs);
+      }
+      x["user.perch.cached_bytes"] = std::to_string(cached);
+      x["user.perch.url"] = url->ToString() + (url->path.IsRoot() ? p.str().substr(1) : p.str());
+      if (std::string server = client.LastServer(p); !server.empty()) {
+        x["user.perch.server"] = server;
+      }
+    }
     return x;
   };
   fuse::FuseServer server(fs, fopts);
+
+  // The control plane: perchctl over gRPC, Prometheus, warm jobs.
+  ThreadPoolExecutor jobs(4);
+  core::Warmer warmer(fs, reader, catalog, jobs, core::WarmerOptions{});
+  std::error_code canon_ec;
+  core::NodeInfo info;
+  info.mountpoint = std::filesystem::canonical(cfg.mountpoint, canon_ec).string();
+  if (canon_ec) info.mountpoint = cfg.mountpoint;
+  info.federation_url = url->ToString();
+  info.federation_prefix = url->path;
+  info.cache_dir = cfg.cache_dir;
+  info.path_of_url = [fed = *url](std::string_view text) -> core::Result<std::string> {
+    auto other = http::ParseFederationUrl(text);
+    if (!other.ok()) return other.status();
+    if (other->discovery_url != fed.discovery_url) {
+      return core::InvalidArgumentError(std::string(text) + " names another federation than " + fed.ToString());
+    }
+    return other->path.str();
+  };
+  core::NodeControl node(
+      std::move(info), reader, catalog, warmer, client, op_metrics,
+      [&client, &loop] {
+        const http::FederationCounters& c = client.counters();
+        core::NetworkStats n;
+        n.inflight_requests = loop.InFlight();
+        n.queued_requests = loop.Queued();
+        n.range_gets = c.range_gets.load();
+        n.failovers = c.failovers.load();
+        n.resumes = c.resumes.load();
+        n.director_queries = c.director_queries.load();
+        n.propfinds = c.propfinds.load();
+        return n;
+      },
+      [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {
+        struct statvfs st {};
+        if (::statvfs(dir.c_str(), &st) != 0) return core::InternalError(std::string("statvfs: ") + std::strerror(errno));
+        *total = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
+        *free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+        return core::Status::Ok();
+      },
+      [&server] { return server.mounted(); }, [&fs] { return fs.offline(); });
+  control::MetricsServer metrics(node);
+  if (!cfg.metrics_address.empty()) {
+    if (core::Status s = metrics.Start(cfg.metrics_address); !s.ok()) {
+      spdlog::error("{}", s.message());
+      return kExitUsage;
+    }
+  }
+  control::ControlServer control(node);
+  control::ControlOptions copts;
+  copts.address = cfg.control_address.empty() ? "unix:" + DefaultControlSocket() : cfg.control_address;
+  copts.metrics_address = metrics.address();
+  if (core::Status s = control.Start(copts); !s.ok()) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+
   if (core::Status s = server.Mount(cfg.mountpoint); !s.ok()) {
     spdlog::error("{}", s.message());
     return kExitUsage;
@@ -134,10 +211,17 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   disk.PostAfter(std::chrono::seconds(5), flush_loop);
 
   ready();
+  // Under systemd (Type=notify) the unit becomes active only now, with the mount serving.
+  sd_notifyf(0, "READY=1\nSTATUS=serving %s at %s", url->ToString().c_str(), cfg.mountpoint.c_str());
   core::Status run = server.Run();
+  sd_notify(0, "STOPPING=1");
+  control.Shutdown();  // ends warm streams (their warms are cancelled)
+  metrics.Stop();
+  warmer.Shutdown(std::chrono::seconds(2));
   spdlog::info("unmounting {}", cfg.mountpoint);
   server.Unmount();
   loop.Shutdown();  // in-flight fetches end (cancelled) while the cache objects still exist
+  jobs.Join();
   stopping = true;
   catalog.Flush().IgnoreError();
   disk.Join();
@@ -166,6 +250,10 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", cfg.token_file, "bearer token file for protected namespaces");
   app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
   app.add_flag("-f,--foreground", cfg.foreground, "stay in the foreground (systemd, debugging)");
+  std::string control_address, metrics_address;
+  app.add_option("--control", control_address,
+                 "control API address: unix:PATH or tcp:127.0.0.1:PORT (default unix:" + perch::DefaultControlSocket() + ")");
+  app.add_option("--metrics", metrics_address, "serve Prometheus metrics at http://HOST:PORT/metrics");
   std::string url, mountpoint;
   app.add_option("FEDERATION_URL", url, "pelican://host/path, osdf:///path or http(s)://host:port/path");
   app.add_option("MOUNTPOINT", mountpoint, "an existing empty directory");
@@ -180,6 +268,8 @@ int main(int argc, char** argv) {
     if (!mountpoint.empty()) cfg.mountpoint = mountpoint;
     if (!cache_size.empty()) cfg.cache_size = perch::ParseSize(cache_size, "--cache-size");
     if (!block_size.empty()) cfg.block_size = perch::ParseSize(block_size, "--block-size");
+    if (!control_address.empty()) cfg.control_address = control_address;
+    if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
     if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
     if (cfg.federation_url.empty() || cfg.mountpoint.empty()) {
       throw ConfigError("FEDERATION_URL and MOUNTPOINT are required (see --help)");

@@ -38,8 +38,11 @@ namespace {
 
 FuseServer* Self(fuse_req_t req) { return static_cast<FuseServer*>(fuse_req_userdata(req)); }
 
-// Logs and answers an error. Expected misses (ENOENT) are not logged.
+using Op = core::OpMetrics::Op;
+
+// Logs, counts and answers an error. Expected misses (ENOENT) are not logged.
 void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
+  Self(req)->CountError(s);
   int err = ToErrno(s);
   if (err != ENOENT) spdlog::warn("fuse {}: {} -> {}", op, s.ToString(), std::strerror(err));
   fuse_reply_err(req, err);
@@ -82,6 +85,7 @@ struct FuseServer::Ops {
   static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     PERCH_FUSE_GUARD(req, "lookup", {
       FuseServer* self = Self(req);
+      core::ScopedLatency timer(self->LatencyOf(Op::kLookup));
       ObjectPath dir;
       if (!self->PathOf(parent, &dir)) return (void)fuse_reply_err(req, ESTALE);
       auto attr = self->fs_.Lookup(dir, name);
@@ -117,6 +121,7 @@ struct FuseServer::Ops {
   static void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
     PERCH_FUSE_GUARD(req, "getattr", {
       FuseServer* self = Self(req);
+      core::ScopedLatency timer(self->LatencyOf(Op::kGetAttr));
       ObjectPath path;
       if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
       auto attr = self->fs_.GetAttr(path);
@@ -130,6 +135,7 @@ struct FuseServer::Ops {
   static void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     PERCH_FUSE_GUARD(req, "opendir", {
       FuseServer* self = Self(req);
+      core::ScopedLatency timer(self->LatencyOf(Op::kOpenDir));
       ObjectPath path;
       if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
       auto entries = self->fs_.ReadDir(path);
@@ -146,6 +152,7 @@ struct FuseServer::Ops {
                             struct fuse_file_info* fi, bool plus) {
     PERCH_FUSE_GUARD(req, plus ? "readdirplus" : "readdir", {
       FuseServer* self = Self(req);
+      core::ScopedLatency timer(self->LatencyOf(Op::kReadDir));
       auto* h = reinterpret_cast<DirHandle*>(fi->fh);
       std::vector<char> buf(size);
       size_t used = 0;
@@ -207,6 +214,7 @@ struct FuseServer::Ops {
   static void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     PERCH_FUSE_GUARD(req, "open", {
       FuseServer* self = Self(req);
+      core::ScopedLatency timer(self->LatencyOf(Op::kOpen));
       if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
         return (void)fuse_reply_err(req, EROFS);
       }
@@ -227,6 +235,7 @@ struct FuseServer::Ops {
   static void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
     PERCH_FUSE_GUARD(req, "read", {
       FuseServer* self = Self(req);
+      core::ScopedLatency timer(self->LatencyOf(Op::kRead));
       // A hit inside one block: hand the kernel the block file (spliced when
       // the kernel allows it) instead of copying the bytes through us.
       if (auto slice = self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)) {
@@ -251,6 +260,7 @@ struct FuseServer::Ops {
   static void StatFs(fuse_req_t req, fuse_ino_t) {
     PERCH_FUSE_GUARD(req, "statfs", {
       FuseServer* self = Self(req);
+      core::ScopedLatency timer(self->LatencyOf(Op::kStatFs));
       struct statvfs st {};
       st.f_bsize = 4096;
       st.f_frsize = 4096;
@@ -262,6 +272,7 @@ struct FuseServer::Ops {
 
   static std::map<std::string, std::string> Xattrs(fuse_req_t req, fuse_ino_t ino, int* err) {
     FuseServer* self = Self(req);
+    core::ScopedLatency timer(self->LatencyOf(Op::kXattr));
     ObjectPath path;
     if (!self->PathOf(ino, &path)) {
       *err = ESTALE;
@@ -269,6 +280,7 @@ struct FuseServer::Ops {
     }
     auto attr = self->fs_.GetAttr(path);
     if (!attr.ok()) {
+      self->CountError(attr.status());
       *err = ToErrno(attr.status());
       return {};
     }
@@ -362,6 +374,14 @@ void FuseServer::Forget(uint64_t ino, uint64_t n) {
     by_path_.erase(it->second.path.str());
     inodes_.erase(it);
   }
+}
+
+core::LatencyHistogram* FuseServer::LatencyOf(core::OpMetrics::Op op) {
+  return options_.metrics != nullptr ? &options_.metrics->latency(op) : nullptr;
+}
+
+void FuseServer::CountError(const Status& s) {
+  if (options_.metrics != nullptr) options_.metrics->errors().Count(s.code());
 }
 
 bool FuseServer::PathOf(uint64_t ino, ObjectPath* out) {

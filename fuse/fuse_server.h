@@ -25,10 +25,12 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "daemon/core/filesystem.h"
+#include "daemon/core/node_control.h"
 
 struct fuse_session;
 
@@ -46,6 +48,8 @@ struct FuseOptions {
   std::function<void(struct statvfs*)> statfs;
   // Extended attributes of an open or looked-up path: name -> value.
   std::function<std::map<std::string, std::string>(const core::ObjectPath&, const core::FileAttr&)> xattrs;
+  // Where operation latencies and errors are counted (may be null).
+  core::OpMetrics* metrics = nullptr;
 };
 
 // The errno for a core error, as the guide's table says.
@@ -69,6 +73,13 @@ class FuseServer {
   // Unmounts (idempotent).
   void Unmount();
 
+  // True between a successful Mount and Unmount.
+  bool mounted() const { return mounted_; }
+
+  // Where operation `op` is timed (null without options_.metrics); counts a failed operation.
+  core::LatencyHistogram* LatencyOf(core::OpMetrics::Op op);
+  void CountError(const core::Status& s);
+
   // Implementation of the callbacks (public for the C trampolines).
   struct Ops;
 
@@ -87,7 +98,7 @@ class FuseServer {
   core::FileSystem& fs_;
   const FuseOptions options_;
   struct fuse_session* se_ = nullptr;
-  bool mounted_ = false;
+  std::atomic<bool> mounted_{false};
   bool handlers_ = false;
 
   std::mutex mu_;

@@ -80,8 +80,7 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
       if (--reading_[key] == 0) reading_.erase(key);
     }
     if (hit.ok() && hit->size() == to - from) {
-      stats_.hits++;
-      stats_.bytes_from_cache += hit->size();
+      CountHit(path, hit->size());
       if (listener_) listener_->Touched(key, block_len);
       assembly->Complete(slot, std::move(hit));
       continue;
@@ -105,8 +104,8 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
   }
 }
 
-std::optional<BlockSlice> BlockReader::TrySlice(const ObjectVersion& version, const std::string& object_id,
-                                                ByteRange range) {
+std::optional<BlockSlice> BlockReader::TrySlice(const ObjectPath& path, const ObjectVersion& version,
+                                                const std::string& object_id, ByteRange range) {
   const uint64_t bs = options_.block_size;
   if (range.length == 0 || range.offset >= version.size) return std::nullopt;
   range.length = std::min(range.length, version.size - range.offset);
@@ -117,10 +116,23 @@ std::optional<BlockSlice> BlockReader::TrySlice(const ObjectVersion& version, co
   auto slice = store_.Slice(key, range.offset - b * bs, range.length);
   if (!slice.ok() && slice.status().code() == StatusCode::kCorrupt) NoteCorrupt(key, slice.status());
   if (!slice.ok() || slice->length() != range.length) return std::nullopt;  // Read fetches it
-  stats_.hits++;
-  stats_.bytes_from_cache += range.length;
+  CountHit(path, range.length);
   if (listener_) listener_->Touched(key, block_len);
   return std::move(*slice);
+}
+
+std::string BlockReader::NamespaceOf(const ObjectPath& path) {
+  auto segments = path.Segments();
+  if (segments.size() <= 1) return "/";
+  return "/" + std::string(segments.front());
+}
+
+void BlockReader::CountHit(const ObjectPath& path, uint64_t bytes) {
+  stats_.hits++;
+  stats_.bytes_from_cache += bytes;
+  ReadCounters& ns = by_namespace_.Get(NamespaceOf(path));
+  ns.hits++;
+  ns.bytes_from_cache += bytes;
 }
 
 void BlockReader::NoteCorrupt(const BlockKey& key, const Status& why) {
@@ -143,8 +155,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     if (auto u = unwritten_.find(key); u != unwritten_.end()) fresh = u->second;
   }
   if (fresh) {
-    stats_.hits++;
-    stats_.bytes_from_cache += fresh->size();
+    CountHit(path, fresh->size());
     done(*fresh);
     return;
   }
@@ -157,9 +168,13 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
       return;
     }
   }
+  ReadCounters& ns = by_namespace_.Get(NamespaceOf(path));
   stats_.misses++;
+  ns.misses++;
   ByteRange range{key.index * options_.block_size, block_len};
-  origin_.ReadRange(path, version, range, deadline, [this, key](Result<Bytes> r) {
+  auto started = Clock::now();
+  origin_.ReadRange(path, version, range, deadline, [this, key, path, version, &ns, started](Result<Bytes> r) {
+    fetch_latency_.Observe(Clock::now() - started);
     std::vector<BlockCallback> waiters;
     std::shared_ptr<const Bytes> copy;
     if (r.ok()) copy = std::make_shared<const Bytes>(*r);
@@ -174,10 +189,11 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     }
     if (copy) {
       stats_.bytes_from_network += copy->size();
+      ns.bytes_from_network += copy->size();
       // Persist on the disk executor; the waiters need not wait for the disk.
-      disk_.Post([this, key, copy] {
+      disk_.Post([this, key, copy, path, version] {
         Status s = store_.Write(key, *copy);
-        if (s.ok() && listener_) listener_->Stored(key, copy->size());
+        if (s.ok() && listener_) listener_->Stored(key, copy->size(), path, version);
         if (!s.ok()) {
           stats_.store_errors++;
           spdlog::warn("cache: block {}#{} served but not cached: {}", key.object_id, key.index,

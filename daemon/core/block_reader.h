@@ -30,6 +30,7 @@
 #include "daemon/core/block_store.h"
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/executor.h"
+#include "daemon/core/metrics.h"
 #include "daemon/core/origin.h"
 
 namespace perch::core {
@@ -65,10 +66,17 @@ class BlockReader {
   // A zero-copy hit: if `range` lies in one block that the store holds as a
   // file, the open file and the range's position in it; nullopt otherwise
   // (the caller then uses Read). Counts as a hit.
-  std::optional<BlockSlice> TrySlice(const ObjectVersion& version, const std::string& object_id,
-                                     ByteRange range);
+  std::optional<BlockSlice> TrySlice(const ObjectPath& path, const ObjectVersion& version,
+                                     const std::string& object_id, ByteRange range);
 
   const BlockReaderStats& stats() const { return stats_; }
+  // The same counts per namespace: the first path segment below the mount
+  // ("/" for files at the root), which for an osdf:/// mount is the
+  // federation's top-level namespace.
+  const CounterFamily<ReadCounters>& namespace_stats() const { return by_namespace_; }
+  // Time from asking the Origin for a block to having it (failover included).
+  const LatencyHistogram& fetch_latency() const { return fetch_latency_; }
+  static std::string NamespaceOf(const ObjectPath& path);
 
   // True while block `key` is being read from the store or fetched and
   // written (the evictor leaves it alone).
@@ -81,6 +89,7 @@ class BlockReader {
 
   // A block failed its check (the store already removed it): count, log, forget.
   void NoteCorrupt(const BlockKey& key, const Status& why);
+  void CountHit(const ObjectPath& path, uint64_t bytes);
   void Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
              uint64_t block_len, Deadline deadline, BlockCallback done);
 
@@ -92,6 +101,8 @@ class BlockReader {
   BlockListener* const listener_;
 
   BlockReaderStats stats_;
+  CounterFamily<ReadCounters> by_namespace_;
+  LatencyHistogram fetch_latency_;
 
   std::mutex mu_;
   // Protected by mu_: waiters of each block being fetched.

@@ -20,6 +20,10 @@ std::string CacheCatalog::Key(const BlockKey& key) {
   return "b/" + key.object_id + "/" + idx;
 }
 
+std::string CacheCatalog::ObjectKey(const std::string& object_id) { return "o/" + object_id; }
+
+std::string CacheCatalog::PinKey(const ObjectPath& path) { return "pin" + path.str(); }
+
 std::string CacheCatalog::Encode(const Record& r) {
   std::string v;
   codec::PutU64(&v, r.length);
@@ -27,11 +31,49 @@ std::string CacheCatalog::Encode(const Record& r) {
   return v;
 }
 
+std::string CacheCatalog::EncodeObject(const ObjectInfo& o) {
+  std::string v;
+  codec::PutString(&v, o.path.str());
+  codec::PutU64(&v, o.size);
+  codec::PutString(&v, o.etag);
+  return v;
+}
+
 Status CacheCatalog::Load() {
   uint64_t total = 0, max_seq = 0;
   std::map<BlockKey, Record> loaded;
+  std::map<std::string, ObjectInfo> objects;
+  std::set<ObjectPath> pins;
   size_t bad = 0;
-  Status s = index_.Scan("b/", [&](std::string_view k, std::string_view v) {
+  Status s = index_.Scan("o/", [&](std::string_view k, std::string_view v) {
+    codec::Reader reader(v);
+    std::string path;
+    ObjectInfo o;
+    if (!reader.GetString(&path) || !reader.GetU64(&o.size) || !reader.GetString(&o.etag)) {
+      ++bad;
+      return true;
+    }
+    auto parsed = ObjectPath::Parse(path);
+    if (!parsed.ok()) {
+      ++bad;
+      return true;
+    }
+    o.path = *parsed;
+    objects.emplace(std::string(k.substr(2)), std::move(o));
+    return true;
+  });
+  if (!s.ok()) return s;
+  s = index_.Scan("pin/", [&](std::string_view k, std::string_view) {
+    auto parsed = ObjectPath::Parse(k.substr(3));
+    if (parsed.ok()) {
+      pins.insert(*parsed);
+    } else {
+      ++bad;
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  s = index_.Scan("b/", [&](std::string_view k, std::string_view v) {
     std::string_view rest = k.substr(2);
     size_t slash = rest.rfind('/');
     Record r;
@@ -44,15 +86,27 @@ Status CacheCatalog::Load() {
                  std::strtoull(std::string(rest.substr(slash + 1)).c_str(), nullptr, 16)};
     total += r.length;
     max_seq = std::max(max_seq, r.seq);
+    if (auto o = objects.find(key.object_id); o != objects.end()) {
+      o->second.cached_bytes += r.length;
+      o->second.blocks++;
+    }
     loaded.emplace(std::move(key), r);
     return true;
   });
   if (!s.ok()) return s;
-  if (bad > 0) spdlog::warn("cache: {} undecodable block records ignored", bad);
+  if (bad > 0) spdlog::warn("cache: {} undecodable index records ignored", bad);
   size_t count = loaded.size();
   {
     std::lock_guard<std::mutex> l(mu_);
     records_ = std::move(loaded);
+    objects_.clear();
+    ids_by_path_.clear();
+    for (auto& [id, o] : objects) {
+      if (o.blocks == 0) continue;  // its blocks went before it (a crash): forgotten
+      ids_by_path_[o.path.str()].insert(id);
+      objects_.emplace(id, std::move(o));
+    }
+    pins_ = std::move(pins);
     next_seq_ = max_seq + 1;
     cached_bytes_ = total;
   }
@@ -61,19 +115,34 @@ Status CacheCatalog::Load() {
   return Status::Ok();
 }
 
-void CacheCatalog::Stored(const BlockKey& key, uint64_t length) {
-  Record r;
+void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
+                          const ObjectVersion& version) {
+  std::vector<Index::Write> batch;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto [it, inserted] = records_.try_emplace(key);
     if (!inserted) cached_bytes_ -= it->second.length;
+    auto [obj, new_object] = objects_.try_emplace(key.object_id);
+    if (new_object) {
+      obj->second.path = path;
+      obj->second.size = version.size;
+      obj->second.etag = version.etag;
+      ids_by_path_[path.str()].insert(key.object_id);
+      batch.push_back({ObjectKey(key.object_id), EncodeObject(obj->second)});
+    }
+    if (inserted) {
+      obj->second.blocks++;
+    } else {
+      obj->second.cached_bytes -= it->second.length;
+    }
+    obj->second.cached_bytes += length;
     it->second.length = length;
     it->second.seq = next_seq_++;
     cached_bytes_ += length;
     dirty_.erase(key);
-    r = it->second;
+    batch.push_back({Key(key), Encode(it->second)});
   }
-  Status s = index_.Apply({{Key(key), Encode(r)}});
+  Status s = index_.Apply(batch);
   if (!s.ok()) spdlog::warn("cache: could not record block {}#{}: {}", key.object_id, key.index, s.ToString());
   MaybeScheduleEviction();
 }
@@ -88,6 +157,10 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
       // A block file without a record (crash between rename and record): adopt it.
       it = records_.emplace(key, Record{length, 0}).first;
       cached_bytes_ += length;
+      if (auto o = objects_.find(key.object_id); o != objects_.end()) {
+        o->second.cached_bytes += length;
+        o->second.blocks++;
+      }
       adopted = true;
     }
     it->second.seq = next_seq_++;
@@ -98,18 +171,157 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
   if (flush) Flush().IgnoreError();
 }
 
-bool CacheCatalog::Forget(const BlockKey& key) {
+bool CacheCatalog::Forget(const BlockKey& key, std::vector<Index::Write>* batch) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = records_.find(key);
   if (it == records_.end()) return false;
   cached_bytes_ -= it->second.length;
+  if (auto o = objects_.find(key.object_id); o != objects_.end()) {
+    o->second.cached_bytes -= std::min(o->second.cached_bytes, it->second.length);
+    if (--o->second.blocks == 0) {
+      auto ids = ids_by_path_.find(o->second.path.str());
+      if (ids != ids_by_path_.end()) {
+        ids->second.erase(key.object_id);
+        if (ids->second.empty()) ids_by_path_.erase(ids);
+      }
+      objects_.erase(o);
+      batch->push_back({ObjectKey(key.object_id), std::nullopt});
+    }
+  }
   records_.erase(it);
   dirty_.erase(key);
+  batch->push_back({Key(key), std::nullopt});
   return true;
 }
 
 void CacheCatalog::Dropped(const BlockKey& key) {
-  if (Forget(key)) index_.Apply({{Key(key), std::nullopt}}).IgnoreError();
+  std::vector<Index::Write> batch;
+  if (Forget(key, &batch)) index_.Apply(batch).IgnoreError();
+}
+
+bool CacheCatalog::IsPinnedLocked(const ObjectPath& path) const {
+  for (const ObjectPath& p : pins_) {
+    if (path.HasPrefix(p)) return true;
+  }
+  return false;
+}
+
+Status CacheCatalog::Pin(const ObjectPath& prefix) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pins_.insert(prefix);
+  }
+  return index_.Apply({{PinKey(prefix), std::string()}});
+}
+
+Status CacheCatalog::Unpin(const ObjectPath& prefix) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (pins_.erase(prefix) == 0) return NotFoundError(prefix.str() + " is not pinned", FailureSite::kLocal);
+  }
+  Status s = index_.Apply({{PinKey(prefix), std::nullopt}});
+  MaybeScheduleEviction();  // what the pin held may now be over the watermark
+  return s;
+}
+
+std::vector<ObjectPath> CacheCatalog::Pins() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return {pins_.begin(), pins_.end()};
+}
+
+bool CacheCatalog::Contains(const BlockKey& key) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return records_.count(key) > 0;
+}
+
+uint64_t CacheCatalog::pinned_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t total = 0;
+  if (pins_.empty()) return 0;
+  for (const auto& [id, o] : objects_) {
+    if (IsPinnedLocked(o.path)) total += o.cached_bytes;
+  }
+  return total;
+}
+
+std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std::string& after,
+                                             size_t limit) const {
+  std::vector<CachedObject> out;
+  std::lock_guard<std::mutex> l(mu_);
+  // Paths under `prefix` sort at or after it (every path below starts with it).
+  std::string start = std::max(after, prefix.str());
+  for (auto it = ids_by_path_.lower_bound(start); it != ids_by_path_.end() && out.size() < limit; ++it) {
+    if (it->first == after) continue;
+    auto path = ObjectPath::Parse(it->first);
+    if (!path.ok()) continue;
+    if (!path->HasPrefix(prefix)) {
+      // "/a/b" < "/a/b c" < "/a/b/x": a sibling with a longer name may sort
+      // between the prefix and its children, so skip it rather than stop.
+      if (it->first.compare(0, prefix.str().size(), prefix.str()) != 0) break;
+      continue;
+    }
+    for (const std::string& id : it->second) {
+      const ObjectInfo& o = objects_.at(id);
+      out.push_back(CachedObject{o.path, id, o.size, o.cached_bytes, o.blocks, IsPinnedLocked(o.path)});
+    }
+  }
+  return out;
+}
+
+void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* result) {
+  std::vector<Index::Write> batch;
+  std::set<std::string> objects;
+  for (const BlockKey& key : keys) {
+    if (in_use_ && in_use_(key)) {
+      result->busy_blocks++;
+      continue;
+    }
+    uint64_t length = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = records_.find(key);
+      if (it == records_.end()) continue;  // went meanwhile
+      length = it->second.length;
+    }
+    Status s = store_.Remove(key);  // the file first, then the record
+    if (!s.ok()) {
+      spdlog::warn("cache: could not evict block {}#{}: {}", key.object_id, key.index, s.ToString());
+      continue;
+    }
+    if (!Forget(key, &batch)) continue;
+    result->blocks++;
+    result->bytes += length;
+    objects.insert(key.object_id);
+  }
+  result->objects += objects.size();
+  if (!batch.empty()) {
+    Status s = index_.Apply(batch);
+    if (!s.ok()) spdlog::warn("cache: eviction records not written: {}", s.ToString());
+  }
+  evictions_ += result->blocks;
+}
+
+Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {
+  EvictResult result;
+  std::vector<BlockKey> keys;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [id, o] : objects_) {
+      if (!o.path.HasPrefix(prefix)) continue;
+      if (IsPinnedLocked(o.path)) {
+        result.pinned_objects++;
+        continue;
+      }
+      for (auto it = records_.lower_bound(BlockKey{id, 0}); it != records_.end() && it->first.object_id == id;
+           ++it) {
+        keys.push_back(it->first);
+      }
+    }
+  }
+  RemoveBlocks(keys, &result);
+  spdlog::info("cache: evicted {} ({} objects, {} blocks, {} bytes; {} pinned objects kept)", prefix.str(),
+               result.objects, result.blocks, result.bytes, result.pinned_objects);
+  return result;
 }
 
 Status CacheCatalog::Flush() {
@@ -148,33 +360,38 @@ size_t CacheCatalog::EvictIfNeeded() {
   {
     std::lock_guard<std::mutex> l(mu_);
     lru.reserve(records_.size());
-    for (const auto& [k, r] : records_) lru.emplace_back(r.seq, k);
+    for (const auto& [k, r] : records_) {
+      if (!pins_.empty()) {
+        auto o = objects_.find(k.object_id);
+        if (o != objects_.end() && IsPinnedLocked(o->second.path)) continue;
+      }
+      lru.emplace_back(r.seq, k);
+    }
   }
   std::sort(lru.begin(), lru.end());
-  size_t evicted = 0;
-  std::vector<Index::Write> batch;
+  // Take the oldest blocks until enough bytes would be freed, then remove them.
+  std::vector<BlockKey> victims;
+  uint64_t to_free = cached_bytes_.load() - low;
+  uint64_t planned = 0;
   for (const auto& [seq, key] : lru) {
-    if (cached_bytes_.load() <= low) break;
-    if (in_use_ && in_use_(key)) continue;
-    Status s = store_.Remove(key);  // the file first, then the record
-    if (!s.ok()) {
-      spdlog::warn("cache: could not evict block {}#{}: {}", key.object_id, key.index, s.ToString());
-      continue;
-    }
-    if (!Forget(key)) continue;
-    batch.push_back({Key(key), std::nullopt});
-    ++evicted;
+    if (planned >= to_free) break;
+    if (in_use_ && in_use_(key)) continue;  // not under mu_: a leaf lock calls nothing
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = records_.find(key);
+    if (it == records_.end()) continue;
+    planned += it->second.length;
+    victims.push_back(key);
   }
-  if (!batch.empty()) {
-    Status s = index_.Apply(batch);
-    if (!s.ok()) spdlog::warn("cache: eviction records not written: {}", s.ToString());
-  }
-  evictions_ += evicted;
-  if (evicted > 0) {
-    spdlog::info("cache: evicted {} blocks; {} of {} bytes used", evicted, cached_bytes_.load(),
+  EvictResult result;
+  RemoveBlocks(victims, &result);
+  if (result.blocks > 0) {
+    spdlog::info("cache: evicted {} blocks; {} of {} bytes used", result.blocks, cached_bytes_.load(),
                  options_.capacity_bytes);
+  } else if (planned < to_free) {
+    spdlog::warn("cache: over the high watermark but nothing more can be evicted ({} bytes pinned or in use)",
+                 cached_bytes_.load());
   }
-  return evicted;
+  return result.blocks;
 }
 
 }  // namespace perch::core

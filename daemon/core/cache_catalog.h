@@ -11,9 +11,17 @@
 // dirty records are written in one batch every `flush_every` hits or on
 // Flush(), never one write per read.
 //
+// Each object with a stored block also has a record "o/<object_id>" (its
+// path, size and ETag), written with its first block and deleted with its
+// last, so that the control plane can list, pin and evict by path.
+//
+// Pins: "pin/<path>" records name prefixes whose blocks eviction never
+// takes (explicit Evict of a pinned prefix keeps them too; unpin first).
+//
 // Eviction runs on the disk executor when the total passes the high
 // watermark and removes least-recently-used blocks until it is under the low
-// watermark, skipping blocks being read or fetched right now (in_use). It
+// watermark, skipping pinned blocks and blocks being read or fetched right
+// now (in_use). It
 // removes the block file before the record. (A reader that already opened a
 // block file keeps reading it after the unlink: POSIX semantics.) Open files
 // are not pinned as a whole, so a file larger than the quota can stream.
@@ -28,6 +36,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "daemon/core/block_store.h"
 #include "daemon/core/executor.h"
@@ -39,7 +48,9 @@ namespace perch::core {
 class BlockListener {
  public:
   virtual ~BlockListener() = default;
-  virtual void Stored(const BlockKey& key, uint64_t length) = 0;
+  // Block `key` of object `path` at `version` is now in the store.
+  virtual void Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
+                      const ObjectVersion& version) = 0;
   virtual void Touched(const BlockKey& key, uint64_t length) = 0;
   virtual void Dropped(const BlockKey& key) = 0;
 };
@@ -51,6 +62,24 @@ struct CatalogOptions {
   size_t flush_every = 1024;
 };
 
+// One cached object, as ListCached shows it.
+struct CachedObject {
+  ObjectPath path;
+  std::string object_id;
+  uint64_t size = 0;          // the object's size
+  uint64_t cached_bytes = 0;  // how much of it is in the store
+  uint64_t blocks = 0;
+  bool pinned = false;
+};
+
+struct EvictResult {
+  uint64_t objects = 0;         // objects with at least one block removed
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+  uint64_t pinned_objects = 0;  // under the prefix but pinned: kept
+  uint64_t busy_blocks = 0;     // being read or fetched right now: kept
+};
+
 class CacheCatalog : public BlockListener {
  public:
   // `in_use(key)` says whether a block is being read or written now.
@@ -60,7 +89,8 @@ class CacheCatalog : public BlockListener {
   // Reads the block records. REQUIRES: called once, before any other method.
   Status Load();
 
-  void Stored(const BlockKey& key, uint64_t length) override;
+  void Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
+              const ObjectVersion& version) override;
   void Touched(const BlockKey& key, uint64_t length) override;
   void Dropped(const BlockKey& key) override;
 
@@ -69,7 +99,25 @@ class CacheCatalog : public BlockListener {
   // Evicts now if above the high watermark; returns the number of blocks evicted.
   size_t EvictIfNeeded();
 
+  // Pins `prefix` (persisted); pinning a pinned prefix is OK.
+  Status Pin(const ObjectPath& prefix);
+  // kNotFound if `prefix` is not pinned (a path below a pin is not a pin).
+  Status Unpin(const ObjectPath& prefix);
+  std::vector<ObjectPath> Pins() const;
+
+  // Removes every cached block of the objects under `prefix`, except pinned
+  // objects and blocks in use (counted in the result).
+  Result<EvictResult> Evict(const ObjectPath& prefix);
+
+  // Cached objects under `prefix` whose path sorts after `after` ("" = from
+  // the start), in path order, at most `limit`.
+  std::vector<CachedObject> List(const ObjectPath& prefix, const std::string& after, size_t limit) const;
+
+  // True if block `key` is recorded as stored.
+  bool Contains(const BlockKey& key) const;
+
   uint64_t cached_bytes() const { return cached_bytes_.load(); }
+  uint64_t pinned_bytes() const;
   uint64_t capacity_bytes() const { return options_.capacity_bytes; }
   uint64_t evictions() const { return evictions_.load(); }
   size_t blocks() const;
@@ -79,11 +127,26 @@ class CacheCatalog : public BlockListener {
     uint64_t length = 0;
     uint64_t seq = 0;
   };
+  struct ObjectInfo {
+    ObjectPath path;
+    uint64_t size = 0;
+    std::string etag;
+    uint64_t cached_bytes = 0;
+    uint64_t blocks = 0;
+  };
   static std::string Key(const BlockKey& key);
+  static std::string ObjectKey(const std::string& object_id);
+  static std::string PinKey(const ObjectPath& path);
   static std::string Encode(const Record& r);
+  static std::string EncodeObject(const ObjectInfo& o);
   void MaybeScheduleEviction();
-  // Removes `key`'s in-memory record; false if there was none. Takes mu_.
-  bool Forget(const BlockKey& key);
+  // Removes `key`'s in-memory record and appends the index deletes it needs
+  // (the block record; the object record with its last block) to `batch`.
+  // False if there was no record. Takes mu_.
+  bool Forget(const BlockKey& key, std::vector<Index::Write>* batch);
+  // Removes `keys` (file first, then record), skipping blocks in use. Not under mu_.
+  void RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* result);
+  bool IsPinnedLocked(const ObjectPath& path) const;  // REQUIRES: mu_ held
 
   // Constant after construction.
   Index& index_;
@@ -99,6 +162,9 @@ class CacheCatalog : public BlockListener {
   mutable std::mutex mu_;
   std::map<BlockKey, Record> records_;  // Protected by mu_
   std::set<BlockKey> dirty_;            // Protected by mu_
+  std::map<std::string, ObjectInfo> objects_;                  // Protected by mu_: by object id
+  std::map<std::string, std::set<std::string>> ids_by_path_;   // Protected by mu_
+  std::set<ObjectPath> pins_;                                  // Protected by mu_
   uint64_t next_seq_ = 1;               // Protected by mu_
 };
 

@@ -63,7 +63,7 @@ std::optional<BlockSlice> FileSystem::ReadSlice(uint64_t handle, uint64_t offset
     if (it == open_.end()) return std::nullopt;
     f = it->second;
   }
-  return reader_.TrySlice(ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size});
+  return reader_.TrySlice(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size});
 }
 
 void FileSystem::Release(uint64_t handle) {

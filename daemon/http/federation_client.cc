@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <mutex>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "daemon/http/discovery.h"
@@ -410,10 +412,25 @@ class FederationClient::State : public std::enable_shared_from_this<FederationCl
   void AttemptDone(std::shared_ptr<ReadOp> op, Result<HttpResponse> r);
   void FinishRead(std::shared_ptr<ReadOp> op, Result<core::Bytes> r);
 
+  // Remembers which server last delivered bytes of `fed_path` (for xattrs);
+  // a bounded map, cleared when full. Any thread.
+  void NoteServer(const std::string& fed_path, const std::string& server) {
+    std::lock_guard<std::mutex> l(served_mu_);
+    if (served_by_.size() >= 100000) served_by_.clear();
+    served_by_[fed_path] = server;
+  }
+  std::string ServedBy(const std::string& fed_path) {
+    std::lock_guard<std::mutex> l(served_mu_);
+    auto it = served_by_.find(fed_path);
+    return it == served_by_.end() ? std::string() : it->second;
+  }
+
   CurlLoop& loop_;
   FederationUrl url_;
   FederationClientOptions options_;
   FederationCounters counters_;
+  std::mutex served_mu_;
+  std::unordered_map<std::string, std::string> served_by_;  // Protected by served_mu_
   TokenFinder tokens_;
   std::function<void(const std::string&, uint64_t)> progress_hook_;
 
@@ -624,7 +641,10 @@ void FederationClient::State::AttemptDone(std::shared_ptr<ReadOp> op, Result<Htt
 }
 
 void FederationClient::State::FinishRead(std::shared_ptr<ReadOp> op, Result<core::Bytes> r) {
-  if (r.ok()) counters_.bytes_delivered += r->size();
+  if (r.ok()) {
+    counters_.bytes_delivered += r->size();
+    if (!op->server.empty()) NoteServer(op->fed_path.str(), op->server);
+  }
   auto done = std::move(op->done);
   op->done = nullptr;
   if (done) done(std::move(r));
@@ -637,6 +657,10 @@ FederationClient::FederationClient(CurlLoop& loop, FederationUrl url, Federation
 FederationClient::~FederationClient() = default;
 
 const FederationCounters& FederationClient::counters() const { return state_->counters_; }
+
+std::string FederationClient::LastServer(const ObjectPath& path) const {
+  return state_->ServedBy(state_->ToFederation(path).str());
+}
 
 void FederationClient::Stat(const ObjectPath& path, Deadline deadline,
                             std::function<void(Result<core::FileAttr>)> done) {

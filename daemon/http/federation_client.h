@@ -88,6 +88,10 @@ class FederationClient : public core::Origin {
   const FederationUrl& url() const { return url_; }
   const FederationCounters& counters() const;
 
+  // The server (scheme://host:port) that last delivered bytes of `path`;
+  // "" if none has since start.
+  std::string LastServer(const core::ObjectPath& path) const;
+
   // Called on the loop thread after each accepted body chunk of a range GET,
   // with the server URL and the bytes of the current read received so far.
   void SetProgressHookForTest(std::function<void(const std::string& url, uint64_t bytes)> hook);

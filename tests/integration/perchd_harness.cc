@@ -36,8 +36,8 @@ bool IsMounted(const fs::path& mountpoint) {
 
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& args, const fs::path& log) {
-  std::vector<std::string> argv_s = {PERCHD_PATH};
+pid_t Spawn(const std::string& binary, const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<std::string> argv_s = {binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   pid_t pid = fork();
   if (pid == 0) {
@@ -69,10 +69,25 @@ int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
+// `args` with "--control unix:<dir>/<name>.sock" added unless they name a
+// control address: every test daemon gets its own socket.
+std::vector<std::string> WithOwnControl(std::vector<std::string> args, const fs::path& dir, const std::string& name) {
+  for (const auto& a : args) {
+    if (a == "--control") return args;
+  }
+  args.insert(args.begin(), {"--control", "unix:" + (dir / (name + ".sock")).string()});
+  return args;
+}
+
 RunResult RunPerchdToExit(const std::vector<std::string>& args, std::chrono::seconds timeout) {
   TempDir dir("perchd-run");
+  return RunToExit(PERCHD_PATH, WithOwnControl(args, dir.path(), "control"), timeout);
+}
+
+RunResult RunToExit(const std::string& binary, const std::vector<std::string>& args, std::chrono::seconds timeout) {
+  TempDir dir("run");
   fs::path log = dir.path() / "log";
-  pid_t pid = Spawn(args, log);
+  pid_t pid = Spawn(binary, args, log);
   RunResult out;
   out.exit_code = WaitExit(pid, timeout);
   if (out.exit_code == -1) {
@@ -88,8 +103,12 @@ std::string PerchdProcess::Start(const std::vector<std::string>& args, const fs:
   mountpoint_ = mountpoint;
   log_ = log;
   std::vector<std::string> all = {"--foreground"};
-  all.insert(all.end(), args.begin(), args.end());
-  pid_ = Spawn(all, log);
+  auto with_control = WithOwnControl(args, log.parent_path(), log.stem().string());
+  all.insert(all.end(), with_control.begin(), with_control.end());
+  for (size_t i = 0; i + 1 < all.size(); ++i) {
+    if (all[i] == "--control") control_ = all[i + 1];
+  }
+  pid_ = Spawn(PERCHD_PATH, all, log);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < end) {
     if (IsMounted(mountpoint)) return "";

@@ -23,6 +23,10 @@ struct RunResult {
   std::string output;  // stdout + stderr
 };
 
+// Runs `binary` with `args` to completion (killed after `timeout`); output is stdout + stderr.
+RunResult RunToExit(const std::string& binary, const std::vector<std::string>& args,
+                    std::chrono::seconds timeout = std::chrono::seconds(60));
+
 // Runs perchd with `args` to completion (for start-up error checks).
 RunResult RunPerchdToExit(const std::vector<std::string>& args,
                           std::chrono::seconds timeout = std::chrono::seconds(60));
@@ -35,17 +39,21 @@ class PerchdProcess {
   PerchdProcess& operator=(const PerchdProcess&) = delete;
 
   // Starts `perchd --foreground <args>` and waits until `mountpoint` is mounted.
+  // Without "--control" in `args`, the daemon's control socket is put next to `log`.
   // Returns "" on success, else a message with perchd's log.
   std::string Start(const std::vector<std::string>& args, const std::filesystem::path& mountpoint,
                     const std::filesystem::path& log);
   // Stops perchd cleanly (SIGTERM) and returns its exit code.
   int Stop();
   std::string Log() const;
+  // The control address perchd was given ("unix:/tmp/.../perchd-1.sock").
+  const std::string& control() const { return control_; }
 
  private:
   pid_t pid_ = -1;
   std::filesystem::path mountpoint_;
   std::filesystem::path log_;
+  std::string control_;
 };
 
 }  // namespace perch::testing

@@ -1,0 +1,454 @@
+#include "daemon/control/control_server.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "proto/perch.grpc.pb.h"
+
+namespace perch::control {
+
+using core::StatusCode;
+
+grpc::Status ToGrpcStatus(const core::Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (s.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case StatusCode::kPermissionDenied: code = grpc::StatusCode::PERMISSION_DENIED; break;
+    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case StatusCode::kCorrupt: code = grpc::StatusCode::DATA_LOSS; break;
+    case StatusCode::kNoSpace: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
+    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+  }
+  if (code == grpc::StatusCode::INTERNAL || code == grpc::StatusCode::DATA_LOSS) {
+    spdlog::error("control: {}", s.ToString());
+  } else {
+    spdlog::debug("control: {}", s.ToString());
+  }
+  return grpc::Status(code, s.message());
+}
+
+namespace {
+
+void Fill(const core::ReadCounters::Values& v, v1::ReadCounters* out) {
+  out->set_hits(v.hits);
+  out->set_misses(v.misses);
+  out->set_bytes_from_cache(v.bytes_from_cache);
+  out->set_bytes_from_network(v.bytes_from_network);
+}
+
+void Fill(const core::LatencyHistogram::Snapshot& h, v1::Histogram* out) {
+  for (double b : h.bounds) out->add_bounds_seconds(b);
+  for (uint64_t c : h.counts) out->add_counts(c);
+  out->set_count(h.count);
+  out->set_sum_seconds(h.sum_seconds);
+}
+
+void Fill(const core::NodeControl& node, const core::WarmProgress& p, v1::WarmProgress* out) {
+  out->set_job_id(p.id);
+  for (const std::string& path : p.paths) {
+    out->add_paths(node.FederationPath(*core::ObjectPath::Parse(path)));
+  }
+  out->set_files_total(p.files_total);
+  out->set_files_done(p.files_done);
+  out->set_files_failed(p.files_failed);
+  out->set_bytes_total(p.bytes_total);
+  out->set_bytes_done(p.bytes_done);
+  out->set_listing_done(p.listing_done);
+  out->set_finished(p.finished);
+  out->set_cancelled(p.cancelled);
+  for (const std::string& e : p.errors) out->add_errors(e);
+}
+
+void Fill(const core::NodeControl& node, const core::StatsSnapshot& s, v1::Stats* out) {
+  out->set_hits(s.totals.hits);
+  out->set_misses(s.totals.misses);
+  out->set_bytes_from_cache(s.totals.bytes_from_cache);
+  out->set_bytes_from_network(s.totals.bytes_from_network);
+  out->set_cached_bytes(s.cached_bytes);
+  out->set_capacity_bytes(s.capacity_bytes);
+  out->set_evictions(s.evictions);
+  out->set_failovers(s.network.failovers);
+  out->set_inflight_requests(s.network.inflight_requests);
+  out->set_queued_requests(s.network.queued_requests);
+  out->set_pinned_bytes(s.pinned_bytes);
+  out->set_cached_blocks(s.cached_blocks);
+  out->set_shared_fetches(s.shared_fetches);
+  out->set_corrupt_blocks(s.corrupt_blocks);
+  out->set_store_errors(s.store_errors);
+  out->set_resumes(s.network.resumes);
+  out->set_range_gets(s.network.range_gets);
+  out->set_offline(s.offline);
+  out->set_uptime_seconds(s.uptime_seconds);
+  for (const auto& [cls, n] : s.errors) {
+    auto* e = out->add_errors();
+    e->set_error_class(cls);
+    e->set_count(n);
+  }
+  for (const auto& [path, v] : s.namespaces) {
+    auto* ns = out->add_namespaces();
+    ns->set_path(path);
+    Fill(v, ns->mutable_counters());
+  }
+  for (const auto& [op, h] : s.fuse_ops) {
+    auto* o = out->add_fuse_ops();
+    o->set_op(op);
+    Fill(h, o->mutable_latency());
+  }
+  Fill(s.origin_get, out->mutable_origin_get());
+  for (const auto& w : s.warm_jobs) Fill(node, w, out->add_warm_jobs());
+}
+
+// Streams one warm's progress. gRPC allows one write in flight, so the
+// newest progress waits in `latest_` and intermediate ones are skipped.
+//
+// Lifetime: the job's progress callback may outlive this reactor (it runs on
+// other threads), so it reaches the reactor through `Link`, which OnDone
+// clears before the reactor is deleted.
+class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
+ public:
+  struct Link {
+    std::mutex mu;
+    WarmWriter* writer = nullptr;  // Protected by mu
+  };
+
+  WarmWriter(core::NodeControl& node, const v1::WarmRequest& request)
+      : node_(node), link_(std::make_shared<Link>()), detach_(request.detach()) {
+    std::vector<core::ObjectPath> paths;
+    for (const std::string& p : request.paths()) {
+      auto resolved = node_.Resolve(p);
+      if (!resolved.ok()) {
+        Finish(ToGrpcStatus(resolved.status()));
+        finish_called_ = true;
+        return;
+      }
+      paths.push_back(*resolved);
+    }
+    if (paths.empty()) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no paths to warm"));
+      finish_called_ = true;
+      return;
+    }
+    link_->writer = this;
+    std::lock_guard<std::mutex> l(link_->mu);
+    auto update = [link = link_](const core::WarmProgress& p) {
+      std::lock_guard<std::mutex> l(link->mu);
+      if (link->writer != nullptr) link->writer->OnProgress(p);
+    };
+    job_ = node_.warmer().Start(paths, request.recursive(), detach_ ? core::Warmer::UpdateFn() : update);
+    OnProgress(job_->Progress());  // the first message names the job
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> l(link_->mu);
+    writing_ = false;
+    if (!ok) {
+      // The client went away: a warm nobody waits for ends (unless detached).
+      if (!detach_) job_->Cancel();
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    if (detach_ || sent_final_) {
+      FinishOnce(grpc::Status::OK);
+      return;
+    }
+    WriteLatest();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> l(link_->mu);
+    if (job_ && !detach_) job_->Cancel();
+    if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "warm cancelled"));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> l(link_->mu);
+      link_->writer = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  // REQUIRES: link_->mu held.
+  void OnProgress(const core::WarmProgress& p) {
+    if (finish_called_) return;
+    latest_ = p;
+    dirty_ = true;
+    WriteLatest();
+  }
+
+  // REQUIRES: link_->mu held.
+  void WriteLatest() {
+    if (writing_ || !dirty_ || finish_called_) return;
+    message_.Clear();
+    Fill(node_, latest_, &message_);
+    dirty_ = false;
+    writing_ = true;
+    sent_final_ = latest_.finished;
+    StartWrite(&message_);
+  }
+
+  // REQUIRES: link_->mu held.
+  void FinishOnce(const grpc::Status& s) {
+    if (finish_called_) return;
+    finish_called_ = true;
+    Finish(s);
+  }
+
+  core::NodeControl& node_;
+  std::shared_ptr<Link> link_;
+  const bool detach_;
+  std::shared_ptr<core::WarmJob> job_;
+  // Protected by link_->mu:
+  core::WarmProgress latest_;
+  bool dirty_ = false;
+  bool writing_ = false;
+  bool sent_final_ = false;
+  bool finish_called_ = false;
+  v1::WarmProgress message_;
+};
+
+}  // namespace
+
+class ControlServer::Service final : public v1::Perch::CallbackService {
+ public:
+  Service(core::NodeControl& node, ControlOptions options) : node_(node), options_(std::move(options)) {}
+  void set_address(std::string a) { options_.address = std::move(a); }
+
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx, const v1::GetStatsRequest*,
+                                     v1::Stats* reply) override {
+    auto* r = ctx->DefaultReactor();
+    try {
+      Fill(node_, node_.Stats(), reply);
+      r->Finish(grpc::Status::OK);
+    } catch (const std::exception& e) {
+      r->Finish(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
+    }
+    return r;
+  }
+
+  grpc::ServerWriteReactor<v1::WarmProgress>* Warm(grpc::CallbackServerContext*,
+                                                   const v1::WarmRequest* request) override {
+    return new WarmWriter(node_, *request);
+  }
+
+  grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* ctx, const v1::PinRequest* request,
+                                v1::PinReply* reply) override {
+    return PinOrUnpin(ctx, request, reply, true);
+  }
+  grpc::ServerUnaryReactor* Unpin(grpc::CallbackServerContext* ctx, const v1::PinRequest* request,
+                                  v1::PinReply* reply) override {
+    return PinOrUnpin(ctx, request, reply, false);
+  }
+
+  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* request,
+                                  v1::EvictReply* reply) override {
+    auto* r = ctx->DefaultReactor();
+    auto path = node_.Resolve(request->path());
+    if (!path.ok()) {
+      r->Finish(ToGrpcStatus(path.status()));
+      return r;
+    }
+    auto result = node_.catalog().Evict(*path);
+    if (!result.ok()) {
+      r->Finish(ToGrpcStatus(result.status()));
+      return r;
+    }
+    reply->set_path(node_.FederationPath(*path));
+    reply->set_objects(result->objects);
+    reply->set_blocks(result->blocks);
+    reply->set_bytes(result->bytes);
+    reply->set_pinned_objects(result->pinned_objects);
+    reply->set_busy_blocks(result->busy_blocks);
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* ListCached(grpc::CallbackServerContext* ctx, const v1::ListCachedRequest* request,
+                                       v1::ListCachedReply* reply) override {
+    auto* r = ctx->DefaultReactor();
+    // No path: the whole mount.
+    auto path = request->path().empty() ? core::Result<core::ObjectPath>(core::ObjectPath())
+                                        : node_.Resolve(request->path());
+    if (!path.ok()) {
+      r->Finish(ToGrpcStatus(path.status()));
+      return r;
+    }
+    size_t page = request->page_size() == 0 ? 1000 : std::min<size_t>(request->page_size(), 10000);
+    // The page token is the last object path of the previous page.
+    auto objects = node_.catalog().List(*path, request->page_token(), page + 1);
+    bool more = objects.size() > page;
+    if (more) objects.resize(page);
+    for (const auto& o : objects) {
+      auto* c = reply->add_objects();
+      c->set_path(node_.FederationPath(o.path));
+      c->set_size(o.size);
+      c->set_cached_bytes(o.cached_bytes);
+      c->set_blocks(o.blocks);
+      c->set_pinned(o.pinned);
+    }
+    if (more && !objects.empty()) reply->set_next_page_token(objects.back().path.str());
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* request,
+                                   v1::HealthReply* reply) override {
+    auto* r = ctx->DefaultReactor();
+    auto timeout = std::chrono::milliseconds(request->timeout_ms() == 0 ? 5000 : request->timeout_ms());
+    node_.Health(timeout, [this, r, reply](core::HealthReport h) {
+      reply->set_healthy(h.healthy);
+      reply->set_mountpoint(h.mountpoint);
+      reply->set_federation_url(h.federation_url);
+      reply->set_mounted(h.mounted);
+      reply->set_offline(h.offline);
+      for (const auto& n : h.namespaces) {
+        auto* ns = reply->add_namespaces();
+        ns->set_path(n.path);
+        ns->set_reachable(n.reachable);
+        ns->set_latency_ms(static_cast<uint64_t>(n.latency.count()));
+        ns->set_error(n.error);
+      }
+      reply->set_cache_dir(h.cache_dir);
+      reply->set_cache_capacity_bytes(h.cache_capacity_bytes);
+      reply->set_cache_used_bytes(h.cache_used_bytes);
+      reply->set_disk_total_bytes(h.disk_total_bytes);
+      reply->set_disk_free_bytes(h.disk_free_bytes);
+      reply->set_disk_error(h.disk_error);
+      reply->set_version(options_.version);
+      reply->set_control_address(options_.address);
+      reply->set_metrics_address(options_.metrics_address);
+      reply->set_pid(::getpid());
+      r->Finish(grpc::Status::OK);
+    });
+    return r;
+  }
+
+ private:
+  grpc::ServerUnaryReactor* PinOrUnpin(grpc::CallbackServerContext* ctx, const v1::PinRequest* request,
+                                       v1::PinReply* reply, bool pin) {
+    auto* r = ctx->DefaultReactor();
+    auto path = node_.Resolve(request->path());
+    if (!path.ok()) {
+      r->Finish(ToGrpcStatus(path.status()));
+      return r;
+    }
+    core::Status s = pin ? node_.catalog().Pin(*path) : node_.catalog().Unpin(*path);
+    if (s.code() == StatusCode::kNotFound) {
+      s = core::NotFoundError(node_.FederationPath(*path) + " is not pinned", core::FailureSite::kLocal);
+    }
+    if (!s.ok()) {
+      r->Finish(ToGrpcStatus(s));
+      return r;
+    }
+    reply->set_path(node_.FederationPath(*path));
+    for (const auto& p : node_.catalog().Pins()) reply->add_pins(node_.FederationPath(p));
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+  core::NodeControl& node_;
+  ControlOptions options_;
+};
+
+ControlServer::ControlServer(core::NodeControl& node) : node_(node) {}
+
+ControlServer::~ControlServer() { Shutdown(); }
+
+namespace {
+
+// True if something accepts connections on unix socket `path`.
+bool SocketAnswers(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool answers = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return answers;
+}
+
+}  // namespace
+
+core::Status ControlServer::Start(const ControlOptions& options) {
+  std::string listen;
+  if (options.address.starts_with("unix:")) {
+    socket_path_ = options.address.substr(5);
+    if (socket_path_.empty() || socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
+      return core::InvalidArgumentError("--control unix:PATH needs a path shorter than 108 bytes");
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(socket_path_).parent_path(), ec);
+    if (ec) {
+      return core::InvalidArgumentError("cannot create the directory of control socket " + socket_path_ + ": " +
+                                        ec.message());
+    }
+    if (std::filesystem::exists(socket_path_, ec)) {
+      if (SocketAnswers(socket_path_)) {
+        std::string taken = socket_path_;
+        socket_path_.clear();  // not ours: never remove it
+        return core::InvalidArgumentError("another perchd already listens on " + taken +
+                                          " (choose another with --control unix:PATH)");
+      }
+      std::filesystem::remove(socket_path_, ec);  // stale, from a daemon that died
+    }
+    listen = "unix:" + socket_path_;
+  } else if (options.address.starts_with("tcp:")) {
+    listen = options.address.substr(4);
+    if (listen.find(':') == std::string::npos) {
+      return core::InvalidArgumentError("--control tcp:HOST:PORT needs a port, e.g. tcp:127.0.0.1:7901");
+    }
+  } else {
+    return core::InvalidArgumentError("bad --control address '" + options.address +
+                                      "': use unix:/path/to/sock or tcp:127.0.0.1:PORT");
+  }
+
+  service_ = std::make_unique<Service>(node_, options);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_) {
+    socket_path_.clear();
+    return core::InvalidArgumentError("cannot listen for control on " + options.address);
+  }
+  if (!socket_path_.empty()) {
+    if (::chmod(socket_path_.c_str(), 0660) != 0) {
+      spdlog::warn("control: chmod 0660 {}: {}", socket_path_, std::strerror(errno));
+    }
+    address_ = "unix:" + socket_path_;
+  } else {
+    address_ = "tcp:" + listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);
+  }
+  service_->set_address(address_);
+  spdlog::info("control API on {}", address_);
+  return core::Status::Ok();
+}
+
+void ControlServer::Shutdown() {
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_.reset();
+  }
+  if (!socket_path_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(socket_path_, ec);
+    socket_path_.clear();
+  }
+}
+
+}  // namespace perch::control

@@ -1,0 +1,245 @@
+#include "daemon/core/warmer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+namespace perch::core {
+
+Warmer::Warmer(FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& jobs,
+               WarmerOptions options)
+    : fs_(fs), reader_(reader), catalog_(catalog), jobs_executor_(jobs), options_(options) {}
+
+Warmer::~Warmer() { Shutdown(std::chrono::seconds(5)); }
+
+std::shared_ptr<WarmJob> Warmer::Start(std::vector<ObjectPath> paths, bool recursive, UpdateFn on_update) {
+  std::shared_ptr<WarmJob> job;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    job.reset(new WarmJob(next_id_++, std::move(paths), recursive, std::move(on_update), fs_, reader_,
+                          catalog_, jobs_executor_, options_));
+    jobs_.push_back(job);
+    // Keep every running job and the newest finished ones.
+    size_t finished = 0;
+    for (const auto& j : jobs_) finished += j->finished() ? 1 : 0;
+    for (auto it = jobs_.begin(); it != jobs_.end() && finished > options_.finished_jobs_kept;) {
+      if ((*it)->finished()) {
+        it = jobs_.erase(it);
+        --finished;
+      } else {
+        ++it;
+      }
+    }
+  }
+  jobs_executor_.Post([job] { job->Walk(); });
+  return job;
+}
+
+std::vector<WarmProgress> Warmer::Jobs() const {
+  std::vector<std::shared_ptr<WarmJob>> jobs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs.assign(jobs_.begin(), jobs_.end());
+  }
+  std::vector<WarmProgress> out;
+  for (const auto& j : jobs) out.push_back(j->Progress());
+  return out;
+}
+
+void Warmer::Shutdown(std::chrono::milliseconds timeout) {
+  std::vector<std::shared_ptr<WarmJob>> jobs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs.assign(jobs_.begin(), jobs_.end());
+  }
+  for (const auto& j : jobs) j->Cancel();
+  auto until = Clock::now() + timeout;
+  for (const auto& j : jobs) {
+    while (!j->finished() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+WarmJob::WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive, Warmer::UpdateFn on_update,
+                 FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& executor,
+                 const WarmerOptions& options)
+    : roots_(std::move(paths)),
+      recursive_(recursive),
+      on_update_(std::move(on_update)),
+      fs_(fs),
+      reader_(reader),
+      catalog_(catalog),
+      executor_(executor),
+      options_(options) {
+  progress_.id = id;
+  for (const ObjectPath& p : roots_) progress_.paths.push_back(p.str());
+}
+
+WarmProgress WarmJob::Progress() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return progress_;
+}
+
+bool WarmJob::finished() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return progress_.finished;
+}
+
+void WarmJob::Cancel() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (progress_.finished || progress_.cancelled) return;
+    progress_.cancelled = true;
+    pending_.clear();
+  }
+  FinishIfDone();
+}
+
+void WarmJob::NoteError(const std::string& path, const Status& s) {
+  if (progress_.errors.size() < WarmProgress::kMaxErrors) progress_.errors.push_back(path + ": " + s.ToString());
+}
+
+void WarmJob::Walk() {
+  // Breadth-first over the roots; each directory listing may block on the
+  // federation (bounded by the filesystem's op timeout).
+  std::deque<std::pair<ObjectPath, bool>> todo;  // (path, descend into directories)
+  for (const ObjectPath& p : roots_) todo.emplace_back(p, true);
+  while (!todo.empty()) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (progress_.cancelled) break;
+    }
+    auto [path, descend] = todo.front();
+    todo.pop_front();
+    auto attr = fs_.GetAttr(path);
+    if (!attr.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      NoteError(path.str(), attr.status());
+      progress_.files_failed++;
+      continue;
+    }
+    if (!attr->is_dir) {
+      AddFile(path, *attr);
+      continue;
+    }
+    if (!descend) continue;
+    auto entries = fs_.ReadDir(path);
+    if (!entries.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      NoteError(path.str(), entries.status());
+      progress_.files_failed++;
+      continue;
+    }
+    for (const DirEntry& e : *entries) {
+      auto child = path.Child(e.name);
+      if (!child.ok()) continue;
+      if (e.attr.is_dir) {
+        todo.emplace_back(*child, recursive_);
+      } else {
+        AddFile(*child, e.attr);
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    progress_.listing_done = true;
+  }
+  Notify();
+  FinishIfDone();
+}
+
+void WarmJob::AddFile(const ObjectPath& path, const FileAttr& attr) {
+  const uint64_t bs = reader_.block_size();
+  const std::string id = fs_.ObjectId(path, attr);
+  const ObjectVersion version{attr.size, attr.etag};
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (progress_.cancelled) return;
+    size_t file = files_.size();
+    files_.push_back(File{path.str(), 0, false});
+    progress_.files_total++;
+    progress_.bytes_total += attr.size;
+    for (uint64_t b = 0; b * bs < attr.size; ++b) {
+      uint64_t len = std::min(bs, attr.size - b * bs);
+      if (catalog_.Contains(BlockKey{id, b})) {
+        progress_.bytes_done += len;
+        continue;
+      }
+      pending_.push_back(Block{path, version, id, b, len, file});
+      files_[file].remaining++;
+    }
+    if (files_[file].remaining == 0) progress_.files_done++;
+  }
+  Pump();
+}
+
+void WarmJob::Pump() {
+  std::vector<Block> start;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    while (!pending_.empty() && in_flight_ < options_.max_blocks_in_flight) {
+      start.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+      in_flight_++;
+    }
+  }
+  auto self = shared_from_this();
+  for (Block& b : start) {
+    const uint64_t bs = reader_.block_size();
+    reader_.Read(b.path, b.version, b.object_id, ByteRange{b.index * bs, b.length},
+                 DeadlineAfter(options_.block_timeout), [self, b](Result<Bytes> r) {
+                   // Completions run on the net loop: hand the bookkeeping and
+                   // the next fetches to the executor.
+                   Status s = r.ok() ? Status::Ok() : r.status();
+                   self->executor_.Post([self, b, s] { self->BlockDone(b, s); });
+                 });
+  }
+}
+
+void WarmJob::BlockDone(const Block& b, const Status& s) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    in_flight_--;
+    File& f = files_[b.file];
+    if (s.ok()) {
+      progress_.bytes_done += b.length;
+    } else if (!f.failed) {
+      f.failed = true;
+      NoteError(f.path, s);
+    }
+    if (--f.remaining == 0) {
+      if (f.failed) {
+        progress_.files_failed++;
+      } else {
+        progress_.files_done++;
+      }
+    }
+  }
+  Notify();
+  Pump();
+  FinishIfDone();
+}
+
+void WarmJob::FinishIfDone() {
+  bool now_finished = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (progress_.finished || in_flight_ > 0) return;
+    if (!progress_.cancelled && (!progress_.listing_done || !pending_.empty())) return;
+    progress_.finished = true;
+    now_finished = true;
+  }
+  if (now_finished) {
+    WarmProgress p = Progress();
+    spdlog::info("warm #{}: {} of {} files, {} bytes cached{}{}", p.id, p.files_done, p.files_total, p.bytes_done,
+                 p.files_failed ? fmt::format(", {} failed", p.files_failed) : "",
+                 p.cancelled ? " (cancelled)" : "");
+    Notify();
+  }
+}
+
+void WarmJob::Notify() {
+  if (!on_update_) return;
+  on_update_(Progress());
+}
+
+}  // namespace perch::core

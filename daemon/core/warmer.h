@@ -1,0 +1,144 @@
+// Warmer: fills the block cache with whole files or directory trees ahead of
+// the jobs that will read them (perchctl warm).
+//
+// Design. A warm job walks its paths through the FileSystem (the same
+// namespace cache the mount uses), turns every file into its blocks and
+// fetches the blocks the catalog does not hold through the BlockReader: the
+// same single-flight fetch path, failover and request budget as reads, so a
+// warm and a reader wanting the same block share one fetch. At most
+// `max_blocks_in_flight` blocks of one job are in flight, which leaves the
+// rest of the request budget to readers.
+//
+// The walk blocks (metadata may come from the network), so it runs on the
+// `jobs` executor, never on the caller's thread; block completions only
+// post the next step back to that executor. Cancel() stops issuing fetches;
+// the job finishes when the fetches in flight have come back.
+//
+// Thread-safety: all methods are safe from any thread. Progress callbacks run
+// on the jobs executor or a fetch-completion thread; they must not block.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/core/block_reader.h"
+#include "daemon/core/cache_catalog.h"
+#include "daemon/core/executor.h"
+#include "daemon/core/filesystem.h"
+
+namespace perch::core {
+
+struct WarmProgress {
+  uint64_t id = 0;
+  std::vector<std::string> paths;  // what was asked for
+  uint64_t files_total = 0;        // files found so far (final once listing_done)
+  uint64_t files_done = 0;         // files wholly cached
+  uint64_t files_failed = 0;       // files with a block that could not be fetched
+  uint64_t bytes_total = 0;
+  uint64_t bytes_done = 0;         // bytes cached (already or by this job)
+  bool listing_done = false;
+  bool finished = false;
+  bool cancelled = false;
+  std::vector<std::string> errors;  // "path: message", the first kMaxErrors
+  static constexpr size_t kMaxErrors = 20;
+};
+
+struct WarmerOptions {
+  size_t max_blocks_in_flight = 64;             // per job
+  std::chrono::milliseconds block_timeout{120000};
+  size_t finished_jobs_kept = 8;                // for Jobs()
+};
+
+class WarmJob;
+
+class Warmer {
+ public:
+  Warmer(FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& jobs, WarmerOptions options);
+  ~Warmer();
+  Warmer(const Warmer&) = delete;
+  Warmer& operator=(const Warmer&) = delete;
+
+  using UpdateFn = std::function<void(const WarmProgress&)>;
+
+  // Starts warming `paths`: files, and directories with the files in them
+  // (and in their subdirectories when `recursive`). `on_update` (may be
+  // empty) hears of progress and, last, of the finished job.
+  std::shared_ptr<WarmJob> Start(std::vector<ObjectPath> paths, bool recursive, UpdateFn on_update);
+
+  // Running jobs and the last few finished ones, oldest first.
+  std::vector<WarmProgress> Jobs() const;
+
+  // Cancels every job and waits (up to `timeout`) until none has a fetch in flight.
+  void Shutdown(std::chrono::milliseconds timeout);
+
+ private:
+  // Constant after construction.
+  FileSystem& fs_;
+  BlockReader& reader_;
+  CacheCatalog& catalog_;
+  Executor& jobs_executor_;
+  const WarmerOptions options_;
+
+  mutable std::mutex mu_;
+  uint64_t next_id_ = 1;                         // Protected by mu_
+  std::deque<std::shared_ptr<WarmJob>> jobs_;    // Protected by mu_
+};
+
+// One warm, shared by the Warmer, its executor tasks and the caller.
+class WarmJob : public std::enable_shared_from_this<WarmJob> {
+ public:
+  WarmProgress Progress() const;
+  void Cancel();
+  bool finished() const;
+
+ private:
+  friend class Warmer;
+  struct Block {
+    ObjectPath path;
+    ObjectVersion version;
+    std::string object_id;
+    uint64_t index = 0;
+    uint64_t length = 0;
+    size_t file = 0;  // index into files_
+  };
+  struct File {
+    std::string path;
+    uint64_t remaining = 0;  // blocks not yet back
+    bool failed = false;
+  };
+
+  WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive, Warmer::UpdateFn on_update,
+          FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& executor,
+          const WarmerOptions& options);
+
+  void Walk();  // runs on the executor
+  void AddFile(const ObjectPath& path, const FileAttr& attr);
+  void Pump();  // issues fetches up to the limit; runs on the executor
+  void BlockDone(const Block& b, const Status& s);
+  void NoteError(const std::string& path, const Status& s);  // REQUIRES: mu_ held
+  void FinishIfDone();                                       // REQUIRES: mu_ not held
+  void Notify();
+
+  // Constant after construction.
+  const std::vector<ObjectPath> roots_;
+  const bool recursive_;
+  const Warmer::UpdateFn on_update_;
+  FileSystem& fs_;
+  BlockReader& reader_;
+  CacheCatalog& catalog_;
+  Executor& executor_;
+  const WarmerOptions options_;
+
+  mutable std::mutex mu_;
+  WarmProgress progress_;       // Protected by mu_
+  std::vector<File> files_;     // Protected by mu_
+  std::deque<Block> pending_;   // Protected by mu_
+  size_t in_flight_ = 0;        // Protected by mu_
+};
+
+}  // namespace perch::core
