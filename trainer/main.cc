@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   CLI::App app{"perch-train: ResNet training on an ImageFolder tree, resumable (exit 85 = "
                "checkpointed, rerun to continue)"};
+  // A repeated option takes its last value, so wrappers can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data-dir", o.data_dir, "training tree: one directory per class")
       ->required()
       ->check(CLI::ExistingDirectory);

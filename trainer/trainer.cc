@@ -562,7 +562,7 @@ int Run(const TrainOptions& o) {
       }
     }
     finished = true;
-    if (val_loader && run_steps > 0) {
+    if (val_loader && (run_steps > 0 || !val)) {
       val = Evaluate(model, *val_loader, device, autocast, channels_last);
     }
     save("finished");

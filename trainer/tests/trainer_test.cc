@@ -1,0 +1,207 @@
+// perch-train end to end, on CPU with tiny images: a run stopped by SIGTERM (exit 85) or by
+// --max-runtime, and restarted with the same arguments, ends with exactly the parameters of an
+// uninterrupted run; the weights load in Python with torchvision's names; bad images are
+// skipped and counted; a checkpoint is not resumed with other settings.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "trainer/checkpoint.h"
+#include "trainer/tests/test_util.h"
+
+#ifndef PERCH_TRAIN_PATH
+#error "PERCH_TRAIN_PATH must name the perch-train binary"
+#endif
+
+namespace perch::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+class Process {
+ public:
+  Process(const std::vector<std::string>& args, const fs::path& log) {
+    std::vector<std::string> argv_s = {PERCH_TRAIN_PATH};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      std::vector<char*> argv;
+      for (auto& s : argv_s) {
+        argv.push_back(s.data());
+      }
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~Process() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      Wait(std::chrono::seconds(10));
+    }
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  void Signal(int sig) { kill(pid_, sig); }
+  // Exit code, 128 + signal, or -1 on timeout.
+  int Wait(std::chrono::seconds timeout) {
+    auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+};
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::MakeSmallTree(dir_.path() / "data", 3, 6, 2, 48, 64); }
+
+  // 18 images in batches of 4: 5 steps per epoch (the last one of 2 images), 3 epochs.
+  std::vector<std::string> Args(const fs::path& ckpt) {
+    return {"--data-dir", (dir_.path() / "data" / "train").string(),
+            "--val-dir", (dir_.path() / "data" / "val").string(),
+            "--checkpoint-dir", ckpt.string(), "--arch", "resnet18", "--image-size", "32",
+            "--epochs", "3", "--batch-size", "4", "--workers", "2", "--threads", "1",
+            "--lr", "0.05", "--label-smoothing", "0.1", "--seed", "7", "--log-every", "1"};
+  }
+  int RunToExit(std::vector<std::string> args, const fs::path& log) {
+    Process p(args, log);
+    return p.Wait(std::chrono::seconds(120));
+  }
+  void ExpectSameWeights(const fs::path& a, const fs::path& b) {
+    TensorMap wa = LoadStateDict(a.string());
+    TensorMap wb = LoadStateDict(b.string());
+    ASSERT_EQ(wa.size(), wb.size());
+    for (size_t i = 0; i < wa.size(); ++i) {
+      ASSERT_EQ(wa[i].first, wb[i].first);
+      EXPECT_TRUE(wa[i].second.equal(wb[i].second)) << wa[i].first;
+    }
+  }
+  std::string Log(const fs::path& p) { return testing::ReadFile(p); }
+
+  TempDir dir_{"train"};
+};
+
+TEST_F(TrainerTest, SigtermAndMaxRuntimeRestartsGiveTheUninterruptedResult) {
+  const fs::path ref = dir_.path() / "ref";
+  ASSERT_EQ(RunToExit(Args(ref), dir_.path() / "ref.log"), 0) << Log(dir_.path() / "ref.log");
+
+  // SIGTERM while training: after step 3 has been logged (mid-epoch 0).
+  const fs::path term = dir_.path() / "term";
+  const fs::path term_log = dir_.path() / "term.log";
+  {
+    Process p(Args(term), term_log);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (Log(term_log).find("step 3/") == std::string::npos &&
+           std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    p.Signal(SIGTERM);
+    ASSERT_EQ(p.Wait(std::chrono::seconds(60)), 85) << Log(term_log);
+  }
+  EXPECT_TRUE(fs::exists(term / kCheckpointFile));
+  EXPECT_FALSE(fs::exists(term / "model_final.pt"));
+  ASSERT_EQ(RunToExit(Args(term), term_log), 0) << Log(term_log);
+  EXPECT_NE(Log(term_log).find("resumed from"), std::string::npos);
+  ExpectSameWeights(ref / "model_final.pt", term / "model_final.pt");
+
+  // --max-runtime so short that every run does about one step: many restarts, at every kind
+  // of position (mid-epoch, epoch end, after the last step).
+  const fs::path chain = dir_.path() / "chain";
+  std::vector<std::string> args = Args(chain);
+  args.insert(args.end(), {"--max-runtime", "0.01", "--workers", "3"});
+  int runs = 0;
+  int rc = 85;
+  while (rc == 85 && runs < 40) {
+    rc = RunToExit(args, dir_.path() / "chain.log");
+    ++runs;
+  }
+  ASSERT_EQ(rc, 0) << Log(dir_.path() / "chain.log");
+  EXPECT_GE(runs, 5);
+  ExpectSameWeights(ref / "model_final.pt", chain / "model_final.pt");
+
+  // A finished run restarted: nothing to do, exit 0, same weights.
+  ASSERT_EQ(RunToExit(Args(ref), dir_.path() / "ref.log"), 0);
+
+  // Other settings are refused rather than silently mixed.
+  std::vector<std::string> other = Args(term);
+  other.insert(other.end(), {"--batch-size", "5"});
+  EXPECT_EQ(RunToExit(other, dir_.path() / "other.log"), 2);
+}
+
+TEST_F(TrainerTest, WeightsLoadInPythonAndSummaryReports) {
+  const fs::path ckpt = dir_.path() / "ck";
+  const fs::path summary = dir_.path() / "summary.json";
+  // One corrupt JPEG in the training set.
+  testing::WriteFile(dir_.path() / "data" / "train" / "n00000002" / "broken.JPEG",
+                     std::string("\xff\xd8\xff\xe0 truncated", 15));
+  std::vector<std::string> args = Args(ckpt);
+  args.insert(args.end(), {"--summary-json", summary.string(), "--epochs", "1"});
+  ASSERT_EQ(RunToExit(args, dir_.path() / "log"), 0) << Log(dir_.path() / "log");
+  EXPECT_NE(Log(dir_.path() / "log").find("broken.JPEG"), std::string::npos);
+
+  const nlohmann::json s = nlohmann::json::parse(testing::ReadFile(summary));
+  EXPECT_EQ(s["status"], "finished");
+  EXPECT_EQ(s["skipped_images"], 1);
+  EXPECT_EQ(s["images_seen"], 18);
+  EXPECT_GT(s["images_per_second"].get<double>(), 0);
+  EXPECT_GE(s["data_wait_fraction"].get<double>(), 0);
+  EXPECT_LE(s["data_wait_fraction"].get<double>(), 1);
+  EXPECT_EQ(s["val"]["images"], 6);
+  EXPECT_GE(s["val"]["top5"].get<double>(), s["val"]["top1"].get<double>());
+
+  if (!testing::PythonHasTorchvision()) {
+    GTEST_SKIP() << "no torchvision for " << testing::kPython;
+  }
+  std::string out;
+  const std::string cmd =
+      std::string(testing::kPython) +
+      " -c 'import sys, torch, torchvision; sd = torch.load(sys.argv[1]); "
+      "assert \"layer1.0.conv1.weight\" in sd and \"bn1.running_var\" in sd; "
+      "m = torchvision.models.resnet18(num_classes=3); m.load_state_dict(sd, strict=True); "
+      "ck = torch.load(sys.argv[2]); assert ck[\"finished\"] and ck[\"step\"] == 5; "
+      "assert torch.equal(ck[\"model\"][\"fc.weight\"], sd[\"fc.weight\"]); "
+      "m.eval(); print(tuple(m(torch.zeros(1, 3, 32, 32)).shape))' '" +
+      (ckpt / "model_final.pt").string() + "' '" + (ckpt / kCheckpointFile).string() + "'";
+  ASSERT_EQ(testing::RunCommand(cmd + " 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("(1, 3)"), std::string::npos) << out;
+}
+
+TEST_F(TrainerTest, LoaderOnlyReportsThroughput) {
+  const fs::path summary = dir_.path() / "lo.json";
+  ASSERT_EQ(RunToExit({"--data-dir", (dir_.path() / "data" / "train").string(), "--loader-only",
+                       "--epochs", "2", "--batch-size", "4", "--workers", "2", "--image-size",
+                       "32", "--summary-json", summary.string()},
+                      dir_.path() / "lo.log"),
+            0)
+      << Log(dir_.path() / "lo.log");
+  const nlohmann::json s = nlohmann::json::parse(testing::ReadFile(summary));
+  EXPECT_EQ(s["images"], 36);
+  EXPECT_GT(s["images_per_second"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace perch::trainer
