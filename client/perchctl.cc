@@ -89,8 +89,9 @@ double Quantile(const v1::Histogram& h, double q) {
   return INFINITY;
 }
 
-// Prints rows with each column padded to its widest cell (first column left-aligned).
-void Table(const std::vector<std::vector<std::string>>& rows) {
+// Prints rows with each column padded to its widest cell; `align` has an 'l'
+// (left) or 'r' (right, for numbers) per column.
+void Table(const std::vector<std::vector<std::string>>& rows, std::string_view align) {
   std::vector<size_t> width;
   for (const auto& r : rows) {
     if (width.size() < r.size()) width.resize(r.size(), 0);
@@ -101,7 +102,7 @@ void Table(const std::vector<std::vector<std::string>>& rows) {
     for (size_t i = 0; i < r.size(); ++i) {
       std::string cell = r[i];
       std::string pad(width[i] - cell.size(), ' ');
-      line += i == 0 ? cell + pad : pad + cell;
+      line += i < align.size() && align[i] == 'l' ? cell + pad : pad + cell;
       if (i + 1 < r.size()) line += "  ";
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
@@ -258,7 +259,7 @@ void PrintStats(const v1::Stats& s) {
       rows.push_back({n.path(), Count(c.hits()), Count(c.misses()), Ratio(c.hits(), c.misses()),
                       Size(c.bytes_from_cache()), Size(c.bytes_from_network())});
     }
-    Table(rows);
+    Table(rows, "lrrrrr");
   }
   if (s.warm_jobs_size() > 0) {
     std::cout << "\n";
@@ -271,7 +272,7 @@ void PrintStats(const v1::Stats& s) {
                       Size(w.bytes_done()) + "/" + Size(w.bytes_total()), Count(w.files_failed()),
                       w.cancelled() ? "cancelled" : w.finished() ? "done" : "running", paths});
     }
-    Table(rows);
+    Table(rows, "lrrrll");
   }
 }
 
@@ -438,7 +439,7 @@ int Ls(Client& c, const std::string& path, bool as_json) {
   if (as_json) {
     std::cout << all.dump(2) << std::endl;
   } else {
-    if (count > 0) Table(rows);
+    if (count > 0) Table(rows, "rrll");
     std::cout << Count(count) << " cached objects, " << Size(total) << "\n";
   }
   return 0;
