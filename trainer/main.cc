@@ -1,5 +1,6 @@
 // perch-train: trains ResNet-18/50 on an ImageFolder tree (e.g. ImageNet read through a perch
 // mount) with checkpoints that survive HTCondor preemption. See trainer/README.md.
+#include <malloc.h>
 #include <signal.h>
 
 #include <spdlog/spdlog.h>
@@ -100,6 +101,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::from_str(log_level));
+  // libjpeg allocates and frees its working memory (several hundred KB) for every image. With
+  // glibc's defaults those blocks are mmap'd and munmap'd each time, and with several decoding
+  // threads every munmap costs page faults plus a TLB shootdown on the other cores: on a 2-core
+  // VM two workers decoded 1,040 images/s instead of 1,940. Keep freed memory in the heap.
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (!o.loader_only && ckpt->count() == 0) {
     spdlog::error("--checkpoint-dir is required (except with --loader-only)");
     return 1;

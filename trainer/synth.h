@@ -1,7 +1,7 @@
 // Synthesis of an ImageNet-like ImageFolder tree of real JPEG files, for tests, benchmarks and
 // the demo: out/train/<synset>/<synset>_<i>.JPEG and out/val/<synset>/..., synset names
-// n00000000, n00000001, ... Images are 400-600 px on each side (ImageNet's typical 500x375
-// range) and about 110 KB at quality 90 (ImageNet's mean), with content a model can learn:
+// n00000000, n00000001, ... Images have a long side of 400-600 px and a short side of 2/3 to
+// 7/8 of it (ImageNet's typical 500x375) and are about 110 KB at quality 90 (ImageNet's mean), with content a model can learn:
 // each class has its own hue, shape family and stripe orientation/frequency, drawn at a random
 // place and scale over a random background, plus noise so that JPEG sizes resemble photos.
 //
@@ -23,7 +23,7 @@ struct SynthOptions {
   int val_per_class = 0;    // validation images per class (0: no val/)
   uint64_t seed = 1;
   int quality = 90;
-  int min_side = 400;
+  int min_side = 400;       // range of the long side
   int max_side = 600;
   int threads = 0;          // 0: one per core
 };

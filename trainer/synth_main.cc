@@ -16,9 +16,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", o.seed, "seed (default 1)");
   app.add_option("--quality", o.quality, "JPEG quality (default 90)")->check(CLI::Range(1, 100));
-  app.add_option("--min-side", o.min_side, "smallest image side in px (default 400)")
+  app.add_option("--min-side", o.min_side, "shortest long side in px (default 400)")
       ->check(CLI::Range(8, 10000));
-  app.add_option("--max-side", o.max_side, "largest image side in px (default 600)")
+  app.add_option("--max-side", o.max_side, "longest long side in px (default 600)")
       ->check(CLI::Range(8, 10000));
   app.add_option("--threads", o.threads, "threads (default: one per core)");
   CLI11_PARSE(app, argc, argv);

@@ -83,21 +83,30 @@ RectF ResizeCenterCropRegion(int width, int height, int resize_size, int crop_si
 
 void ResampleNormalize(const DecodedRegion& src, int out_w, int out_h, bool flip, float* dst,
                        const float mean[3], const float stddev[3]) {
-  // Per-column and per-row taps, computed once per image: output pixel centre (o + 0.5) maps
-  // to region.x + (o + 0.5) * step in edge coordinates, i.e. that minus 0.5 in centre
-  // coordinates.
-  thread_local std::vector<int> xi;
+  // Separable bilinear: a horizontal pass per source row into planar float rows (cached, since
+  // neighbouring output rows share source rows), then a vertical pass per output row that is a
+  // plain loop over contiguous floats (vectorized) with the normalization folded in. The flip
+  // is folded into the horizontal taps. Output pixel centre o + 0.5 maps to
+  // region.x + (o + 0.5) * step in edge coordinates, i.e. that minus 0.5 in centre coordinates.
+  thread_local std::vector<int> x0;
+  thread_local std::vector<int> x1;
   thread_local std::vector<float> xw;
-  xi.resize(out_w);
+  thread_local std::vector<float> rows;
+  x0.resize(out_w);
+  x1.resize(out_w);
   xw.resize(out_w);
+  rows.resize(2 * 3 * static_cast<size_t>(out_w));
   const double step_x = src.region.w / out_w;
   const double step_y = src.region.h / out_h;
+  const int last_col = src.width - 1;
   for (int o = 0; o < out_w; ++o) {
     double c = src.region.x + (o + 0.5) * step_x - 0.5;
-    c = std::clamp(c, 0.0, static_cast<double>(src.width - 1));
-    int i = std::min(static_cast<int>(c), std::max(0, src.width - 2));
-    xi[o] = i;
-    xw[o] = static_cast<float>(c - i);
+    c = std::clamp(c, 0.0, static_cast<double>(last_col));
+    const int i = std::min(static_cast<int>(c), std::max(0, src.width - 2));
+    const int at = flip ? out_w - 1 - o : o;
+    x0[at] = 3 * i;
+    x1[at] = 3 * std::min(i + 1, last_col);
+    xw[at] = static_cast<float>(c - i);
   }
   float scale[3];
   float bias[3];
@@ -105,36 +114,49 @@ void ResampleNormalize(const DecodedRegion& src, int out_w, int out_h, bool flip
     scale[c] = 1.0f / (255.0f * stddev[c]);
     bias[c] = -mean[c] / stddev[c];
   }
+  // Two cached horizontal rows: which source row each holds.
+  int cached[2] = {-1, -1};
+  auto horizontal = [&](int y, int slot) {
+    if (cached[slot] == y) {
+      return;
+    }
+    cached[slot] = y;
+    const uint8_t* row = src.pixels + src.stride * y;
+    float* r = rows.data() + static_cast<size_t>(slot) * 3 * out_w;
+    float* g = r + out_w;
+    float* b = g + out_w;
+    for (int o = 0; o < out_w; ++o) {
+      const uint8_t* p = row + x0[o];
+      const uint8_t* q = row + x1[o];
+      const float w = xw[o];
+      r[o] = p[0] + w * (q[0] - p[0]);
+      g[o] = p[1] + w * (q[1] - p[1]);
+      b[o] = p[2] + w * (q[2] - p[2]);
+    }
+  };
   const size_t plane = static_cast<size_t>(out_w) * out_h;
-  const int last_col = src.width - 1;
   for (int oy = 0; oy < out_h; ++oy) {
     double cy = src.region.y + (oy + 0.5) * step_y - 0.5;
     cy = std::clamp(cy, 0.0, static_cast<double>(src.height - 1));
-    int iy = std::min(static_cast<int>(cy), std::max(0, src.height - 2));
+    const int iy = std::min(static_cast<int>(cy), std::max(0, src.height - 2));
+    const int iy1 = std::min(iy + 1, src.height - 1);
     const float wy = static_cast<float>(cy - iy);
-    const uint8_t* r0 = src.pixels + src.stride * iy;
-    const uint8_t* r1 = src.pixels + src.stride * std::min(iy + 1, src.height - 1);
-    float* d0 = dst + static_cast<size_t>(oy) * out_w;
-    float* d1 = d0 + plane;
-    float* d2 = d1 + plane;
-    for (int ox = 0; ox < out_w; ++ox) {
-      const int x = xi[ox];
-      const int xn = std::min(x + 1, last_col);
-      const float wx = xw[ox];
-      const uint8_t* a = r0 + 3 * x;
-      const uint8_t* b = r0 + 3 * xn;
-      const uint8_t* c = r1 + 3 * x;
-      const uint8_t* d = r1 + 3 * xn;
-      const int o = flip ? out_w - 1 - ox : ox;
-      float v[3];
-      for (int ch = 0; ch < 3; ++ch) {
-        const float top = a[ch] + wx * (b[ch] - a[ch]);
-        const float bot = c[ch] + wx * (d[ch] - c[ch]);
-        v[ch] = top + wy * (bot - top);
+    // Keep the slots in a fixed parity so that a row stays cached as the window moves down.
+    const int s0 = iy & 1;
+    horizontal(iy, s0);
+    horizontal(iy1, s0 ^ 1);
+    if (iy1 == iy) {
+      cached[s0 ^ 1] = -1;  // slot reused for the same row; (only at a 1-row image)
+    }
+    for (int c = 0; c < 3; ++c) {
+      const float* top = rows.data() + (static_cast<size_t>(s0) * 3 + c) * out_w;
+      const float* bot = iy1 == iy ? top : rows.data() + (static_cast<size_t>(s0 ^ 1) * 3 + c) * out_w;
+      float* d = dst + c * plane + static_cast<size_t>(oy) * out_w;
+      const float sc = scale[c];
+      const float bi = bias[c];
+      for (int o = 0; o < out_w; ++o) {
+        d[o] = (top[o] + wy * (bot[o] - top[o])) * sc + bi;
       }
-      d0[o] = v[0] * scale[0] + bias[0];
-      d1[o] = v[1] * scale[1] + bias[1];
-      d2[o] = v[2] * scale[2] + bias[2];
     }
   }
 }
