@@ -85,7 +85,7 @@ void RenderImage(int label, int classes, uint64_t seed, int width, int height,
   const double cx = rng.Uniform(radius, width - radius);
   const double cy = rng.Uniform(radius, height - radius);
   const double ca = std::cos(angle), sa = std::sin(angle);
-  const double noise = 44;  // amplitude that gives ~110 KB at q90 for ~500x400
+  const double noise = 68;  // amplitude that gives ~110 KB at q90 for ~500x400
   uint64_t n = rng.Next();
   for (int y = 0; y < height; ++y) {
     const double ty = static_cast<double>(y) / height;

@@ -1,8 +1,8 @@
 // Synthesis of an ImageNet-like ImageFolder tree of real JPEG files, for tests, benchmarks and
 // the demo: out/train/<synset>/<synset>_<i>.JPEG and out/val/<synset>/..., synset names
 // n00000000, n00000001, ... Images have a long side of 400-600 px and a short side of 2/3 to
-// 7/8 of it (ImageNet's typical 500x375) and are about 110 KB at quality 90 (ImageNet's mean), with content a model can learn:
-// each class has its own hue, shape family and stripe orientation/frequency, drawn at a random
+// 7/8 of it (ImageNet's typical 500x375) and about 105 KB at quality 90 (ImageNet averages
+// ~110 KB), with content a model can learn: each class has its own hue, shape family and stripe orientation/frequency, drawn at a random
 // place and scale over a random background, plus noise so that JPEG sizes resemble photos.
 //
 // Deterministic for a given seed. Thread-safe (no shared state); SynthesizeTree uses its own

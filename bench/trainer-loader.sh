@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# perch-train's loader alone (--loader-only): decode + RandomResizedCrop(224) + flip + normalize
+# into float batches, on an ImageNet-like tree of JPEGs (perch-synth-imagenet: long side
+# 400-600 px, ~90-110 KB at q90), from
+#   local  the local directory, files in the page cache;
+#   perch  the same tree through a perch mount (perch-devfed origin on loopback), after one
+#          pass that filled perchd's disk cache and with the page cache dropped before each
+#          measured run, so every file is read through FUSE from perchd's disk cache;
+# with 1 worker thread and with one per core. Each figure is the best of RUNS runs of
+# PASSES epochs. Writes bench/results/trainer-loader-<date>.md.
+#
+# Needs root for the perch rows (FUSE, drop_caches); without root, or without perchd and
+# perch-devfed, only the local rows are measured. Run from the repository root after a build:
+#   cmake --build --preset release && sudo bench/trainer-loader.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${PERCH_BIN:-$PWD/build/bin}
+CLASSES=${CLASSES:-10}
+PER_CLASS=${PER_CLASS:-200}
+PASSES=${PASSES:-3}
+RUNS=${RUNS:-3}
+BATCH=${BATCH:-64}
+CORES=$(nproc)
+[[ -x $BIN/perch-train && -x $BIN/perch-synth-imagenet ]] || { echo "build first: cmake --build --preset release" >&2; exit 1; }
+
+WORK=$(mktemp -d /tmp/perch-trainer-bench-XXXXXX)
+chmod 755 "$WORK"
+DEVFED_PID=""
+PERCHD_PID=""
+cleanup() {
+  set +e
+  [[ -n $PERCHD_PID ]] && kill -TERM "$PERCHD_PID" 2>/dev/null && wait "$PERCHD_PID" 2>/dev/null
+  mountpoint -q "$WORK/mnt" 2>/dev/null && fusermount3 -u -z "$WORK/mnt"
+  [[ -n $DEVFED_PID ]] && kill -TERM "$DEVFED_PID" 2>/dev/null && wait "$DEVFED_PID" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"$BIN/perch-synth-imagenet" --out "$WORK/data" --classes "$CLASSES" --per-class "$PER_CLASS" | tee "$WORK/synth.txt"
+chmod -R a+rX "$WORK/data"
+
+# best_of DIR WORKERS DROP -> images/s (best of RUNS)
+best_of() {
+  local dir=$1 workers=$2 drop=$3 best=0 ips
+  for _ in $(seq "$RUNS"); do
+    if [[ $drop == 1 ]]; then sync; echo 1 >/proc/sys/vm/drop_caches; fi
+    "$BIN/perch-train" --data-dir "$dir" --loader-only --epochs "$PASSES" --workers "$workers" \
+      --batch-size "$BATCH" --log-level warn --summary-json "$WORK/s.json" >/dev/null
+    ips=$(sed -n 's/.*"images_per_second": \([0-9.]*\).*/\1/p' "$WORK/s.json" | head -n 1)
+    best=$(awk -v a="$best" -v b="$ips" 'BEGIN { print (b > a) ? b : a }')
+  done
+  printf '%.0f' "$best"
+}
+
+declare -A R
+cat "$WORK/data/train"/*/* >/dev/null  # local files into the page cache
+for w in 1 "$CORES"; do R[local,$w]=$(best_of "$WORK/data/train" "$w" 0); done
+
+perch=0
+if [[ $(id -u) -eq 0 && -x $BIN/perchd && -x $BIN/perch-devfed ]]; then
+  perch=1
+  "$BIN/perch-devfed" --export "/imagenet=$WORK/data" >"$WORK/devfed.out" 2>"$WORK/devfed.log" &
+  DEVFED_PID=$!
+  for _ in $(seq 600); do grep -qx ready "$WORK/devfed.out" 2>/dev/null && break; sleep 0.1; done
+  FED=$(sed -n 's/^federation: //p' "$WORK/devfed.out" | head -n 1)
+  mkdir -p "$WORK/mnt" "$WORK/cache"
+  "$BIN/perchd" --foreground --cache-dir "$WORK/cache" --cache-size 4G "$FED/imagenet" "$WORK/mnt" \
+    >"$WORK/perchd.log" 2>&1 &
+  PERCHD_PID=$!
+  for _ in $(seq 300); do mountpoint -q "$WORK/mnt" && break; sleep 0.1; done
+  cat "$WORK/mnt/train"/*/* >/dev/null  # fill perchd's disk cache
+  for w in 1 "$CORES"; do R[perch,$w]=$(best_of "$WORK/mnt/train" "$w" 1); done
+fi
+
+out=bench/results/trainer-loader-$(date -u +%F).md
+{
+  echo "# perch-train --loader-only, $(date -u +%F)"
+  echo
+  echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(. /etc/os-release; echo "$PRETTY_NAME")."
+  echo "Data: $(cat "$WORK/synth.txt")."
+  echo "Pipeline: read file, libjpeg-turbo ROI decode (+ DCT scaling when the crop allows), RandomResizedCrop(224) + flip + normalize into float batches of $BATCH; best of $RUNS runs of $PASSES epochs."
+  echo
+  echo "| source | workers | images/s | images/s per worker |"
+  echo "|---|---|---|---|"
+  for src in local perch; do
+    [[ $src == perch && $perch == 0 ]] && continue
+    for w in 1 "$CORES"; do
+      echo "| $src | $w | ${R[$src,$w]} | $(( R[$src,$w] / w )) |"
+    done
+  done
+  if [[ $perch == 1 ]]; then
+    echo
+    echo "perch rows: the page cache is dropped before each run, so each run's first epoch reads every file through FUSE from perchd's disk cache (the later epochs from the page cache in front of the mount)."
+  fi
+  echo
+  echo "Command: \`sudo bench/trainer-loader.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS PASSES=$PASSES RUNS=$RUNS BATCH=$BATCH)."
+} >"$out"
+cat "$out"
