@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -115,7 +116,9 @@ class Client {
   explicit Client(std::string address) : address_(std::move(address)) {
     std::string target = address_.starts_with("tcp:") ? address_.substr(4) : address_;
     if (!target.starts_with("unix:") && !address_.starts_with("tcp:")) target = "unix:" + target;
-    channel_ = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(512 << 20);  // hint lists of a whole epoch
+    channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
     stub_ = v1::Perch::NewStub(channel_);
   }
 
@@ -220,6 +223,13 @@ json StatsJson(const v1::Stats& s) {
   json warms = json::array();
   for (const auto& w : s.warm_jobs()) warms.push_back(WarmJson(w));
   j["warm_jobs"] = warms;
+  const auto& p = s.prefetch();
+  j["prefetch"] = json{{"sequential_blocks", p.sequential_blocks()}, {"directory_files", p.directory_files()},
+                       {"hinted_files", p.hinted_files()},         {"withdrawn", p.withdrawn()},
+                       {"queued_demand", p.queued_demand()},       {"queued_hint", p.queued_hint()},
+                       {"queued_warm", p.queued_warm()},           {"queued_speculative", p.queued_speculative()},
+                       {"max_in_flight_seen", p.max_in_flight_seen()}, {"budget_requests", p.budget_requests()},
+                       {"boosted", p.boosted()}};
   return j;
 }
 
@@ -238,6 +248,11 @@ void PrintStats(const v1::Stats& s) {
             << Count(s.range_gets()) << " range GETs, " << Count(s.failovers()) << " failovers, "
             << Count(s.resumes()) << " resumes" << (s.offline() ? ", OFFLINE (serving cached metadata)" : "")
             << "\n";
+  const auto& pf = s.prefetch();
+  std::cout << "prefetch  " << Count(pf.sequential_blocks()) << " read-ahead blocks, " << Count(pf.directory_files())
+            << " directory files, " << Count(pf.hinted_files()) << " hinted files, " << Count(pf.withdrawn())
+            << " withdrawn; queued " << pf.queued_demand() + pf.queued_hint() + pf.queued_warm() + pf.queued_speculative()
+            << ", at most " << pf.max_in_flight_seen() << " of " << pf.budget_requests() << " in flight\n";
   std::string errs;
   for (const auto& e : s.errors()) {
     if (e.count() > 0) errs += (errs.empty() ? "" : ", ") + e.error_class() + " " + Count(e.count());
@@ -445,6 +460,36 @@ int Ls(Client& c, const std::string& path, bool as_json) {
   return 0;
 }
 
+int Hint(Client& c, const std::string& job, const std::vector<std::string>& paths, const std::string& file) {
+  v1::HintRequest req;
+  req.set_job(job);
+  for (const auto& p : paths) req.add_paths(Absolute(p));
+  if (!file.empty()) {
+    std::ifstream in_file;
+    std::istream* in = &std::cin;
+    if (file != "-") {
+      in_file.open(file);
+      if (!in_file) {
+        std::cerr << "perchctl: cannot read " << file << "\n";
+        return 2;
+      }
+      in = &in_file;
+    }
+    std::string line;
+    while (std::getline(*in, line)) {
+      if (!line.empty()) req.add_paths(Absolute(line));
+    }
+  }
+  v1::HintReply reply;
+  auto ctx = c.Context(std::chrono::seconds(120));
+  grpc::Status st = c.stub().Hint(ctx.get(), req, &reply);
+  if (!st.ok()) return c.Fail(st, "hint");
+  std::cout << "hinted " << Count(reply.accepted()) << " paths for job " << job;
+  if (reply.rejected()) std::cout << " (" << Count(reply.rejected()) << " outside the mount, ignored)";
+  std::cout << "\n";
+  return 0;
+}
+
 int Health(Client& c, bool as_json) {
   v1::HealthReply h;
   auto ctx = c.Context();
@@ -534,6 +579,13 @@ int main(int argc, char** argv) {
   auto* ls = app.add_subcommand("ls", "list cached objects below PATH (default: everything)");
   ls->add_option("PATH", path);
   ls->add_flag("--json", as_json, "machine-readable output");
+  std::string job = "perchctl", hint_file;
+  std::vector<std::string> hint_paths;
+  auto* hint = app.add_subcommand("hint", "announce the order in which files will be read (prefetched in order)");
+  hint->add_option("PATH", hint_paths, "paths in reading order");
+  hint->add_option("--file", hint_file, "read paths, one per line, from FILE ('-' for stdin)");
+  hint->add_option("--job", job, "the job's name; a new list for the same job replaces the old one")
+      ->capture_default_str();
   auto* health = app.add_subcommand("health", "is the mount serving, the federation reachable, the disk fine");
   health->add_flag("--json", as_json, "machine-readable output");
 
@@ -552,5 +604,6 @@ int main(int argc, char** argv) {
   if (evict->parsed()) return Evict(client, path, as_json);
   if (ls->parsed()) return Ls(client, path, as_json);
   if (health->parsed()) return Health(client, as_json);
+  if (hint->parsed()) return Hint(client, job, hint_paths, hint_file);
   return 2;
 }

@@ -32,6 +32,11 @@ struct DaemonConfig {
   std::chrono::seconds dir_ttl{300};
   std::chrono::seconds file_ttl{3600};
   std::chrono::seconds negative_ttl{30};
+  bool prefetch = true;                    // read-ahead, directory prefetch, hints
+  uint64_t readahead = 64ULL << 20;        // largest read-ahead window per open file
+  size_t prefetch_dir_max_entries = 4096;  // larger directories are not prefetched
+  size_t hint_window = 512;                // hinted files fetched ahead of the reader
+  uint64_t max_bytes_in_flight = 1ULL << 30;
   std::string control_address;  // "unix:PATH" or "tcp:HOST:PORT"; "" = the default socket
   std::string metrics_address;  // "HOST:PORT" for Prometheus; "" = off
 };

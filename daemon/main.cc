@@ -21,6 +21,7 @@
 #include "daemon/core/filesystem.h"
 #include "daemon/core/namespace_cache.h"
 #include "daemon/core/node_control.h"
+#include "daemon/core/prefetcher.h"
 #include "daemon/core/warmer.h"
 #include "daemon/http/federation_client.h"
 #include "daemon/store/cache_dir_lock.h"
@@ -84,9 +85,24 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   }
   core::NamespaceCache names(client, **index,
                              core::NamespaceOptions{cfg.file_ttl, cfg.dir_ttl, cfg.negative_ttl});
-  core::BlockReader reader(client, blocks, disk, core::BlockReaderOptions{cfg.block_size}, &catalog);
+  core::FetchScheduler scheduler(core::SchedulerOptions{cfg.max_requests_in_flight, cfg.max_bytes_in_flight, 0.75});
+  core::BlockReaderOptions reader_opts;
+  reader_opts.block_size = cfg.block_size;
+  core::BlockReader reader(client, blocks, disk, reader_opts, &catalog, &scheduler);
   reader_ptr = &reader;
-  core::FileSystem fs(names, reader, core::FileSystemOptions{cfg.op_timeout, url->ToString()});
+  // Background work that may block: warm walks, prefetch listings and hint lookups.
+  ThreadPoolExecutor jobs(4);
+  core::PrefetchOptions popts;
+  popts.sequential = popts.directories = cfg.prefetch;
+  popts.max_window_bytes = cfg.readahead;
+  popts.dir_max_entries = cfg.prefetch_dir_max_entries;
+  popts.dir_max_bytes = cfg.cache_size / 8;  // never let one directory's prefetch flush the cache
+  popts.hint_window = cfg.hint_window;
+  core::Prefetcher prefetcher(names, reader, jobs, popts, [fed = url->ToString()](const core::ObjectPath& p, const core::FileAttr& a) {
+    return core::ObjectIdFor(fed, p, a);
+  });
+  core::Prefetcher* prefetch = cfg.prefetch ? &prefetcher : nullptr;
+  core::FileSystem fs(names, reader, core::FileSystemOptions{cfg.op_timeout, url->ToString()}, prefetch);
 
   // Is the federation there? With a warm cache perchd serves offline; without
   // one there is nothing to serve.
@@ -138,7 +154,6 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   fuse::FuseServer server(fs, fopts);
 
   // The control plane: perchctl over gRPC, Prometheus, warm jobs.
-  ThreadPoolExecutor jobs(4);
   core::Warmer warmer(fs, reader, catalog, jobs, core::WarmerOptions{});
   std::error_code canon_ec;
   core::NodeInfo info;
@@ -176,7 +191,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
         *free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
         return core::Status::Ok();
       },
-      [&server] { return server.mounted(); }, [&fs] { return fs.offline(); });
+      [&server] { return server.mounted(); }, [&fs] { return fs.offline(); }, &scheduler, prefetch);
   control::MetricsServer metrics(node);
   if (!cfg.metrics_address.empty()) {
     if (core::Status s = metrics.Start(cfg.metrics_address); !s.ok()) {
@@ -218,6 +233,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   control.Shutdown();  // ends warm streams (their warms are cancelled)
   metrics.Stop();
   warmer.Shutdown(std::chrono::seconds(2));
+  prefetcher.Shutdown();
   spdlog::info("unmounting {}", cfg.mountpoint);
   server.Unmount();
   loop.Shutdown();  // in-flight fetches end (cancelled) while the cache objects still exist
@@ -253,6 +269,8 @@ int main(int argc, char** argv) {
   std::string control_address, metrics_address;
   app.add_option("--control", control_address,
                  "control API address: unix:PATH or tcp:127.0.0.1:PORT (default unix:" + perch::DefaultControlSocket() + ")");
+  bool no_prefetch = false;
+  app.add_flag("--no-prefetch", no_prefetch, "no read-ahead, directory prefetch or hints (benchmarks)");
   app.add_option("--metrics", metrics_address, "serve Prometheus metrics at http://HOST:PORT/metrics");
   std::string url, mountpoint;
   app.add_option("FEDERATION_URL", url, "pelican://host/path, osdf:///path or http(s)://host:port/path");
@@ -269,6 +287,7 @@ int main(int argc, char** argv) {
     if (!cache_size.empty()) cfg.cache_size = perch::ParseSize(cache_size, "--cache-size");
     if (!block_size.empty()) cfg.block_size = perch::ParseSize(block_size, "--block-size");
     if (!control_address.empty()) cfg.control_address = control_address;
+    if (no_prefetch) cfg.prefetch = false;
     if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
     if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
     if (cfg.federation_url.empty() || cfg.mountpoint.empty()) {

@@ -108,6 +108,19 @@ void Fill(const core::NodeControl& node, const core::StatsSnapshot& s, v1::Stats
   }
   Fill(s.origin_get, out->mutable_origin_get());
   for (const auto& w : s.warm_jobs) Fill(node, w, out->add_warm_jobs());
+  auto* p = out->mutable_prefetch();
+  p->set_sequential_blocks(s.prefetch.sequential_blocks);
+  p->set_directory_files(s.prefetch.directory_files);
+  p->set_hinted_files(s.prefetch.hinted_files);
+  p->set_withdrawn(s.prefetch.withdrawn);
+  using core::Priority;
+  p->set_queued_demand(s.scheduler.queued[static_cast<size_t>(Priority::kDemand)]);
+  p->set_queued_hint(s.scheduler.queued[static_cast<size_t>(Priority::kHint)]);
+  p->set_queued_warm(s.scheduler.queued[static_cast<size_t>(Priority::kWarm)]);
+  p->set_queued_speculative(s.scheduler.queued[static_cast<size_t>(Priority::kSpeculative)]);
+  p->set_max_in_flight_seen(s.scheduler.max_in_flight_seen);
+  p->set_budget_requests(s.budget_requests);
+  p->set_boosted(s.scheduler.boosted);
 }
 
 // Streams one warm's progress. gRPC allows one write in flight, so the
@@ -304,6 +317,24 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     return r;
   }
 
+  grpc::ServerUnaryReactor* Hint(grpc::CallbackServerContext* ctx, const v1::HintRequest* request,
+                                 v1::HintReply* reply) override {
+    auto* r = ctx->DefaultReactor();
+    if (request->job().empty()) {
+      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a hint needs a job name"));
+      return r;
+    }
+    auto result = node_.Hint(request->job(), {request->paths().begin(), request->paths().end()});
+    if (!result.ok()) {
+      r->Finish(ToGrpcStatus(result.status()));
+      return r;
+    }
+    reply->set_accepted(result->first);
+    reply->set_rejected(result->second);
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* request,
                                    v1::HealthReply* reply) override {
     auto* r = ctx->DefaultReactor();
@@ -421,6 +452,7 @@ core::Status ControlServer::Start(const ControlOptions& options) {
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(512 << 20);  // a hint list of a whole ImageNet epoch is ~100 MB
   server_ = builder.BuildAndStart();
   if (!server_) {
     socket_path_.clear();

@@ -81,6 +81,22 @@ std::string RenderPrometheus(const core::StatsSnapshot& s) {
         s.offline ? 1 : 0);
   w.One("perch_uptime_seconds", "gauge", "Seconds since perchd started.", s.uptime_seconds);
 
+  w.One("perch_prefetch_sequential_blocks_total", "counter", "Read-ahead blocks asked for.",
+        s.prefetch.sequential_blocks);
+  w.One("perch_prefetch_directory_files_total", "counter", "Files asked for because a sibling was opened.",
+        s.prefetch.directory_files);
+  w.One("perch_prefetch_hinted_files_total", "counter", "Files asked for from hint lists.", s.prefetch.hinted_files);
+  w.One("perch_prefetch_withdrawn_total", "counter", "Queued prefetches withdrawn.", s.prefetch.withdrawn);
+  w.Family("perch_fetches_queued", "gauge", "Block fetches waiting for the request budget, by class.");
+  for (size_t c = 0; c < core::kPriorityCount; ++c) {
+    w.Sample("perch_fetches_queued", s.scheduler.queued[c],
+             fmt::format("class=\"{}\"", core::ToString(static_cast<core::Priority>(c))));
+  }
+  w.Family("perch_fetches_started_total", "counter", "Block fetches started, by class.");
+  for (size_t c = 0; c < core::kPriorityCount; ++c) {
+    w.Sample("perch_fetches_started_total", s.scheduler.started[c],
+             fmt::format("class=\"{}\"", core::ToString(static_cast<core::Priority>(c))));
+  }
   w.Family("perch_fuse_errors_total", "counter", "Failed filesystem operations by error class.");
   for (const auto& [cls, n] : s.errors) w.Sample("perch_fuse_errors_total", n, fmt::format("class=\"{}\"", cls));
 

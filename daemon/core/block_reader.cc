@@ -42,12 +42,12 @@ struct BlockReader::Assembly {
 };
 
 BlockReader::BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options,
-                         BlockListener* listener)
-    : origin_(origin), store_(store), disk_(disk), options_(options), listener_(listener) {}
+                         BlockListener* listener, FetchScheduler* scheduler)
+    : origin_(origin), store_(store), disk_(disk), options_(options), listener_(listener), scheduler_(scheduler) {}
 
 void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
                        const std::string& object_id, ByteRange range, Deadline deadline,
-                       std::function<void(Result<Bytes>)> done) {
+                       std::function<void(Result<Bytes>)> done, const FetchClass& cls) {
   const uint64_t bs = options_.block_size;
   if (range.offset >= version.size) range.length = 0;
   range.length = std::min(range.length, version.size - std::min(range.offset, version.size));
@@ -93,7 +93,7 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
       store_.Remove(key).IgnoreError();
       if (listener_) listener_->Dropped(key);
     }
-    Fetch(path, version, key, block_len, deadline,
+    Fetch(path, version, key, block_len, deadline, cls,
           [assembly, slot, from, to](Result<Bytes> block) {
             if (!block.ok()) {
               assembly->Complete(slot, block.status());
@@ -148,63 +148,118 @@ bool BlockReader::InUse(const BlockKey& key) {
 }
 
 void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
-                        uint64_t block_len, Deadline deadline, BlockCallback done) {
+                        uint64_t block_len, Deadline deadline, const FetchClass& cls, BlockCallback done) {
   std::shared_ptr<const Bytes> fresh;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (auto u = unwritten_.find(key); u != unwritten_.end()) fresh = u->second;
   }
   if (fresh) {
-    CountHit(path, fresh->size());
-    done(*fresh);
+    if (done) {
+      CountHit(path, fresh->size());
+      done(*fresh);
+    }
     return;
   }
+  uint64_t generation = 0;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::unique_lock<std::mutex> l(mu_);
     auto [it, inserted] = inflight_.try_emplace(key);
-    it->second.push_back(std::move(done));
+    Inflight& f = it->second;
+    if (done) f.waiters.push_back(std::move(done));
     if (!inserted) {
-      stats_.shared_fetches++;
+      if (cls.priority == Priority::kDemand) stats_.shared_fetches++;
+      if (cls.priority < f.priority) {
+        // A more urgent reader joined a queued fetch: move it up (outside
+        // mu_, since Boost may start the fetch, which takes mu_).
+        f.priority = cls.priority;
+        uint64_t ticket = f.ticket;
+        l.unlock();
+        if (scheduler_ != nullptr && ticket != 0) scheduler_->Boost(ticket, cls.priority);
+      }
       return;
     }
+    f.priority = cls.priority;
+    f.generation = generation = next_generation_++;
   }
-  ReadCounters& ns = by_namespace_.Get(NamespaceOf(path));
-  stats_.misses++;
-  ns.misses++;
+  ReadCounters* ns = &by_namespace_.Get(NamespaceOf(path));
   ByteRange range{key.index * options_.block_size, block_len};
-  auto started = Clock::now();
-  origin_.ReadRange(path, version, range, deadline, [this, key, path, version, &ns, started](Result<Bytes> r) {
-    fetch_latency_.Observe(Clock::now() - started);
-    std::vector<BlockCallback> waiters;
-    std::shared_ptr<const Bytes> copy;
-    if (r.ok()) copy = std::make_shared<const Bytes>(*r);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = inflight_.find(key);
-      if (it != inflight_.end()) {
-        waiters = std::move(it->second);
-        inflight_.erase(it);
+  auto start = [this, key, path, version, ns, range, deadline](std::function<void()> release) {
+    stats_.misses++;
+    ns->misses++;
+    auto started = Clock::now();
+    origin_.ReadRange(path, version, range, deadline,
+                      [this, key, path, version, ns, started, release = std::move(release)](Result<Bytes> r) {
+                        release();  // the next queued fetch may start
+                        fetch_latency_.Observe(Clock::now() - started);
+                        Complete(key, path, version, *ns, std::move(r));
+                      });
+  };
+  if (scheduler_ == nullptr) {
+    start([] {});
+    return;
+  }
+  uint64_t ticket = scheduler_->Submit(cls.priority, cls.flow.empty() ? NamespaceOf(path) : cls.flow, block_len,
+                                       std::move(start));
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = inflight_.find(key);
+  if (it != inflight_.end() && it->second.generation == generation) it->second.ticket = ticket;
+}
+
+void BlockReader::Complete(const BlockKey& key, const ObjectPath& path, const ObjectVersion& version,
+                           ReadCounters& ns, Result<Bytes> r) {
+  std::vector<BlockCallback> waiters;
+  std::shared_ptr<const Bytes> copy;
+  if (r.ok()) copy = std::make_shared<const Bytes>(*r);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = inflight_.find(key);
+    if (it != inflight_.end()) {
+      waiters = std::move(it->second.waiters);
+      inflight_.erase(it);
+    }
+    if (copy) unwritten_[key] = copy;
+  }
+  if (copy) {
+    stats_.bytes_from_network += copy->size();
+    ns.bytes_from_network += copy->size();
+    // Persist on the disk executor; the waiters need not wait for the disk.
+    disk_.Post([this, key, copy, path, version] {
+      Status s = store_.Write(key, *copy);
+      if (s.ok() && listener_) listener_->Stored(key, copy->size(), path, version);
+      if (!s.ok()) {
+        stats_.store_errors++;
+        spdlog::warn("cache: block {}#{} served but not cached: {}", key.object_id, key.index, s.ToString());
       }
-      if (copy) unwritten_[key] = copy;
-    }
-    if (copy) {
-      stats_.bytes_from_network += copy->size();
-      ns.bytes_from_network += copy->size();
-      // Persist on the disk executor; the waiters need not wait for the disk.
-      disk_.Post([this, key, copy, path, version] {
-        Status s = store_.Write(key, *copy);
-        if (s.ok() && listener_) listener_->Stored(key, copy->size(), path, version);
-        if (!s.ok()) {
-          stats_.store_errors++;
-          spdlog::warn("cache: block {}#{} served but not cached: {}", key.object_id, key.index,
-                       s.ToString());
-        }
-        std::lock_guard<std::mutex> l(mu_);
-        unwritten_.erase(key);
-      });
-    }
-    for (auto& w : waiters) w(r);
-  });
+      std::lock_guard<std::mutex> l(mu_);
+      unwritten_.erase(key);
+    });
+  }
+  for (auto& w : waiters) w(r);
+}
+
+void BlockReader::Prefetch(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
+                           uint64_t block, const FetchClass& cls) {
+  const uint64_t bs = options_.block_size;
+  if (block * bs >= version.size) return;
+  BlockKey key{object_id, block};
+  if (listener_ != nullptr && listener_->Contains(key)) return;
+  Fetch(path, version, key, std::min(bs, version.size - block * bs), DeadlineAfter(options_.prefetch_timeout), cls,
+        nullptr);
+}
+
+bool BlockReader::CancelPrefetch(const BlockKey& key) {
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = inflight_.find(key);
+    // Only a fetch nobody waits for, and only while it is still queued.
+    if (it == inflight_.end() || !it->second.waiters.empty() || it->second.ticket == 0) return false;
+    ticket = it->second.ticket;
+    if (scheduler_ == nullptr || !scheduler_->Cancel(ticket)) return false;
+    inflight_.erase(it);
+  }
+  return true;
 }
 
 }  // namespace perch::core

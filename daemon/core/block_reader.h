@@ -14,8 +14,9 @@
 // that completed the last block: the caller's (all hits), the Origin's or the
 // disk executor's; they must not block.
 //
-// Lock order: mu_ is a leaf; it is never held across calls into the Origin,
-// the store or a callback.
+// Lock order: mu_ is never held across calls into the Origin, the store or a
+// callback; it may be held across FetchScheduler::Cancel (whose lock is a
+// leaf), so that a prefetch is withdrawn only while no reader waits for it.
 #pragma once
 
 #include <atomic>
@@ -30,6 +31,7 @@
 #include "daemon/core/block_store.h"
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/executor.h"
+#include "daemon/core/fetch_scheduler.h"
 #include "daemon/core/metrics.h"
 #include "daemon/core/origin.h"
 
@@ -37,6 +39,14 @@ namespace perch::core {
 
 struct BlockReaderOptions {
   uint64_t block_size = 4 << 20;
+  std::chrono::milliseconds prefetch_timeout{120000};  // deadline of a prefetch
+};
+
+// How urgent a fetch is, and whose (the scheduler's fairness unit; "" means
+// the namespace of the path).
+struct FetchClass {
+  Priority priority = Priority::kDemand;
+  std::string flow;
 };
 
 struct BlockReaderStats {
@@ -52,16 +62,28 @@ struct BlockReaderStats {
 class BlockReader {
  public:
   // `listener` (may be null) hears of every stored, hit and dropped block.
+  // `scheduler` (may be null: fetches start at once) orders and bounds every fetch.
   BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options,
-              BlockListener* listener = nullptr);
+              BlockListener* listener = nullptr, FetchScheduler* scheduler = nullptr);
   BlockReader(const BlockReader&) = delete;
   BlockReader& operator=(const BlockReader&) = delete;
 
   // Yields exactly `range` of object `path` at `version` (clipped to its
   // size). `object_id` names (federation, path, version) in the store.
   // Errors are the Origin's (kNotFound, kUnavailable, kDeadlineExceeded, ...).
+  // Misses are fetched as `cls` (demand unless a warm says otherwise).
   void Read(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
-            ByteRange range, Deadline deadline, std::function<void(Result<Bytes>)> done);
+            ByteRange range, Deadline deadline, std::function<void(Result<Bytes>)> done,
+            const FetchClass& cls = FetchClass());
+
+  // Fetches block `block` into the store unless it is there or on its way;
+  // nobody waits for it. A reader that later wants it joins the fetch (and
+  // raises its priority).
+  void Prefetch(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
+                uint64_t block, const FetchClass& cls);
+  // Withdraws a prefetch of `key` that is still queued and that no reader
+  // waits for; true if withdrawn.
+  bool CancelPrefetch(const BlockKey& key);
 
   // A zero-copy hit: if `range` lies in one block that the store holds as a
   // file, the open file and the range's position in it; nullopt otherwise
@@ -90,8 +112,17 @@ class BlockReader {
   // A block failed its check (the store already removed it): count, log, forget.
   void NoteCorrupt(const BlockKey& key, const Status& why);
   void CountHit(const ObjectPath& path, uint64_t bytes);
+  // `done` may be null (a prefetch).
   void Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
-             uint64_t block_len, Deadline deadline, BlockCallback done);
+             uint64_t block_len, Deadline deadline, const FetchClass& cls, BlockCallback done);
+  void Complete(const BlockKey& key, const ObjectPath& path, const ObjectVersion& version, ReadCounters& ns,
+                Result<Bytes> r);
+  struct Inflight {
+    std::vector<BlockCallback> waiters;
+    Priority priority = Priority::kDemand;
+    uint64_t ticket = 0;      // the scheduler's, once submitted
+    uint64_t generation = 0;  // tells this fetch from a later one of the same block
+  };
 
   // Constant after construction.
   Origin& origin_;
@@ -99,14 +130,16 @@ class BlockReader {
   Executor& disk_;
   const BlockReaderOptions options_;
   BlockListener* const listener_;
+  FetchScheduler* const scheduler_;
 
   BlockReaderStats stats_;
   CounterFamily<ReadCounters> by_namespace_;
   LatencyHistogram fetch_latency_;
 
   std::mutex mu_;
-  // Protected by mu_: waiters of each block being fetched.
-  std::map<BlockKey, std::vector<BlockCallback>> inflight_;
+  // Protected by mu_: each block being fetched (or queued to be).
+  std::map<BlockKey, Inflight> inflight_;
+  uint64_t next_generation_ = 1;  // Protected by mu_
   // Protected by mu_: fetched blocks whose store write has not finished; a
   // reader arriving in that window is served from here, not refetched.
   std::map<BlockKey, std::shared_ptr<const Bytes>> unwritten_;

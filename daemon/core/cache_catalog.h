@@ -53,6 +53,8 @@ class BlockListener {
                       const ObjectVersion& version) = 0;
   virtual void Touched(const BlockKey& key, uint64_t length) = 0;
   virtual void Dropped(const BlockKey& key) = 0;
+  // True if block `key` is known to be in the store (prefetch skips it).
+  virtual bool Contains(const BlockKey& key) const = 0;
 };
 
 struct CatalogOptions {
@@ -114,7 +116,7 @@ class CacheCatalog : public BlockListener {
   std::vector<CachedObject> List(const ObjectPath& prefix, const std::string& after, size_t limit) const;
 
   // True if block `key` is recorded as stored.
-  bool Contains(const BlockKey& key) const;
+  bool Contains(const BlockKey& key) const override;
 
   uint64_t cached_bytes() const { return cached_bytes_.load(); }
   uint64_t pinned_bytes() const;

@@ -5,8 +5,9 @@
 
 namespace perch::core {
 
-FileSystem::FileSystem(NamespaceCache& names, BlockReader& reader, FileSystemOptions options)
-    : names_(names), reader_(reader), options_(std::move(options)) {}
+FileSystem::FileSystem(NamespaceCache& names, BlockReader& reader, FileSystemOptions options,
+                       Prefetcher* prefetcher)
+    : names_(names), reader_(reader), options_(std::move(options)), prefetcher_(prefetcher) {}
 
 Result<FileAttr> FileSystem::GetAttr(const ObjectPath& path) { return names_.GetAttr(path, NewDeadline()); }
 
@@ -21,7 +22,11 @@ Result<std::vector<DirEntry>> FileSystem::ReadDir(const ObjectPath& path) {
 }
 
 std::string FileSystem::ObjectId(const ObjectPath& path, const FileAttr& attr) const {
-  std::string key = options_.federation_id;
+  return ObjectIdFor(options_.federation_id, path, attr);
+}
+
+std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path, const FileAttr& attr) {
+  std::string key = federation_id;
   key += '\0';
   key += path.str();
   key += '\0';
@@ -35,6 +40,7 @@ Result<uint64_t> FileSystem::Open(const ObjectPath& path) {
   if (attr->is_dir) return InvalidArgumentError(path.str() + " is a directory");
   uint64_t h = next_handle_++;
   OpenFile f{path, *attr, ObjectId(path, *attr)};
+  if (prefetcher_ != nullptr) prefetcher_->Opened(h, f.path, f.attr, f.object_id);
   std::lock_guard<std::mutex> l(mu_);
   open_.emplace(h, std::move(f));
   return h;
@@ -48,6 +54,7 @@ Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) 
     if (it == open_.end()) return InvalidArgumentError("unknown file handle");
     f = it->second;
   }
+  if (prefetcher_ != nullptr) prefetcher_->Read(handle, offset, size);
   Deadline deadline = NewDeadline();
   return WaitFor<Bytes>(deadline, [&](auto cb) {
     reader_.Read(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size},
@@ -63,14 +70,19 @@ std::optional<BlockSlice> FileSystem::ReadSlice(uint64_t handle, uint64_t offset
     if (it == open_.end()) return std::nullopt;
     f = it->second;
   }
-  return reader_.TrySlice(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size});
+  auto slice = reader_.TrySlice(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size});
+  if (slice && prefetcher_ != nullptr) prefetcher_->Read(handle, offset, size);
+  return slice;
 }
 
 void FileSystem::Release(uint64_t handle) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = open_.find(handle);
-  if (it == open_.end()) return;
-  open_.erase(it);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = open_.find(handle);
+    if (it == open_.end()) return;
+    open_.erase(it);
+  }
+  if (prefetcher_ != nullptr) prefetcher_->Released(handle);
 }
 
 

@@ -22,6 +22,7 @@
 
 #include "daemon/core/block_reader.h"
 #include "daemon/core/namespace_cache.h"
+#include "daemon/core/prefetcher.h"
 
 namespace perch::core {
 
@@ -36,9 +37,15 @@ struct OpenFile {
   std::string object_id;
 };
 
+// The store id of `path` at version `attr` in federation `federation_id`:
+// a new version of an object is a new id.
+std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path, const FileAttr& attr);
+
 class FileSystem {
  public:
-  FileSystem(NamespaceCache& names, BlockReader& reader, FileSystemOptions options);
+  // `prefetcher` (may be null) hears of every open, read and release.
+  FileSystem(NamespaceCache& names, BlockReader& reader, FileSystemOptions options,
+             Prefetcher* prefetcher = nullptr);
 
   Result<FileAttr> GetAttr(const ObjectPath& path);
   Result<FileAttr> Lookup(const ObjectPath& parent, std::string_view name);
@@ -63,6 +70,7 @@ class FileSystem {
   NamespaceCache& names_;
   BlockReader& reader_;
   const FileSystemOptions options_;
+  Prefetcher* const prefetcher_;
 
   std::atomic<uint64_t> next_handle_{1};
   mutable std::mutex mu_;

@@ -22,7 +22,8 @@ const char* OpMetrics::Name(Op op) {
 
 NodeControl::NodeControl(NodeInfo info, BlockReader& reader, CacheCatalog& catalog, Warmer& warmer,
                          Origin& origin, const OpMetrics& ops, NetworkStatsFn network, DiskSpaceFn disk,
-                         MountedFn mounted, std::function<bool()> offline)
+                         MountedFn mounted, std::function<bool()> offline, const FetchScheduler* scheduler,
+                         Prefetcher* prefetcher)
     : info_(std::move(info)),
       reader_(reader),
       catalog_(catalog),
@@ -32,7 +33,9 @@ NodeControl::NodeControl(NodeInfo info, BlockReader& reader, CacheCatalog& catal
       network_(std::move(network)),
       disk_(std::move(disk)),
       mounted_(std::move(mounted)),
-      offline_(std::move(offline)) {}
+      offline_(std::move(offline)),
+      scheduler_(scheduler),
+      prefetcher_(prefetcher) {}
 
 namespace {
 
@@ -108,10 +111,37 @@ StatsSnapshot NodeControl::Stats() const {
   }
   s.origin_get = reader_.fetch_latency().Take();
   s.warm_jobs = warmer_.Jobs();
+  if (prefetcher_ != nullptr) {
+    const PrefetchStats& p = prefetcher_->stats();
+    s.prefetch = {p.sequential_blocks.load(), p.directory_files.load(), p.hinted_files.load(), p.withdrawn.load()};
+  }
+  if (scheduler_ != nullptr) {
+    s.scheduler = scheduler_->Stats();
+    s.budget_requests = scheduler_->options().max_requests;
+  }
   s.offline = offline_ && offline_();
   s.uptime_seconds =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_).count());
   return s;
+}
+
+Result<std::pair<uint64_t, uint64_t>> NodeControl::Hint(const std::string& job,
+                                                       const std::vector<std::string>& paths) {
+  if (prefetcher_ == nullptr) return InvalidArgumentError("prefetch is off in this perchd");
+  std::vector<ObjectPath> resolved;
+  resolved.reserve(paths.size());
+  uint64_t rejected = 0;
+  for (const std::string& p : paths) {
+    auto r = Resolve(p);
+    if (r.ok()) {
+      resolved.push_back(*std::move(r));
+    } else {
+      ++rejected;
+    }
+  }
+  uint64_t accepted = resolved.size();
+  prefetcher_->Hint(job, std::move(resolved));
+  return std::make_pair(accepted, rejected);
 }
 
 void NodeControl::Health(std::chrono::milliseconds timeout, std::function<void(HealthReport)> done) {

@@ -23,6 +23,7 @@
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/metrics.h"
 #include "daemon/core/origin.h"
+#include "daemon/core/prefetcher.h"
 #include "daemon/core/warmer.h"
 
 namespace perch::core {
@@ -69,6 +70,11 @@ struct StatsSnapshot {
   std::vector<std::pair<std::string, LatencyHistogram::Snapshot>> fuse_ops;
   LatencyHistogram::Snapshot origin_get;
   std::vector<WarmProgress> warm_jobs;
+  struct {
+    uint64_t sequential_blocks = 0, directory_files = 0, hinted_files = 0, withdrawn = 0;
+  } prefetch;
+  SchedulerStats scheduler;
+  size_t budget_requests = 0;
   bool offline = false;
   uint64_t uptime_seconds = 0;
 };
@@ -111,9 +117,11 @@ class NodeControl {
   using DiskSpaceFn = std::function<Status(uint64_t* total, uint64_t* free)>;
   using MountedFn = std::function<bool()>;
 
+  // `scheduler` and `prefetcher` may be null (no prefetch).
   NodeControl(NodeInfo info, BlockReader& reader, CacheCatalog& catalog, Warmer& warmer, Origin& origin,
               const OpMetrics& ops, NetworkStatsFn network, DiskSpaceFn disk, MountedFn mounted,
-              std::function<bool()> offline);
+              std::function<bool()> offline, const FetchScheduler* scheduler = nullptr,
+              Prefetcher* prefetcher = nullptr);
 
   // The object path (below the mounted prefix) that `user_path` names.
   // kInvalidArgument when it is outside the mount and the federation prefix.
@@ -126,6 +134,10 @@ class NodeControl {
   // Asks the federation about the mounted prefix and every namespace read so
   // far (at most 16), in parallel, each within `timeout`.
   void Health(std::chrono::milliseconds timeout, std::function<void(HealthReport)> done);
+
+  // Resolves `paths` and hands them to the prefetcher as job `job`'s list;
+  // returns (accepted, rejected). kInvalidArgument without a prefetcher.
+  Result<std::pair<uint64_t, uint64_t>> Hint(const std::string& job, const std::vector<std::string>& paths);
 
   const NodeInfo& info() const { return info_; }
   CacheCatalog& catalog() { return catalog_; }
@@ -142,6 +154,8 @@ class NodeControl {
   const DiskSpaceFn disk_;
   const MountedFn mounted_;
   const std::function<bool()> offline_;
+  const FetchScheduler* const scheduler_;
+  Prefetcher* const prefetcher_;
   const Clock::time_point started_ = Clock::now();
 };
 

@@ -71,6 +71,7 @@ WarmJob::WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive, War
       executor_(executor),
       options_(options) {
   progress_.id = id;
+  progress_id_ = id;
   for (const ObjectPath& p : roots_) progress_.paths.push_back(p.str());
 }
 
@@ -191,7 +192,8 @@ void WarmJob::Pump() {
                    // the next fetches to the executor.
                    Status s = r.ok() ? Status::Ok() : r.status();
                    self->executor_.Post([self, b, s] { self->BlockDone(b, s); });
-                 });
+                 },
+                 FetchClass{Priority::kWarm, "warm#" + std::to_string(progress_id_)});
   }
 }
 

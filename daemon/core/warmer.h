@@ -133,6 +133,7 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
   CacheCatalog& catalog_;
   Executor& executor_;
   const WarmerOptions options_;
+  uint64_t progress_id_ = 0;  // Constant after construction: the job's id
 
   mutable std::mutex mu_;
   WarmProgress progress_;       // Protected by mu_

@@ -47,6 +47,23 @@ size_t FakeOrigin::Release() {
   return run.size();
 }
 
+bool FakeOrigin::ReleaseOne() {
+  std::function<void()> first;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (parked_.empty()) return false;
+    first = std::move(parked_.front());
+    parked_.erase(parked_.begin());
+  }
+  first();
+  return true;
+}
+
+std::vector<std::string> FakeOrigin::ReadLog() {
+  std::lock_guard<std::mutex> l(mu_);
+  return read_log_;
+}
+
 void FakeOrigin::Complete(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -108,6 +125,7 @@ void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersi
   Result<core::Bytes> r = core::NotFoundError(path.str() + " not found");
   {
     std::lock_guard<std::mutex> l(mu_);
+    read_log_.push_back(path.str() + "@" + std::to_string(range.offset));
     if (!fail_.ok()) {
       r = fail_;
     } else if (auto f = files_.find(path.str()); f != files_.end()) {

@@ -31,6 +31,10 @@ class FakeOrigin : public core::Origin {
   void Hold(bool on);
   // Runs parked completions; returns how many ran.
   size_t Release();
+  // Runs the oldest parked completion (others stay parked); false if none.
+  bool ReleaseOne();
+  // "path@offset" of every ReadRange, in call order.
+  std::vector<std::string> ReadLog();
 
   void Stat(const core::ObjectPath& path, core::Deadline deadline,
             std::function<void(core::Result<core::FileAttr>)> done) override;
@@ -54,6 +58,7 @@ class FakeOrigin : public core::Origin {
   bool short_ = false;                        // Protected by mu_
   bool hold_ = false;                         // Protected by mu_
   std::vector<std::function<void()>> parked_; // Protected by mu_
+  std::vector<std::string> read_log_;         // Protected by mu_
 };
 
 }  // namespace perch::testing

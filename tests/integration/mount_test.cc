@@ -226,7 +226,8 @@ TEST(MountRestartTest, CachedFilesSurviveAFederationOutage) {
   fs::create_directories(mnt);
   auto fed = std::make_unique<DevFed>(DevFed::Options{{{"/r", tree.path().string(), false}}, 0, false});
   ASSERT_EQ(fed->Start(), "");
-  std::vector<std::string> args = {"--cache-dir", cache.string(), "--op-timeout", "3s",
+  // Without prefetch, so that the file this test leaves unread stays uncached.
+  std::vector<std::string> args = {"--cache-dir", cache.string(), "--op-timeout", "3s", "--no-prefetch",
                                    fed->FederationUrl() + "/r", mnt.string()};
   // Read everything but the uncached file; list the whole tree.
   {

@@ -1,0 +1,218 @@
+#include "daemon/core/prefetcher.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace perch::core {
+
+Prefetcher::Prefetcher(NamespaceCache& names, BlockReader& reader, Executor& exec, PrefetchOptions options,
+                       ObjectIdFn object_id)
+    : names_(names), reader_(reader), exec_(exec), options_(options), object_id_(std::move(object_id)) {}
+
+Prefetcher::~Prefetcher() { Shutdown(); }
+
+void Prefetcher::Shutdown() { alive_->store(false); }
+
+void Prefetcher::PrefetchFile(const ObjectPath& path, const FileAttr& attr, const FetchClass& cls) {
+  const std::string id = object_id_(path, attr);
+  const ObjectVersion version{attr.size, attr.etag};
+  for (uint64_t b = 0; b * reader_.block_size() < attr.size; ++b) reader_.Prefetch(path, version, id, b, cls);
+}
+
+void Prefetcher::Opened(uint64_t handle, const ObjectPath& path, const FileAttr& attr,
+                        const std::string& object_id) {
+  bool list_dir = false;
+  std::vector<std::pair<std::string, uint64_t>> pump;  // (job, generation)
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    OpenState& st = open_[handle];
+    st = OpenState();
+    st.path = path;
+    st.attr = attr;
+    st.object_id = object_id;
+    if (options_.directories && !path.IsRoot()) {
+      const std::string dir = path.Parent().str();
+      auto now = Clock::now();
+      auto [it, inserted] = dirs_done_.try_emplace(dir, now);
+      if (inserted || now - it->second > options_.dir_repeat) {
+        it->second = now;
+        list_dir = true;
+      }
+      if (dirs_done_.size() > 100000) dirs_done_.clear();  // bounded memory; at worst a directory again
+    }
+    // The reader's position in each hint list moves to this file.
+    for (auto& [job, h] : hints_) {
+      auto idx = h.index.find(path.str());
+      if (idx == h.index.end() || idx->second < h.pos) continue;
+      h.pos = idx->second + 1;
+      if (!h.pumping && h.issued < std::min(h.paths.size(), h.pos + options_.hint_window)) {
+        h.pumping = true;
+        pump.emplace_back(job, h.generation);
+      }
+    }
+  }
+  auto alive = alive_;
+  for (auto& [job, gen] : pump) {
+    exec_.Post([this, alive, job = job, gen = gen] {
+      if (alive->load()) PumpHints(job, gen);
+    });
+  }
+  if (list_dir) {
+    exec_.Post([this, alive, dir = path.Parent(), name = std::string(path.Name())] {
+      if (alive->load()) PrefetchDirectory(dir, name);
+    });
+  }
+}
+
+void Prefetcher::Read(uint64_t handle, uint64_t offset, uint64_t size) {
+  if (!options_.sequential || size == 0) return;
+  const uint64_t bs = reader_.block_size();
+  const uint64_t max_window = std::max<uint64_t>(1, options_.max_window_bytes / bs);
+  std::vector<BlockKey> withdraw;
+  std::vector<uint64_t> blocks;
+  ObjectPath path;
+  FileAttr attr;
+  std::string id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = open_.find(handle);
+    if (it == open_.end()) return;
+    OpenState& st = it->second;
+    if (st.attr.size <= bs) return;  // one block: the read itself fetches it
+    const uint64_t block = offset / bs;
+    if (!st.read_once || offset == st.next_offset) {
+      if (st.read_once && block != st.last_block) {
+        st.window = std::min(st.window * 2, max_window);  // a new block, still in order: look further
+      }
+    } else {
+      // The pattern broke: what was queued for the old position is not wanted.
+      withdraw = std::move(st.issued);
+      st.issued.clear();
+      st.window = 1;
+      st.issued_until = 0;
+    }
+    st.read_once = true;
+    st.last_block = block;
+    st.next_offset = offset + size;
+    const uint64_t nblocks = (st.attr.size + bs - 1) / bs;
+    const uint64_t last_read = (offset + size - 1) / bs;
+    const uint64_t from = std::max(st.issued_until, last_read + 1);
+    const uint64_t to = std::min(nblocks, last_read + 1 + st.window);
+    for (uint64_t b = from; b < to; ++b) {
+      blocks.push_back(b);
+      st.issued.push_back(BlockKey{st.object_id, b});
+    }
+    if (to > st.issued_until) st.issued_until = to;
+    // Keep only what may still be queued: the window's worth.
+    if (st.issued.size() > 2 * max_window) {
+      st.issued.erase(st.issued.begin(), st.issued.end() - static_cast<long>(2 * max_window));
+    }
+    path = st.path;
+    attr = st.attr;
+    id = st.object_id;
+  }
+  Withdraw(std::move(withdraw));
+  const ObjectVersion version{attr.size, attr.etag};
+  for (uint64_t b : blocks) {
+    reader_.Prefetch(path, version, id, b, FetchClass{Priority::kSpeculative, ""});
+  }
+  stats_.sequential_blocks += blocks.size();
+}
+
+void Prefetcher::Released(uint64_t handle) {
+  std::vector<BlockKey> withdraw;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = open_.find(handle);
+    if (it == open_.end()) return;
+    withdraw = std::move(it->second.issued);
+    open_.erase(it);
+  }
+  Withdraw(std::move(withdraw));
+}
+
+void Prefetcher::Withdraw(std::vector<BlockKey> keys) {
+  for (const BlockKey& k : keys) {
+    if (reader_.CancelPrefetch(k)) stats_.withdrawn++;
+  }
+}
+
+void Prefetcher::PrefetchDirectory(const ObjectPath& dir, const std::string& after) {
+  auto entries = names_.ReadDir(dir, DeadlineAfter(options_.lookup_timeout));
+  if (!entries.ok()) {
+    spdlog::debug("prefetch: cannot list {}: {}", dir.str(), entries.status().ToString());
+    return;
+  }
+  std::vector<const DirEntry*> files;
+  uint64_t bytes = 0;
+  for (const DirEntry& e : *entries) {
+    if (e.attr.is_dir) continue;
+    files.push_back(&e);
+    bytes += e.attr.size;
+  }
+  if (files.size() <= 1) return;
+  if (files.size() > options_.dir_max_entries || bytes > options_.dir_max_bytes) {
+    spdlog::debug("prefetch: {} has {} files, {} bytes: too large to prefetch", dir.str(), files.size(), bytes);
+    return;
+  }
+  // Entries are sorted by name: start after the file that was opened, wrap around.
+  auto start = std::upper_bound(files.begin(), files.end(), after,
+                                [](const std::string& name, const DirEntry* e) { return name < e->name; });
+  std::rotate(files.begin(), start, files.end());
+  const FetchClass cls{Priority::kSpeculative, ""};
+  for (const DirEntry* e : files) {
+    if (e->name == after) continue;
+    auto child = dir.Child(e->name);
+    if (!child.ok()) continue;
+    PrefetchFile(*child, e->attr, cls);
+    stats_.directory_files++;
+  }
+}
+
+void Prefetcher::Hint(const std::string& job, std::vector<ObjectPath> paths) {
+  uint64_t gen = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (paths.empty()) {
+      hints_.erase(job);
+      return;
+    }
+    HintJob& h = hints_[job];
+    h = HintJob{};
+    h.paths = std::move(paths);
+    for (size_t i = 0; i < h.paths.size(); ++i) h.index.try_emplace(h.paths[i].str(), i);
+    h.generation = gen = next_generation_++;
+    h.pumping = true;
+  }
+  auto alive = alive_;
+  exec_.Post([this, alive, job, gen] {
+    if (alive->load()) PumpHints(job, gen);
+  });
+}
+
+void Prefetcher::PumpHints(const std::string& job, uint64_t generation) {
+  const FetchClass cls{Priority::kHint, "hint:" + job};
+  for (;;) {
+    ObjectPath next;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = hints_.find(job);
+      if (it == hints_.end() || it->second.generation != generation) return;  // replaced or dropped
+      HintJob& h = it->second;
+      if (!alive_->load() || h.issued >= std::min(h.paths.size(), h.pos + options_.hint_window)) {
+        h.pumping = false;
+        return;
+      }
+      next = h.paths[h.issued++];
+    }
+    // In list order, one at a time: the scheduler keeps a flow's fetches in order.
+    auto attr = names_.GetAttr(next, DeadlineAfter(options_.lookup_timeout));
+    if (attr.ok() && !attr->is_dir) {
+      PrefetchFile(next, *attr, cls);
+      stats_.hinted_files++;
+    }
+  }
+}
+
+}  // namespace perch::core
