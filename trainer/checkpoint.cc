@@ -1,11 +1,10 @@
 #include "trainer/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
+#include <fcntl.h>
 #include <torch/serialize.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>

@@ -89,8 +89,7 @@ bool JpegDecoder::DecodeImpl(const uint8_t* data, size_t size, int out_w, int ou
   const int height = static_cast<int>(cinfo->image_height);
   const RectF r = region_fn(fn, width, height);
 
-  const bool cmyk =
-      cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
+  const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
   cinfo->out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   cinfo->dct_method = JDCT_ISLOW;
 

@@ -33,9 +33,9 @@ struct RectF {
 struct DecodedRegion {
   const uint8_t* pixels = nullptr;  // RGB, 3 bytes per pixel, rows `stride` bytes apart
   size_t stride = 0;
-  int width = 0;   // of the decoded buffer
+  int width = 0;  // of the decoded buffer
   int height = 0;
-  RectF region;    // the requested region, in the buffer's pixel-edge coordinates
+  RectF region;  // the requested region, in the buffer's pixel-edge coordinates
 };
 
 class JpegDecoder {

@@ -1,10 +1,9 @@
 #include "trainer/loader.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <chrono>
@@ -68,11 +67,11 @@ struct WorkerState {
   std::vector<uint8_t> file;
 };
 
-Loader::Loader(const ImageFolder& data, LoaderOptions options)
-    : data_(data), options_(options) {
+Loader::Loader(const ImageFolder& data, LoaderOptions options) : data_(data), options_(options) {
   if (options_.batch_size < 1 || options_.workers < 1 || options_.image_size < 1 ||
       options_.prefetch < 1) {
-    throw std::invalid_argument("loader: batch size, workers, image size and prefetch must be >= 1");
+    throw std::invalid_argument(
+        "loader: batch size, workers, image size and prefetch must be >= 1");
   }
   const int64_t s = options_.image_size;
   auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(options_.pin_memory);
@@ -152,9 +151,9 @@ void Loader::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     work_cv_.wait(lock, [this] {
-      return stop_ || (active_ && next_position_ < static_cast<int64_t>(order_.size()) &&
-                       (next_position_ - start_) / options_.batch_size <
-                           released_ + options_.prefetch);
+      return stop_ ||
+             (active_ && next_position_ < static_cast<int64_t>(order_.size()) &&
+              (next_position_ - start_) / options_.batch_size < released_ + options_.prefetch);
     });
     if (stop_) {
       return;

@@ -37,11 +37,11 @@ namespace perch::trainer {
 struct LoaderOptions {
   int batch_size = 256;
   int workers = 4;
-  int image_size = 224;      // output is image_size x image_size
-  bool train = true;         // random crops + flips + shuffling; else resize + centre crop
+  int image_size = 224;  // output is image_size x image_size
+  bool train = true;     // random crops + flips + shuffling; else resize + centre crop
   uint64_t seed = 0;
-  int prefetch = 3;          // batches in flight, >= 1
-  bool pin_memory = false;   // allocate batch buffers in page-locked memory (needs CUDA)
+  int prefetch = 3;         // batches in flight, >= 1
+  bool pin_memory = false;  // allocate batch buffers in page-locked memory (needs CUDA)
 };
 
 struct Batch {
@@ -53,10 +53,10 @@ struct Batch {
 };
 
 struct LoaderStats {
-  int64_t images = 0;        // decoded successfully
-  int64_t skipped = 0;       // unreadable or corrupt
-  int64_t bytes = 0;         // read from files
-  double wait_seconds = 0;   // time Next() spent waiting for workers
+  int64_t images = 0;       // decoded successfully
+  int64_t skipped = 0;      // unreadable or corrupt
+  int64_t bytes = 0;        // read from files
+  double wait_seconds = 0;  // time Next() spent waiting for workers
 };
 
 class Loader {
@@ -113,17 +113,17 @@ class Loader {
 
   // Protected by mu_.
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;   // workers wait here for positions to take
-  std::condition_variable done_cv_;   // the consumer waits here for a batch; StartEpoch for idle
+  std::condition_variable work_cv_;  // workers wait here for positions to take
+  std::condition_variable done_cv_;  // the consumer waits here for a batch; StartEpoch for idle
   bool stop_ = false;
   bool active_ = false;
   int64_t epoch_ = 0;
   int64_t start_ = 0;
-  std::vector<int64_t> order_;        // the epoch's permutation
-  int64_t next_position_ = 0;         // next position a worker takes
-  int64_t released_ = 0;              // batches the consumer is done with
-  int64_t next_batch_ = 0;            // batch Next() returns next
-  int64_t in_flight_ = 0;             // samples being processed outside the lock
+  std::vector<int64_t> order_;  // the epoch's permutation
+  int64_t next_position_ = 0;   // next position a worker takes
+  int64_t released_ = 0;        // batches the consumer is done with
+  int64_t next_batch_ = 0;      // batch Next() returns next
+  int64_t in_flight_ = 0;       // samples being processed outside the lock
   std::vector<Slot> slots_;
   double wait_seconds_ = 0;
 };

@@ -2,7 +2,6 @@
 // mount) with checkpoints that survive HTCondor preemption. See trainer/README.md.
 #include <malloc.h>
 #include <signal.h>
-
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -47,8 +46,9 @@ int main(int argc, char** argv) {
   perch::trainer::TrainOptions o;
   std::string max_runtime;
   std::string log_level = "info";
-  CLI::App app{"perch-train: ResNet training on an ImageFolder tree, resumable (exit 85 = "
-               "checkpointed, rerun to continue)"};
+  CLI::App app{
+      "perch-train: ResNet training on an ImageFolder tree, resumable (exit 85 = "
+      "checkpointed, rerun to continue)"};
   // A repeated option takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data-dir", o.data_dir, "training tree: one directory per class")
@@ -71,8 +71,10 @@ int main(int argc, char** argv) {
   app.add_option("--prefetch", o.prefetch, "batches the loader prepares ahead (default 3)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "peak learning rate (default 0.1 * batch size / 256)");
-  app.add_option("--lr-schedule", o.lr_schedule, "cosine (default) or step (x0.1 every "
-                 "--lr-step-epochs)")->check(CLI::IsMember({"cosine", "step"}));
+  app.add_option("--lr-schedule", o.lr_schedule,
+                 "cosine (default) or step (x0.1 every "
+                 "--lr-step-epochs)")
+      ->check(CLI::IsMember({"cosine", "step"}));
   app.add_option("--lr-step-epochs", o.lr_step_epochs, "step schedule period (default 30)")
       ->check(CLI::PositiveNumber);
   app.add_option("--warmup-epochs", o.warmup_epochs, "linear warm-up length (default 1)")

@@ -13,8 +13,7 @@ namespace nn = torch::nn;
 namespace {
 
 nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
-  return nn::Conv2d(
-      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
+  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
 }
 
 nn::Sequential Downsample(int64_t in, int64_t out, int64_t stride) {

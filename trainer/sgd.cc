@@ -73,7 +73,8 @@ void Sgd::LoadState(const std::map<std::string, at::Tensor>& state) {
     if (tensor.sizes() != p.sizes()) {
       throw std::runtime_error("optimizer state shape mismatch for " + name);
     }
-    buffers_[it->second] = tensor.to(p.device(), p.scalar_type()).contiguous(p.suggest_memory_format());
+    buffers_[it->second] =
+        tensor.to(p.device(), p.scalar_type()).contiguous(p.suggest_memory_format());
   }
 }
 

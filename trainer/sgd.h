@@ -26,8 +26,8 @@ class Sgd {
 
   // When `decay_norm_and_bias` is false, 1-D parameters (BatchNorm weights and biases, fc.bias)
   // get no weight decay, as torchvision's reference recipe allows with --norm-weight-decay 0.
-  Sgd(std::vector<std::pair<std::string, at::Tensor>> params, double momentum,
-      double weight_decay, bool decay_norm_and_bias);
+  Sgd(std::vector<std::pair<std::string, at::Tensor>> params, double momentum, double weight_decay,
+      bool decay_norm_and_bias);
 
   // p <- p - lr * buf,  buf <- momentum * buf + (grad + wd * p)  (buf = grad + wd * p at first).
   // Parameters without a gradient are left alone.

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <stdexcept>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 namespace perch::trainer {
@@ -30,7 +30,9 @@ class SplitMix {
   double Uniform(double lo, double hi) {
     return lo + (hi - lo) * static_cast<double>(Next() >> 11) * 0x1.0p-53;
   }
-  int Int(int lo, int hi) { return lo + static_cast<int>(Next() % static_cast<uint64_t>(hi - lo + 1)); }
+  int Int(int lo, int hi) {
+    return lo + static_cast<int>(Next() % static_cast<uint64_t>(hi - lo + 1));
+  }
 
  private:
   uint64_t s_;
@@ -44,12 +46,24 @@ void HsvToRgb(double h, double s, double v, double rgb[3]) {
   const double p = v * (1 - s), q = v * (1 - f * s), t = v * (1 - (1 - f) * s);
   double r, g, b;
   switch (static_cast<int>(i) % 6) {
-    case 0: r = v, g = t, b = p; break;
-    case 1: r = q, g = v, b = p; break;
-    case 2: r = p, g = v, b = t; break;
-    case 3: r = p, g = q, b = v; break;
-    case 4: r = t, g = p, b = v; break;
-    default: r = v, g = p, b = q; break;
+    case 0:
+      r = v, g = t, b = p;
+      break;
+    case 1:
+      r = q, g = v, b = p;
+      break;
+    case 2:
+      r = p, g = v, b = t;
+      break;
+    case 3:
+      r = p, g = q, b = v;
+      break;
+    case 4:
+      r = t, g = p, b = v;
+      break;
+    default:
+      r = v, g = p, b = q;
+      break;
   }
   rgb[0] = 255 * r;
   rgb[1] = 255 * g;
@@ -100,10 +114,20 @@ void RenderImage(int label, int classes, uint64_t seed, int width, int height,
       const double dx = (x - cx) / radius, dy = (y - cy) / radius;
       bool inside = false;
       switch (shape) {
-        case 0: inside = dx * dx + dy * dy <= 1; break;
-        case 1: inside = std::abs(dx) <= 0.85 && std::abs(dy) <= 0.85; break;
-        case 2: { const double r2 = dx * dx + dy * dy; inside = r2 <= 1 && r2 >= 0.36; break; }
-        default: inside = std::abs(dx) + std::abs(dy) <= 1; break;
+        case 0:
+          inside = dx * dx + dy * dy <= 1;
+          break;
+        case 1:
+          inside = std::abs(dx) <= 0.85 && std::abs(dy) <= 0.85;
+          break;
+        case 2: {
+          const double r2 = dx * dx + dy * dy;
+          inside = r2 <= 1 && r2 >= 0.36;
+          break;
+        }
+        default:
+          inside = std::abs(dx) + std::abs(dy) <= 1;
+          break;
       }
       if (inside) {
         const double u = dx * ca + dy * sa;
@@ -118,7 +142,8 @@ void RenderImage(int label, int classes, uint64_t seed, int width, int height,
       n ^= n << 17;
       const double lum = (static_cast<double>(n & 0xff) / 255.0 - 0.5) * noise;
       for (int c = 0; c < 3; ++c) {
-        const double chroma = (static_cast<double>((n >> (8 + 8 * c)) & 0xff) / 255.0 - 0.5) * noise * 0.4;
+        const double chroma =
+            (static_cast<double>((n >> (8 + 8 * c)) & 0xff) / 255.0 - 0.5) * noise * 0.4;
         row[3 * x + c] = Clamp8(px[c] + lum + chroma);
       }
     }
@@ -133,8 +158,8 @@ bool EncodeJpeg(const std::vector<uint8_t>& rgb, int width, int height, int qual
   }
   unsigned char* out = nullptr;
   unsigned long size = 0;
-  const int rc = tjCompress2(h, rgb.data(), width, 0, height, TJPF_RGB, &out, &size, TJSAMP_420,
-                             quality, 0);
+  const int rc =
+      tjCompress2(h, rgb.data(), width, 0, height, TJPF_RGB, &out, &size, TJSAMP_420, quality, 0);
   if (rc == 0) {
     jpeg->assign(out, out + size);
   }
@@ -162,8 +187,8 @@ SynthResult SynthesizeTree(const SynthOptions& o) {
       for (int i = 0; i < count; ++i) {
         SplitMix s(o.seed * 0x100000001b3ULL + (split == "val" ? 0x5bd1e995ULL : 0));
         uint64_t seed = s.Next() ^ (static_cast<uint64_t>(c) << 32) ^ static_cast<uint64_t>(i);
-        jobs.push_back(Job{(dir / (SynsetName(c) + "_" + std::to_string(i) + ".JPEG")).string(),
-                           c, SplitMix(seed).Next()});
+        jobs.push_back(Job{(dir / (SynsetName(c) + "_" + std::to_string(i) + ".JPEG")).string(), c,
+                           SplitMix(seed).Next()});
       }
     }
   }
@@ -187,7 +212,8 @@ SynthResult SynthesizeTree(const SynthOptions& o) {
       bool ok = EncodeJpeg(rgb, w, h, o.quality, &jpeg);
       if (ok) {
         std::ofstream f(jobs[j].path, std::ios::binary | std::ios::trunc);
-        f.write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
+        f.write(reinterpret_cast<const char*>(jpeg.data()),
+                static_cast<std::streamsize>(jpeg.size()));
         ok = static_cast<bool>(f);
       }
       if (!ok) {
@@ -198,8 +224,9 @@ SynthResult SynthesizeTree(const SynthOptions& o) {
       bytes += static_cast<int64_t>(jpeg.size());
     }
   };
-  const int threads =
-      o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) {
     pool.emplace_back(work);

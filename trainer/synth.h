@@ -2,8 +2,9 @@
 // the demo: out/train/<synset>/<synset>_<i>.JPEG and out/val/<synset>/..., synset names
 // n00000000, n00000001, ... Images have a long side of 400-600 px and a short side of 2/3 to
 // 7/8 of it (ImageNet's typical 500x375) and about 105 KB at quality 90 (ImageNet averages
-// ~110 KB), with content a model can learn: each class has its own hue, shape family and stripe orientation/frequency, drawn at a random
-// place and scale over a random background, plus noise so that JPEG sizes resemble photos.
+// ~110 KB), with content a model can learn: each class has its own hue, shape family and
+// stripe orientation/frequency, drawn at a random place and scale over a random background,
+// plus noise so that JPEG sizes resemble photos.
 //
 // Deterministic for a given seed. Thread-safe (no shared state); SynthesizeTree uses its own
 // threads.
@@ -19,13 +20,13 @@ namespace perch::trainer {
 struct SynthOptions {
   std::string out;
   int classes = 10;
-  int per_class = 100;      // training images per class
-  int val_per_class = 0;    // validation images per class (0: no val/)
+  int per_class = 100;    // training images per class
+  int val_per_class = 0;  // validation images per class (0: no val/)
   uint64_t seed = 1;
   int quality = 90;
-  int min_side = 400;       // range of the long side
+  int min_side = 400;  // range of the long side
   int max_side = 600;
-  int threads = 0;          // 0: one per core
+  int threads = 0;  // 0: one per core
 };
 
 struct SynthResult {

@@ -8,8 +8,10 @@
 int main(int argc, char** argv) {
   perch::trainer::SynthOptions o;
   CLI::App app{"perch-synth-imagenet: an ImageNet-like tree of JPEGs with learnable classes"};
-  app.add_option("--out", o.out, "output directory (train/ and val/ are created in it)")->required();
-  app.add_option("--classes", o.classes, "number of classes (default 10)")->check(CLI::PositiveNumber);
+  app.add_option("--out", o.out, "output directory (train/ and val/ are created in it)")
+      ->required();
+  app.add_option("--classes", o.classes, "number of classes (default 10)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--per-class", o.per_class, "training images per class (default 100)")
       ->check(CLI::PositiveNumber);
   app.add_option("--val-per-class", o.val_per_class, "validation images per class (default 0)")

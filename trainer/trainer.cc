@@ -1,7 +1,7 @@
 #include "trainer/trainer.h"
 
-#include <ATen/autocast_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
@@ -142,8 +142,12 @@ void LoadInto(ResNet& model, const TensorMap& saved) {
   }
 }
 
-int64_t JsonInt(const json& j, const char* key) { return j.contains(key) ? j[key].get<int64_t>() : 0; }
-double JsonDouble(const json& j, const char* key) { return j.contains(key) ? j[key].get<double>() : 0; }
+int64_t JsonInt(const json& j, const char* key) {
+  return j.contains(key) ? j[key].get<int64_t>() : 0;
+}
+double JsonDouble(const json& j, const char* key) {
+  return j.contains(key) ? j[key].get<double>() : 0;
+}
 
 void WriteSummary(const std::string& path, const json& summary) {
   if (path.empty()) {
@@ -187,11 +191,16 @@ int RunLoaderOnly(const TrainOptions& o, const ImageFolder& train_data, int work
       "worker), %.1f MB/s read, %lld skipped, image size %d\n",
       static_cast<long long>(images), secs, ips, workers, ips / workers,
       st.bytes / 1e6 / std::max(secs, 1e-9), static_cast<long long>(st.skipped), o.image_size);
-  json s = {{"mode", "loader-only"},      {"images", images},
-            {"seconds", secs},            {"images_per_second", ips},
-            {"workers", workers},         {"images_per_second_per_worker", ips / workers},
-            {"bytes_read", st.bytes},     {"skipped_images", st.skipped},
-            {"image_size", o.image_size}, {"batch_size", o.batch_size},
+  json s = {{"mode", "loader-only"},
+            {"images", images},
+            {"seconds", secs},
+            {"images_per_second", ips},
+            {"workers", workers},
+            {"images_per_second_per_worker", ips / workers},
+            {"bytes_read", st.bytes},
+            {"skipped_images", st.skipped},
+            {"image_size", o.image_size},
+            {"batch_size", o.batch_size},
             {"data_dir", o.data_dir}};
   WriteSummary(o.summary_json, s);
   return 0;
@@ -425,11 +434,12 @@ int Run(const TrainOptions& o) {
               {"total_steps", total_steps},
               {"images_seen", images_seen},
               {"train_loss", last_loss},
-              {"run", {{"steps", run_steps},
-                       {"images", run_images},
-                       {"train_seconds", train_seconds},
-                       {"images_per_second", run_images / std::max(train_seconds, 1e-9)},
-                       {"data_wait_fraction", wait / std::max(train_seconds, 1e-9)}}},
+              {"run",
+               {{"steps", run_steps},
+                {"images", run_images},
+                {"train_seconds", train_seconds},
+                {"images_per_second", run_images / std::max(train_seconds, 1e-9)},
+                {"data_wait_fraction", wait / std::max(train_seconds, 1e-9)}}},
               {"images_per_second",
                JsonInt(t, "images") / std::max(JsonDouble(t, "train_seconds"), 1e-9)},
               {"data_wait_fraction",
@@ -438,8 +448,8 @@ int Run(const TrainOptions& o) {
               {"restarts", JsonInt(t, "restarts")},
               {"checkpoint_dir", o.checkpoint_dir}};
     if (val) {
-      s["val"] = {{"top1", val->top1}, {"top5", val->top5}, {"loss", val->loss},
-                  {"images", val->images}};
+      s["val"] = {
+          {"top1", val->top1}, {"top5", val->top5}, {"loss", val->loss}, {"images", val->images}};
     }
     WriteSummary(o.summary_json, s);
     return s;
@@ -531,10 +541,10 @@ int Run(const TrainOptions& o) {
           }
           save(o.stop_signal != nullptr && o.stop_signal->load() != 0 ? "signal" : "max-runtime");
           summary("checkpointed");
-          std::printf("checkpointed at step %lld of %lld; exit %d (rerun the same command to "
-                      "resume)\n",
-                      static_cast<long long>(step), static_cast<long long>(total_steps),
-                      kExitCheckpointed);
+          std::printf(
+              "checkpointed at step %lld of %lld; exit %d (rerun the same command to "
+              "resume)\n",
+              static_cast<long long>(step), static_cast<long long>(total_steps), kExitCheckpointed);
           return kExitCheckpointed;
         }
         if (o.checkpoint_every_steps > 0 && step % o.checkpoint_every_steps == 0) {
@@ -553,8 +563,8 @@ int Run(const TrainOptions& o) {
       if (val_loader && (epoch < o.epochs && step < total_steps)) {
         val = Evaluate(model, *val_loader, device, autocast, channels_last);
         std::printf("epoch %lld val top-1 %.2f%% top-5 %.2f%% loss %.4f (%lld images)\n",
-                    static_cast<long long>(epoch - 1), 100 * val->top1, 100 * val->top5,
-                    val->loss, static_cast<long long>(val->images));
+                    static_cast<long long>(epoch - 1), 100 * val->top1, 100 * val->top5, val->loss,
+                    static_cast<long long>(val->images));
         std::fflush(stdout);
       }
       if (epoch < o.epochs && step < total_steps) {

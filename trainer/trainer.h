@@ -24,30 +24,30 @@ inline constexpr int kExitConfigMismatch = 2;
 
 struct TrainOptions {
   std::string data_dir;
-  std::string val_dir;             // optional
-  std::string checkpoint_dir;      // required unless loader_only
-  std::string summary_json;        // optional
+  std::string val_dir;         // optional
+  std::string checkpoint_dir;  // required unless loader_only
+  std::string summary_json;    // optional
   std::string arch = "resnet50";
   int epochs = 90;
   int batch_size = 256;
-  int workers = 0;                 // 0: one per core
-  int prefetch = 3;                // batches in flight
+  int workers = 0;   // 0: one per core
+  int prefetch = 3;  // batches in flight
   int image_size = 224;
-  double lr = 0;                   // 0: 0.1 * batch_size / 256 (Goyal et al. linear scaling)
+  double lr = 0;  // 0: 0.1 * batch_size / 256 (Goyal et al. linear scaling)
   double momentum = 0.9;
   double weight_decay = 1e-4;
-  bool norm_weight_decay = true;   // false: no weight decay on BatchNorm parameters and biases
+  bool norm_weight_decay = true;       // false: no weight decay on BatchNorm parameters and biases
   std::string lr_schedule = "cosine";  // cosine | step (x0.1 every lr_step_epochs)
   double warmup_epochs = 1;
   int lr_step_epochs = 30;
   double label_smoothing = 0;
-  int64_t max_steps = 0;           // 0: no limit beyond epochs
-  double max_runtime_s = 0;        // 0: none
+  int64_t max_steps = 0;               // 0: no limit beyond epochs
+  double max_runtime_s = 0;            // 0: none
   int64_t checkpoint_every_steps = 0;  // 0: at epoch ends and on stop only
   uint64_t seed = 0;
-  std::string device = "auto";     // auto | cpu | cuda
-  int threads = 0;                 // intra-op threads for libtorch; 0: its default
-  int log_every = 50;              // steps
+  std::string device = "auto";  // auto | cpu | cuda
+  int threads = 0;              // intra-op threads for libtorch; 0: its default
+  int log_every = 50;           // steps
   bool loader_only = false;
   const std::atomic<int>* stop_signal = nullptr;  // nonzero: checkpoint and stop
 };

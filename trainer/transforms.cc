@@ -150,7 +150,8 @@ void ResampleNormalize(const DecodedRegion& src, int out_w, int out_h, bool flip
     }
     for (int c = 0; c < 3; ++c) {
       const float* top = rows.data() + (static_cast<size_t>(s0) * 3 + c) * out_w;
-      const float* bot = iy1 == iy ? top : rows.data() + (static_cast<size_t>(s0 ^ 1) * 3 + c) * out_w;
+      const float* bot =
+          iy1 == iy ? top : rows.data() + (static_cast<size_t>(s0 ^ 1) * 3 + c) * out_w;
       float* d = dst + c * plane + static_cast<size_t>(oy) * out_w;
       const float sc = scale[c];
       const float bi = bias[c];

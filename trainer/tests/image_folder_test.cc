@@ -42,12 +42,23 @@ TEST(ImageFolderTest, KnownOrderAndLabels) {
   for (const Sample& s : data.samples()) {
     rel.push_back(s.path.substr(root.size()) + ":" + std::to_string(s.label));
   }
-  const std::vector<std::string> expected = {
-      ".hidden/h.jpg:0", "B/img.bmp:1",     "a/X.JPG:2",        "a/broken.jpg:2",
-      "a/x.jpg:2",       "a/y.jpeg:2",      "a/z.Png:2",        "a/sub/q.jpg:2",
-      "a/sub b/r.jpg:2", "a/sub.x/t.TIFF:2", "a/sub/deeper/s.webp:2", "b/1.jpg:3",
-      "b/10.jpg:3",      "b/2.jpg:3",       "c.d/p.ppm:4",      "link/l.jpg:5",
-      "\xc3\xa4/u.pgm:6"};
+  const std::vector<std::string> expected = {".hidden/h.jpg:0",
+                                             "B/img.bmp:1",
+                                             "a/X.JPG:2",
+                                             "a/broken.jpg:2",
+                                             "a/x.jpg:2",
+                                             "a/y.jpeg:2",
+                                             "a/z.Png:2",
+                                             "a/sub/q.jpg:2",
+                                             "a/sub b/r.jpg:2",
+                                             "a/sub.x/t.TIFF:2",
+                                             "a/sub/deeper/s.webp:2",
+                                             "b/1.jpg:3",
+                                             "b/10.jpg:3",
+                                             "b/2.jpg:3",
+                                             "c.d/p.ppm:4",
+                                             "link/l.jpg:5",
+                                             "\xc3\xa4/u.pgm:6"};
   EXPECT_EQ(rel, expected);
 }
 
@@ -68,11 +79,12 @@ TEST(ImageFolderTest, SameAsTorchvision) {
       ours["samples"].push_back({s.path, s.label});
     }
     std::string out;
-    const std::string cmd = std::string(testing::kPython) +
-                            " -c 'import json, sys; from torchvision.datasets import ImageFolder; "
-                            "d = ImageFolder(sys.argv[1]); "
-                            "print(json.dumps({\"classes\": d.classes, \"samples\": d.samples}))' '" +
-                            root.string() + "'";
+    const std::string cmd =
+        std::string(testing::kPython) +
+        " -c 'import json, sys; from torchvision.datasets import ImageFolder; "
+        "d = ImageFolder(sys.argv[1]); "
+        "print(json.dumps({\"classes\": d.classes, \"samples\": d.samples}))' '" +
+        root.string() + "'";
     ASSERT_EQ(testing::RunCommand(cmd, &out), 0) << out;
     const nlohmann::json theirs = nlohmann::json::parse(out);
     EXPECT_EQ(ours["classes"], theirs["classes"]) << root;
@@ -82,8 +94,8 @@ TEST(ImageFolderTest, SameAsTorchvision) {
 }
 
 TEST(ImageFolderTest, ExtensionsAreCaseInsensitive) {
-  for (const char* yes : {"a.jpg", "a.JPEG", "a.Png", "a.ppm", "a.BMP", "a.pgm", "a.tif",
-                          "a.TIFF", "a.webp", ".jpg"}) {
+  for (const char* yes : {"a.jpg", "a.JPEG", "a.Png", "a.ppm", "a.BMP", "a.pgm", "a.tif", "a.TIFF",
+                          "a.webp", ".jpg"}) {
     EXPECT_TRUE(ImageFolder::HasImageExtension(yes)) << yes;
   }
   for (const char* no : {"a.jpg.bak", "a.gif", "a", "jpg", "a.jp", "a.txt"}) {

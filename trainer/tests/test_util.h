@@ -18,7 +18,8 @@ namespace perch::trainer::testing {
 class TempDir {
  public:
   explicit TempDir(const std::string& tag) {
-    std::string t = (std::filesystem::temp_directory_path() / ("perch-trainer-" + tag + "-XXXXXX")).string();
+    std::string t =
+        (std::filesystem::temp_directory_path() / ("perch-trainer-" + tag + "-XXXXXX")).string();
     if (mkdtemp(t.data()) == nullptr) {
       std::abort();
     }
@@ -59,7 +60,8 @@ inline constexpr char kPython[] = "/usr/bin/python3";
 
 inline bool PythonHasTorchvision() {
   std::string out;
-  return RunCommand(std::string(kPython) + " -c 'import torch, torchvision' 2>/dev/null", &out) == 0;
+  return RunCommand(std::string(kPython) + " -c 'import torch, torchvision' 2>/dev/null", &out) ==
+         0;
 }
 
 inline void WriteFile(const std::filesystem::path& p, const std::string& bytes) {

@@ -81,11 +81,32 @@ class TrainerTest : public ::testing::Test {
 
   // 18 images in batches of 4: 5 steps per epoch (the last one of 2 images), 3 epochs.
   std::vector<std::string> Args(const fs::path& ckpt) {
-    return {"--data-dir", (dir_.path() / "data" / "train").string(),
-            "--val-dir", (dir_.path() / "data" / "val").string(),
-            "--checkpoint-dir", ckpt.string(), "--arch", "resnet18", "--image-size", "32",
-            "--epochs", "3", "--batch-size", "4", "--workers", "2", "--threads", "1",
-            "--lr", "0.05", "--label-smoothing", "0.1", "--seed", "7", "--log-every", "1"};
+    return {"--data-dir",
+            (dir_.path() / "data" / "train").string(),
+            "--val-dir",
+            (dir_.path() / "data" / "val").string(),
+            "--checkpoint-dir",
+            ckpt.string(),
+            "--arch",
+            "resnet18",
+            "--image-size",
+            "32",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "4",
+            "--workers",
+            "2",
+            "--threads",
+            "1",
+            "--lr",
+            "0.05",
+            "--label-smoothing",
+            "0.1",
+            "--seed",
+            "7",
+            "--log-every",
+            "1"};
   }
   int RunToExit(std::vector<std::string> args, const fs::path& log) {
     Process p(args, log);
@@ -193,8 +214,8 @@ TEST_F(TrainerTest, WeightsLoadInPythonAndSummaryReports) {
 TEST_F(TrainerTest, LoaderOnlyReportsThroughput) {
   const fs::path summary = dir_.path() / "lo.json";
   ASSERT_EQ(RunToExit({"--data-dir", (dir_.path() / "data" / "train").string(), "--loader-only",
-                       "--epochs", "2", "--batch-size", "4", "--workers", "2", "--image-size",
-                       "32", "--summary-json", summary.string()},
+                       "--epochs", "2", "--batch-size", "4", "--workers", "2", "--image-size", "32",
+                       "--summary-json", summary.string()},
                       dir_.path() / "lo.log"),
             0)
       << Log(dir_.path() / "lo.log");

@@ -3,10 +3,10 @@
 #include "trainer/transforms.h"
 
 #include <gtest/gtest.h>
+#include <torch/serialize.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
-#include <torch/serialize.h>
 
 #include "trainer/image_folder.h"
 #include "trainer/jpeg_decoder.h"
@@ -118,11 +118,17 @@ TEST(JpegDecoderTest, RoiAndDctScaledDecodeAgreeWithFullDecode) {
       std::vector<float> a(3 * out * out), b(3 * out * out);
       DecodedRegion da, db;
       std::string err;
-      ASSERT_TRUE(roi.Decode(jpeg.data(), jpeg.size(), out, out, [&](int, int) { return r; }, &da, &err)) << err;
+      ASSERT_TRUE(roi.Decode(
+          jpeg.data(), jpeg.size(), out, out, [&](int, int) { return r; }, &da, &err))
+          << err;
       ResampleNormalize(da, out, out, false, a.data());
       // Full decode of the whole image, same region.
-      ASSERT_TRUE(full.Decode(jpeg.data(), jpeg.size(), 100000, 100000,
-                              [&](int, int) { return RectF{0, 0, 517, 389}; }, &db, &err));
+      ASSERT_TRUE(full.Decode(
+          jpeg.data(), jpeg.size(), 100000, 100000,
+          [&](int, int) {
+            return RectF{0, 0, 517, 389};
+          },
+          &db, &err));
       db.region = r;
       ResampleNormalize(db, out, out, false, b.data());
       double diff = 0;
@@ -130,7 +136,8 @@ TEST(JpegDecoderTest, RoiAndDctScaledDecodeAgreeWithFullDecode) {
         diff += std::abs(a[i] - b[i]);
       }
       // DCT scaling averages pixels (mild antialiasing), so allow a little; ROI alone is exact.
-      EXPECT_LT(diff / a.size(), 0.03) << r.x << "," << r.y << " " << r.w << "x" << r.h << " -> " << out;
+      EXPECT_LT(diff / a.size(), 0.03)
+          << r.x << "," << r.y << " " << r.w << "x" << r.h << " -> " << out;
     }
   }
 }
@@ -211,7 +218,8 @@ TEST(LoaderTransformTest, ValTransformMatchesTorchvision) {
       " -c 'import sys, torch; from PIL import Image; import torchvision.transforms as T; "
       "t = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), "
       "T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]); "
-      "x = t(Image.open(sys.argv[1]).convert(\"RGB\")); torch.save(x.contiguous(), sys.argv[2])' '" +
+      "x = t(Image.open(sys.argv[1]).convert(\"RGB\")); torch.save(x.contiguous(), sys.argv[2])' "
+      "'" +
       (dir.path() / "t" / "c" / "img.jpg").string() + "' '" + theirs.string() + "'";
   ASSERT_EQ(testing::RunCommand(cmd, &out), 0) << out;
   const std::string bytes = testing::ReadFile(theirs);
