@@ -79,6 +79,7 @@ Loader::Loader(const ImageFolder& data, LoaderOptions options) : data_(data), op
   for (Slot& slot : slots_) {
     slot.images = at::empty({options_.batch_size, 3, s, s}, opts);
     slot.labels.resize(options_.batch_size);
+    slot.label_tensor = at::empty({options_.batch_size}, opts.dtype(at::kLong));
     slot.ok.resize(options_.batch_size);
   }
   for (int i = 0; i < options_.workers; ++i) {
@@ -242,8 +243,7 @@ bool Loader::Next(Batch* batch) {
   const int64_t row_floats = 3 * static_cast<int64_t>(options_.image_size) * options_.image_size;
   float* base = slot.images.data_ptr<float>();
   int64_t n = 0;
-  std::vector<int64_t> labels;
-  labels.reserve(length);
+  int64_t* labels = slot.label_tensor.data_ptr<int64_t>();
   for (int64_t r = 0; r < length; ++r) {
     if (!slot.ok[r]) {
       continue;
@@ -251,14 +251,11 @@ bool Loader::Next(Batch* batch) {
     if (n != r) {
       std::memcpy(base + n * row_floats, base + r * row_floats, row_floats * sizeof(float));
     }
-    labels.push_back(slot.labels[r]);
+    labels[n] = slot.labels[r];
     ++n;
   }
   batch->images = slot.images.narrow(0, 0, n);
-  batch->labels = at::tensor(labels, at::TensorOptions().dtype(at::kLong));
-  if (options_.pin_memory) {
-    batch->labels = batch->labels.pin_memory();
-  }
+  batch->labels = slot.label_tensor.narrow(0, 0, n);
   batch->size = n;
   batch->skipped = length - n;
   batch->end_position = first + length;

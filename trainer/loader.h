@@ -90,6 +90,7 @@ class Loader {
   struct Slot {
     at::Tensor images;            // [B, 3, S, S]
     std::vector<int64_t> labels;  // per row
+    at::Tensor label_tensor;      // [B] int64, the compacted labels handed out
     std::vector<char> ok;         // per row: decoded
     int64_t batch = -1;           // which batch of the epoch occupies the slot
     int64_t remaining = 0;        // rows not finished yet
