@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # perch-train's loader alone (--loader-only): decode + RandomResizedCrop(224) + flip + normalize
 # into float batches, on an ImageNet-like tree of JPEGs (perch-synth-imagenet: long side
-# 400-600 px, ~90-110 KB at q90), from
-#   local  the local directory, files in the page cache;
-#   perch  the same tree through a perch mount (perch-devfed origin on loopback), after one
-#          pass that filled perchd's disk cache and with the page cache dropped before each
-#          measured run, so every file is read through FUSE from perchd's disk cache;
-# with 1 worker thread and with one per core. Each figure is the best of RUNS runs of
-# PASSES epochs. Writes bench/results/trainer-loader-<date>.md.
+# 400-600 px, ~105 KB at q90), read from
+#   local       the local directory;
+#   perch       the same tree through a perch mount (perch-devfed origin on loopback) whose disk
+#               cache holds every file (one full pass before measuring);
+# each in two states:
+#   page cache  files already in the kernel's page cache (steady state of a multi-epoch run
+#               whose data fits in RAM): PASSES epochs per run;
+#   dropped     page cache dropped before each run, one epoch: every byte comes from the local
+#               disk, or through FUSE from perchd's disk cache;
+# with 1 worker thread and with one per core; best of RUNS runs.
+# Writes bench/results/trainer-loader-<date>.md.
 #
 # Needs root for the perch rows (FUSE, drop_caches); without root, or without perchd and
 # perch-devfed, only the local rows are measured. Run from the repository root after a build:
@@ -42,10 +46,10 @@ chmod -R a+rX "$WORK/data"
 
 # best_of DIR WORKERS DROP -> images/s (best of RUNS)
 best_of() {
-  local dir=$1 workers=$2 drop=$3 best=0 ips
+  local dir=$1 workers=$2 drop=$3 best=0 ips passes=$PASSES
   for _ in $(seq "$RUNS"); do
-    if [[ $drop == 1 ]]; then sync; echo 1 >/proc/sys/vm/drop_caches; fi
-    "$BIN/perch-train" --data-dir "$dir" --loader-only --epochs "$PASSES" --workers "$workers" \
+    if [[ $drop == 1 ]]; then sync; echo 1 >/proc/sys/vm/drop_caches; passes=1; fi
+    "$BIN/perch-train" --data-dir "$dir" --loader-only --epochs "$passes" --workers "$workers" \
       --batch-size "$BATCH" --log-level warn --summary-json "$WORK/s.json" >/dev/null
     ips=$(sed -n 's/.*"images_per_second": \([0-9.]*\).*/\1/p' "$WORK/s.json" | head -n 1)
     best=$(awk -v a="$best" -v b="$ips" 'BEGIN { print (b > a) ? b : a }')
@@ -54,11 +58,16 @@ best_of() {
 }
 
 declare -A R
+root=0
+[[ $(id -u) -eq 0 ]] && root=1
 cat "$WORK/data/train"/*/* >/dev/null  # local files into the page cache
-for w in 1 "$CORES"; do R[local,$w]=$(best_of "$WORK/data/train" "$w" 0); done
+for w in 1 "$CORES"; do R[local,cached,$w]=$(best_of "$WORK/data/train" "$w" 0); done
+if [[ $root == 1 ]]; then
+  for w in 1 "$CORES"; do R[local,dropped,$w]=$(best_of "$WORK/data/train" "$w" 1); done
+fi
 
 perch=0
-if [[ $(id -u) -eq 0 && -x $BIN/perchd && -x $BIN/perch-devfed ]]; then
+if [[ $root == 1 && -x $BIN/perchd && -x $BIN/perch-devfed ]]; then
   perch=1
   "$BIN/perch-devfed" --export "/imagenet=$WORK/data" >"$WORK/devfed.out" 2>"$WORK/devfed.log" &
   DEVFED_PID=$!
@@ -69,8 +78,9 @@ if [[ $(id -u) -eq 0 && -x $BIN/perchd && -x $BIN/perch-devfed ]]; then
     >"$WORK/perchd.log" 2>&1 &
   PERCHD_PID=$!
   for _ in $(seq 300); do mountpoint -q "$WORK/mnt" && break; sleep 0.1; done
-  cat "$WORK/mnt/train"/*/* >/dev/null  # fill perchd's disk cache
-  for w in 1 "$CORES"; do R[perch,$w]=$(best_of "$WORK/mnt/train" "$w" 1); done
+  cat "$WORK/mnt/train"/*/* >/dev/null  # fill perchd's disk cache (and the page cache)
+  for w in 1 "$CORES"; do R[perch,cached,$w]=$(best_of "$WORK/mnt/train" "$w" 0); done
+  for w in 1 "$CORES"; do R[perch,dropped,$w]=$(best_of "$WORK/mnt/train" "$w" 1); done
 fi
 
 out=bench/results/trainer-loader-$(date -u +%F).md
@@ -79,20 +89,18 @@ out=bench/results/trainer-loader-$(date -u +%F).md
   echo
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(. /etc/os-release; echo "$PRETTY_NAME")."
   echo "Data: $(cat "$WORK/synth.txt")."
-  echo "Pipeline: read file, libjpeg-turbo ROI decode (+ DCT scaling when the crop allows), RandomResizedCrop(224) + flip + normalize into float batches of $BATCH; best of $RUNS runs of $PASSES epochs."
+  echo "Pipeline: read file, libjpeg-turbo ROI decode (+ DCT scaling when the crop allows), RandomResizedCrop(224) + flip + normalize into float batches of $BATCH; best of $RUNS runs ($PASSES epochs per run with the page cache warm, 1 after dropping it)."
   echo
-  echo "| source | workers | images/s | images/s per worker |"
-  echo "|---|---|---|---|"
-  for src in local perch; do
-    [[ $src == perch && $perch == 0 ]] && continue
-    for w in 1 "$CORES"; do
-      echo "| $src | $w | ${R[$src,$w]} | $(( R[$src,$w] / w )) |"
+  echo "| source | page cache | workers | images/s | images/s per worker |"
+  echo "|---|---|---|---|---|"
+  for state in cached dropped; do
+    for src in local perch; do
+      for w in 1 "$CORES"; do
+        [[ -n ${R[$src,$state,$w]:-} ]] || continue
+        echo "| $src | $state | $w | ${R[$src,$state,$w]} | $(( R[$src,$state,$w] / w )) |"
+      done
     done
   done
-  if [[ $perch == 1 ]]; then
-    echo
-    echo "perch rows: the page cache is dropped before each run, so each run's first epoch reads every file through FUSE from perchd's disk cache (the later epochs from the page cache in front of the mount)."
-  fi
   echo
   echo "Command: \`sudo bench/trainer-loader.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS PASSES=$PASSES RUNS=$RUNS BATCH=$BATCH)."
 } >"$out"
