@@ -58,7 +58,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   auto* ckpt = app.add_option("--checkpoint-dir", o.checkpoint_dir,
                               "where checkpoint.pt and model_final.pt go; resumes from it");
-  app.add_option("--epochs", o.epochs, "epochs to train (default 90)")->check(CLI::PositiveNumber);
+  auto* epochs =
+      app.add_option("--epochs", o.epochs, "epochs to train (default 90; 1 with --loader-only)")
+          ->check(CLI::PositiveNumber);
   app.add_flag("--loader-only", o.loader_only,
                "only run the data loader over --data-dir and report images/s");
   app.add_option("--summary-json", o.summary_json, "write a JSON summary of the run here");
@@ -112,6 +114,9 @@ int main(int argc, char** argv) {
   if (!o.loader_only && ckpt->count() == 0) {
     spdlog::error("--checkpoint-dir is required (except with --loader-only)");
     return 1;
+  }
+  if (o.loader_only && epochs->count() == 0) {
+    o.epochs = 1;
   }
   if (!max_runtime.empty()) {
     try {
