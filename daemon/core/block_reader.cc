@@ -27,6 +27,8 @@ struct BlockReader::Assembly {
       if (--remaining > 0) return;
       if (!error.ok()) {
         out = error;
+      } else if (parts.size() == 1) {
+        out = std::move(parts[0]);
       } else {
         size_t total = 0;
         for (const Bytes& p : parts) total += p.size();
@@ -94,12 +96,12 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
       if (listener_) listener_->Dropped(key);
     }
     Fetch(path, version, key, block_len, deadline, cls,
-          [assembly, slot, from, to](Result<Bytes> block) {
+          [assembly, slot, from, to](Result<std::shared_ptr<const Bytes>> block) {
             if (!block.ok()) {
               assembly->Complete(slot, block.status());
               return;
             }
-            assembly->Complete(slot, block->substr(from, to - from));
+            assembly->Complete(slot, (*block)->substr(from, to - from));
           });
   }
 }
@@ -157,7 +159,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
   if (fresh) {
     if (done) {
       CountHit(path, fresh->size());
-      done(*fresh);
+      done(std::move(fresh));
     }
     return;
   }
@@ -210,7 +212,7 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path, const Ob
                            ReadCounters& ns, Result<Bytes> r) {
   std::vector<BlockCallback> waiters;
   std::shared_ptr<const Bytes> copy;
-  if (r.ok()) copy = std::make_shared<const Bytes>(*r);
+  if (r.ok()) copy = std::make_shared<const Bytes>(*std::move(r));
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = inflight_.find(key);
@@ -235,7 +237,8 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path, const Ob
       unwritten_.erase(key);
     });
   }
-  for (auto& w : waiters) w(r);
+  // Every waiter shares the one copy of the block.
+  for (auto& w : waiters) w(copy ? Result<std::shared_ptr<const Bytes>>(copy) : r.status());
 }
 
 void BlockReader::Prefetch(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,

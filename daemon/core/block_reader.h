@@ -106,7 +106,8 @@ class BlockReader {
   uint64_t block_size() const { return options_.block_size; }
 
  private:
-  using BlockCallback = std::function<void(Result<Bytes>)>;  // the whole block
+  // The whole block, shared by every reader waiting for it.
+  using BlockCallback = std::function<void(Result<std::shared_ptr<const Bytes>>)>;
   struct Assembly;
 
   // A block failed its check (the store already removed it): count, log, forget.

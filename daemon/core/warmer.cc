@@ -241,7 +241,12 @@ void WarmJob::FinishIfDone() {
 
 void WarmJob::Notify() {
   if (!on_update_) return;
-  on_update_(Progress());
+  // Snapshot and delivery under one lock: listeners see progress in order,
+  // so the finished snapshot is never overtaken by an older one.
+  std::lock_guard<std::mutex> l(notify_mu_);
+  WarmProgress p = Progress();
+  if (options_.before_notify_for_test) options_.before_notify_for_test(p);
+  on_update_(p);
 }
 
 }  // namespace perch::core

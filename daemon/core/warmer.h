@@ -15,7 +15,9 @@
 // the job finishes when the fetches in flight have come back.
 //
 // Thread-safety: all methods are safe from any thread. Progress callbacks run
-// on the jobs executor or a fetch-completion thread; they must not block.
+// on the jobs executor or a fetch-completion thread, one at a time and in
+// order (each sees progress at least as new as the last); they must not
+// block or call back into the job's Notify path.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,8 @@ struct WarmerOptions {
   size_t max_blocks_in_flight = 64;             // per job
   std::chrono::milliseconds block_timeout{120000};
   size_t finished_jobs_kept = 8;                // for Jobs()
+  // Called between taking a progress snapshot and delivering it (tests widen races here).
+  std::function<void(const WarmProgress&)> before_notify_for_test;
 };
 
 class WarmJob;
@@ -135,6 +139,8 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
   const WarmerOptions options_;
   uint64_t progress_id_ = 0;  // Constant after construction: the job's id
 
+  // Lock order: notify_mu_ before mu_; on_update_ runs under notify_mu_ only.
+  std::mutex notify_mu_;
   mutable std::mutex mu_;
   WarmProgress progress_;       // Protected by mu_
   std::vector<File> files_;     // Protected by mu_

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/filesystem.h"
@@ -212,6 +213,67 @@ TEST_F(ControlCoreTest, CancelStopsIssuingFetches) {
   WarmProgress p = job->Progress();
   EXPECT_TRUE(p.cancelled);
   EXPECT_EQ(origin_.reads, before + 6);  // all six were in flight before the cancel; none after
+}
+
+// Runs every task on a thread of its own, so that warm bookkeeping races.
+class ThreadPerTaskExecutor : public Executor {
+ public:
+  ~ThreadPerTaskExecutor() override { Join(); }
+  void Post(std::function<void()> task) override {
+    std::lock_guard<std::mutex> l(mu_);
+    threads_.emplace_back(std::move(task));
+  }
+  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override { Post(std::move(task)); }
+  void Join() {
+    for (;;) {
+      std::vector<std::thread> batch;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        batch.swap(threads_);
+      }
+      if (batch.empty()) return;
+      for (auto& t : batch) t.join();
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
+// Regression: progress snapshots taken on two threads were delivered out of
+// order, so a warm stream could end on an unfinished snapshot and never
+// finish. The walk's last snapshot is held back here while the fetches
+// complete on other threads; the finished snapshot must still come last.
+TEST_F(ControlCoreTest, ProgressReachesListenersInOrderAndEndsFinished) {
+  ThreadPerTaskExecutor threads;
+  std::atomic<bool> walk_waiting{false};
+  WarmerOptions opts;
+  opts.before_notify_for_test = [&](const WarmProgress& p) {
+    if (p.listing_done && !p.finished && !walk_waiting.exchange(true)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  };
+  Warmer warmer(*fs_, *reader_, *catalog_, threads, opts);
+  std::mutex mu;
+  std::vector<WarmProgress> seen;
+  ASSERT_TRUE(fs_->GetAttr(P("/big")).ok());  // metadata known: only the block fetches wait
+  ASSERT_TRUE(fs_->ReadDir(P("/big")).ok());
+  origin_.Hold(true);
+  auto job = warmer.Start({P("/big")}, true, [&](const WarmProgress& p) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(p);
+  });
+  while (!walk_waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  origin_.Hold(false);
+  origin_.Release();  // the fetches complete while the walk's snapshot waits
+  threads.Join();
+  ASSERT_TRUE(job->finished());
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_TRUE(seen.back().finished);
+  EXPECT_EQ(seen.back().files_done, 6u);
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].bytes_done, seen[i - 1].bytes_done);
 }
 
 TEST_F(ControlCoreTest, ResolvesMountPathsUrlsAndFederationPaths) {

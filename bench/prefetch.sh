@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# Cold reads and prefetch, side by side in one run (issue: "Prefetch and
+# throughput").
+#
+# Serves an ImageNet-like tree (SMALL_FILES files of ~110 KB in 10 class
+# dirs) and one LARGE_MB file from a perch-devfed XRootD origin on loopback and
+# measures, every reader starting cold:
+#   small files, 8 readers:  the raw HTTP ceiling of the same XRootD (curl,
+#     keep-alive, 64 transfers in parallel), perch without prefetch, perch
+#     with directory prefetch, perch with the epoch's order hinted
+#     (perchctl hint), xrootdfs and rclone;
+#   the large file, one sequential reader: perch cold vs one curl download;
+#   4 concurrent readers of the small files through one perch mount: bytes the
+#     origin served / dataset size.
+# Writes bench/results/prefetch-<date>.md and .png.
+#
+# Needs root (FUSE, drop_caches). Run after a build:  sudo bench/prefetch.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BIN=$ROOT/build/bin
+[[ -x $BIN/perchd && -x $BIN/perchctl && -x $BIN/perch-devfed ]] || {
+  echo "build first: cmake --build --preset release" >&2
+  exit 1
+}
+for p in rclone xrootd-fuse gnuplot-nox curl bc; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || NEED+=" $p"
+done
+if [[ -n ${NEED:-} ]]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $NEED >/dev/null
+fi
+
+SMALL_FILES=${SMALL_FILES:-2000}
+LARGE_MB=${LARGE_MB:-2048}
+READERS=${READERS:-8}
+WORK=$(mktemp -d /tmp/perch-prefetch-XXXXXX)
+chmod 755 "$WORK"
+DEVFED_PID=""
+MOUNTS=()
+cleanup() {
+  for m in "${MOUNTS[@]}"; do fusermount3 -u -z "$m" 2>/dev/null || true; done
+  pkill -f "perchd --foreground --cache-dir $WORK" 2>/dev/null || true
+  [[ -n $DEVFED_PID ]] && kill "$DEVFED_PID" 2>/dev/null && wait "$DEVFED_PID" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+echo "== data: $SMALL_FILES files of ~110 KB, one ${LARGE_MB} MiB file" >&2
+DATA=$WORK/data
+mkdir -p "$DATA/imagenet"
+python3 - "$DATA/imagenet" "$SMALL_FILES" <<'PY'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(1)
+for i in range(n):
+    d = os.path.join(root, "n%08d" % (i % 10))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "img_%06d.JPEG" % i), "wb") as f:
+        f.write(rng.randbytes(rng.randint(90_000, 130_000)))
+PY
+head -c $((LARGE_MB << 20)) /dev/urandom > "$DATA/large.bin"
+chmod -R a+rX "$DATA"
+SMALL_BYTES=$(du -sb --apparent-size "$DATA/imagenet" | cut -f1)
+(cd "$DATA" && find imagenet -type f -name '*.JPEG' | shuf --random-source=<(yes)) > "$WORK/order.txt"
+
+"$BIN/perch-devfed" --export /bench="$DATA" > "$WORK/devfed.out" 2> "$WORK/devfed.err" &
+DEVFED_PID=$!
+for _ in $(seq 300); do grep -q '^ready' "$WORK/devfed.out" 2>/dev/null && break; sleep 0.1; done
+FED=$(sed -n 's/^federation: //p' "$WORK/devfed.out")
+ORIGIN=$(sed -n 's/^origin \/bench: \([^ ]*\).*/\1/p' "$WORK/devfed.out")
+[[ -n $FED && -n $ORIGIN ]] || { cat "$WORK/devfed.err" >&2; exit 1; }
+ORIGIN_PORT=${ORIGIN##*:}
+
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+now() { date +%s.%N; }
+# read_list DIR LIST -> seconds to read the files of LIST (relative to DIR) in
+# that order with $READERS readers.
+read_list() {
+  local t0; t0=$(now)
+  (cd "$1" && tr '\n' '\0' < "$2" | xargs -0 -P "$READERS" -n 25 cat > /dev/null)
+  echo "$(now) - $t0" | bc -l
+}
+RESULTS=$WORK/small.tsv
+record() {  # name seconds
+  printf '%s\t%.3f\n' "$1" "$2" >> "$RESULTS"
+  printf '%-34s %7.2f s  %6.0f files/s\n' "$1" "$2" "$(echo "$SMALL_FILES / $2" | bc -l)" >&2
+}
+
+CTL=$WORK/ctl.sock
+stats() { "$BIN/perchctl" --socket "$CTL" stats --json; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+mount_perch() {  # mountpoint [perchd flags...]; a new, empty cache unless KEEP_CACHE=1
+  local mp=$1; shift
+  [[ ${KEEP_CACHE:-0} == 1 ]] || rm -rf "$WORK/cache"
+  mkdir -p "$mp"
+  "$BIN/perchd" --foreground --cache-dir "$WORK/cache" --cache-size 20G --control "unix:$CTL" "$@" \
+    "$FED/bench" "$mp" 2>> "$WORK/perchd.log" &
+  PERCHD_PID=$!
+  for _ in $(seq 200); do mountpoint -q "$mp" && break; sleep 0.05; done
+  MOUNTS+=("$mp")
+}
+umount_perch() {
+  fusermount3 -u "$1"
+  wait "$PERCHD_PID" 2>/dev/null || true
+}
+
+echo "== raw HTTP ceiling: curl, keep-alive, 64 parallel transfers" >&2
+awk -v o="$ORIGIN/bench/" '{ print "url = \"" o $0 "\"\noutput = \"/dev/null\"" }' "$WORK/order.txt" > "$WORK/curl.cfg"
+drop
+t0=$(now)
+curl -s --no-progress-meter --parallel --parallel-max 64 -K "$WORK/curl.cfg"
+record "HTTP ceiling (curl, 64 parallel)" "$(echo "$(now) - $t0" | bc -l)"
+
+M=$WORK/perch
+echo "== perch, no prefetch" >&2
+mount_perch "$M" --no-prefetch
+drop; record "perch cold, no prefetch" "$(read_list "$M" "$WORK/order.txt")"
+umount_perch "$M"
+
+echo "== perch, directory prefetch" >&2
+mount_perch "$M"
+drop; record "perch cold, prefetch" "$(read_list "$M" "$WORK/order.txt")"
+umount_perch "$M"
+
+echo "== perch, hinted order" >&2
+mount_perch "$M"
+drop
+t0=$(now)
+(cd "$M" && "$BIN/perchctl" --socket "$CTL" hint --job bench --file "$WORK/order.txt" > /dev/null)
+read_list "$M" "$WORK/order.txt" > /dev/null
+record "perch cold, hints" "$(echo "$(now) - $t0" | bc -l)"
+umount_perch "$M"
+
+echo "== perch, from its disk cache (what a cold read can at best approach here)" >&2
+KEEP_CACHE=1 mount_perch "$M" --no-prefetch
+drop; record "perch disk cache (not cold)" "$(read_list "$M" "$WORK/order.txt")"
+umount_perch "$M"
+
+echo "== xrootdfs" >&2
+mkdir -p "$WORK/xrootdfs"
+xrootdfs "$WORK/xrootdfs" -o rdr=root://127.0.0.1:$ORIGIN_PORT//bench,nworkers=8 2>> "$WORK/xrootdfs.log"
+MOUNTS+=("$WORK/xrootdfs")
+for _ in $(seq 100); do mountpoint -q "$WORK/xrootdfs" && break; sleep 0.05; done
+drop; record "xrootdfs cold" "$(read_list "$WORK/xrootdfs" "$WORK/order.txt")"
+fusermount3 -u "$WORK/xrootdfs" || true
+
+echo "== rclone" >&2
+mkdir -p "$WORK/rclone" "$WORK/rclone-cache"
+rclone mount ":webdav:" "$WORK/rclone" --webdav-url "$ORIGIN/bench/" --read-only --vfs-cache-mode full \
+  --cache-dir "$WORK/rclone-cache" --dir-cache-time 1h --attr-timeout 1h --daemon 2>> "$WORK/rclone.log"
+MOUNTS+=("$WORK/rclone")
+for _ in $(seq 100); do mountpoint -q "$WORK/rclone" && break; sleep 0.05; done
+drop; record "rclone cold" "$(read_list "$WORK/rclone" "$WORK/order.txt")"
+fusermount3 -u "$WORK/rclone" || true
+
+echo "== large file: curl vs perch cold" >&2
+drop
+t0=$(now); curl -s -o /dev/null "$ORIGIN/bench/large.bin"; CURL_S=$(echo "$(now) - $t0" | bc -l)
+mount_perch "$M"
+drop
+t0=$(now); dd if="$M/large.bin" of=/dev/null bs=1M status=none; PERCH_L=$(echo "$(now) - $t0" | bc -l)
+umount_perch "$M"
+mount_perch "$M" --no-prefetch
+drop
+t0=$(now); dd if="$M/large.bin" of=/dev/null bs=1M status=none; PERCH_L0=$(echo "$(now) - $t0" | bc -l)
+umount_perch "$M"
+printf 'large: curl %.2f s, perch %.2f s, perch without read-ahead %.2f s\n' "$CURL_S" "$PERCH_L" "$PERCH_L0" >&2
+
+echo "== 4 concurrent readers" >&2
+mount_perch "$M"
+drop
+for r in 1 2 3 4; do shuf --random-source=<(yes "$r") "$WORK/order.txt" > "$WORK/order.$r"; done
+t0=$(now)
+READER_PIDS=()
+for r in 1 2 3 4; do
+  read_list "$M" "$WORK/order.$r" > /dev/null &
+  READER_PIDS+=($!)
+done
+wait "${READER_PIDS[@]}"
+FOUR_S=$(echo "$(now) - $t0" | bc -l)
+sleep 1
+FOUR_NET=$(stats | json 'd["bytes_from_network"]')
+umount_perch "$M"
+
+# Report
+STAMP=$(date -u +%Y-%m-%d)
+OUTDIR=$ROOT/bench/results
+mkdir -p "$OUTDIR"
+MD=$OUTDIR/prefetch-$STAMP.md
+CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+CEIL=$(head -1 "$RESULTS" | cut -f2)
+{
+  echo "Cold reads, $STAMP, $(nproc) cores ($CPU), $(free -g | awk '/Mem:/{print $2}') GiB RAM, loopback."
+  echo "$SMALL_FILES files ($((SMALL_BYTES >> 20)) MiB, 10 directories) read in one shuffled order with $READERS readers;"
+  echo "every reader starts cold (new cache, page cache dropped)."
+  echo
+  echo "| reader | s | files/s | MB/s | × HTTP ceiling |"
+  echo "|---|---:|---:|---:|---:|"
+  while IFS=$'\t' read -r name s; do
+    awk -v n="$name" -v s="$s" -v c="$CEIL" -v f="$SMALL_FILES" -v b="$SMALL_BYTES" \
+      'BEGIN { printf "| %s | %.2f | %.0f | %.0f | %.2f |\n", n, s, f/s, b/s/1e6, c/s }'
+  done < "$RESULTS"
+  echo
+  awk -v c="$CURL_S" -v p="$PERCH_L" -v p0="$PERCH_L0" -v L="$LARGE_MB" 'BEGIN {
+    printf "Large file (%d MiB), one sequential reader: curl %.2f s (%.0f MB/s); perch cold %.2f s (%.0f MB/s, %.2f× curl); ", L, c, L*1.048576/c, p, L*1.048576/p, c/p
+    printf "perch without read-ahead %.2f s (%.2f× curl).\n", p0, c/p0 }'
+  echo
+  awk -v s="$FOUR_S" -v n="$FOUR_NET" -v b="$SMALL_BYTES" 'BEGIN {
+    printf "4 concurrent readers of the small files (each in its own order, one mount, cold): %.2f s; the origin served %.0f bytes = %.3f× the dataset.\n", s, n, n/b }'
+} > "$MD"
+cat "$MD"
+awk -F'\t' -v f="$SMALL_FILES" '{ printf "\"%s\" %.1f\n", $1, f/$2 }' "$RESULTS" > "$WORK/plot.dat"
+gnuplot <<GP
+set terminal pngcairo size 900,500 font ",10"
+set output "$OUTDIR/prefetch-$STAMP.png"
+set title "Cold small files, $READERS readers ($STAMP, $(nproc) cores, loopback)"
+set style data histograms
+set style fill solid 0.8 border -1
+set ylabel "files/s"
+set xtics rotate by -20
+set key off
+set yrange [0:*]
+plot "$WORK/plot.dat" using 2:xtic(1)
+GP
+echo "wrote $MD and $OUTDIR/prefetch-$STAMP.png" >&2
