@@ -11,7 +11,11 @@
 #     (perchctl hint), xrootdfs and rclone;
 #   the large file, one sequential reader: perch cold vs one curl download;
 #   4 concurrent readers of the small files through one perch mount: bytes the
-#     origin served / dataset size.
+#     origin served / dataset size;
+#   the small files again behind an emulated WAN link (perch-devfed --wan-rtt
+#     WAN_RTT ms --wan-rate WAN_MBIT Mbit/s; this kernel has no netem): perch
+#     without prefetch, with directory prefetch, with hints, warmed with
+#     perchctl warm, and xrootdfs, each against the link rate.
 # Writes bench/results/prefetch-<date>.md and .png.
 #
 # Needs root (FUSE, drop_caches). Run after a build:  sudo bench/prefetch.sh
@@ -33,14 +37,18 @@ fi
 SMALL_FILES=${SMALL_FILES:-2000}
 LARGE_MB=${LARGE_MB:-2048}
 READERS=${READERS:-8}
+WAN_RTT=${WAN_RTT:-20}
+WAN_MBIT=${WAN_MBIT:-1000}
 WORK=$(mktemp -d /tmp/perch-prefetch-XXXXXX)
 chmod 755 "$WORK"
 DEVFED_PID=""
+WAN_PID=""
 MOUNTS=()
 cleanup() {
   for m in "${MOUNTS[@]}"; do fusermount3 -u -z "$m" 2>/dev/null || true; done
   pkill -f "perchd --foreground --cache-dir $WORK" 2>/dev/null || true
   [[ -n $DEVFED_PID ]] && kill "$DEVFED_PID" 2>/dev/null && wait "$DEVFED_PID" 2>/dev/null || true
+  [[ -n $WAN_PID ]] && kill "$WAN_PID" 2>/dev/null && wait "$WAN_PID" 2>/dev/null || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
@@ -182,6 +190,50 @@ sleep 1
 FOUR_NET=$(stats | json 'd["bytes_from_network"]')
 umount_perch "$M"
 
+echo "== behind an emulated WAN: rtt $WAN_RTT ms, $WAN_MBIT Mbit/s" >&2
+"$BIN/perch-devfed" --export /bench="$DATA" --wan-rtt "$WAN_RTT" --wan-rate "$WAN_MBIT" \
+  > "$WORK/wan.out" 2> "$WORK/wan.err" &
+WAN_PID=$!
+for _ in $(seq 300); do grep -q '^ready' "$WORK/wan.out" 2>/dev/null && break; sleep 0.1; done
+WAN_FED=$(sed -n 's/^federation: //p' "$WORK/wan.out")
+WAN_ORIGIN=$(sed -n 's/^origin \/bench: \([^ ]*\).*/\1/p' "$WORK/wan.out")
+[[ -n $WAN_FED && -n $WAN_ORIGIN ]] || { cat "$WORK/wan.err" >&2; exit 1; }
+LAN_FED=$FED
+FED=$WAN_FED
+LAN_RESULTS=$RESULTS
+RESULTS=$WORK/wan.tsv
+mount_perch "$M" --no-prefetch
+drop; record "WAN perch cold, no prefetch" "$(read_list "$M" "$WORK/order.txt")"
+umount_perch "$M"
+mount_perch "$M"
+drop; record "WAN perch cold, prefetch" "$(read_list "$M" "$WORK/order.txt")"
+umount_perch "$M"
+mount_perch "$M"
+drop
+t0=$(now)
+(cd "$M" && "$BIN/perchctl" --socket "$CTL" hint --job bench --file "$WORK/order.txt" > /dev/null)
+read_list "$M" "$WORK/order.txt" > /dev/null
+record "WAN perch cold, hints" "$(echo "$(now) - $t0" | bc -l)"
+umount_perch "$M"
+mount_perch "$M"
+drop
+t0=$(now)
+"$BIN/perchctl" --socket "$CTL" warm "$M/imagenet" --wait > /dev/null 2>&1
+t1=$(now)
+read_list "$M" "$WORK/order.txt" > /dev/null
+record "WAN perchctl warm (fetch only)" "$(echo "$t1 - $t0" | bc -l)"
+record "WAN perch warm, then read" "$(echo "$(now) - $t0" | bc -l)"
+umount_perch "$M"
+WAN_PORT=${WAN_ORIGIN##*:}
+xrootdfs "$WORK/xrootdfs" -o rdr=root://127.0.0.1:$WAN_PORT//bench,nworkers=8 2>> "$WORK/xrootdfs.log"
+MOUNTS+=("$WORK/xrootdfs")
+for _ in $(seq 100); do mountpoint -q "$WORK/xrootdfs" && break; sleep 0.05; done
+drop; record "WAN xrootdfs cold" "$(read_list "$WORK/xrootdfs" "$WORK/order.txt")"
+fusermount3 -u "$WORK/xrootdfs" || true
+FED=$LAN_FED
+WAN_RESULTS=$RESULTS
+RESULTS=$LAN_RESULTS
+
 # Report
 STAMP=$(date -u +%Y-%m-%d)
 OUTDIR=$ROOT/bench/results
@@ -207,19 +259,31 @@ CEIL=$(head -1 "$RESULTS" | cut -f2)
   echo
   awk -v s="$FOUR_S" -v n="$FOUR_NET" -v b="$SMALL_BYTES" 'BEGIN {
     printf "4 concurrent readers of the small files (each in its own order, one mount, cold): %.2f s; the origin served %.0f bytes = %.3f× the dataset.\n", s, n, n/b }'
+  echo
+  echo "Behind an emulated WAN link (RTT $WAN_RTT ms, $WAN_MBIT Mbit/s each way; perch-devfed --wan-rtt/--wan-rate), same files, order and readers:"
+  echo
+  echo "| reader | s | files/s | MB/s | × link rate |"
+  echo "|---|---:|---:|---:|---:|"
+  while IFS=$'\t' read -r name s; do
+    awk -v n="$name" -v s="$s" -v f="$SMALL_FILES" -v b="$SMALL_BYTES" -v r="$WAN_MBIT" \
+      'BEGIN { printf "| %s | %.2f | %.0f | %.0f | %.2f |\n", n, s, f/s, b/s/1e6, (b*8/(r*1e6))/s }'
+  done < "$WAN_RESULTS"
 } > "$MD"
 cat "$MD"
-awk -F'\t' -v f="$SMALL_FILES" '{ printf "\"%s\" %.1f\n", $1, f/$2 }' "$RESULTS" > "$WORK/plot.dat"
+cat "$RESULTS" "$WAN_RESULTS" | awk -F'\t' -v f="$SMALL_FILES" '{ printf "\"%s\" %.1f\n", $1, f/$2 }' > "$WORK/plot.dat"
 gnuplot <<GP
-set terminal pngcairo size 900,500 font ",10"
+set terminal pngcairo size 1200,600 font ",10"
 set output "$OUTDIR/prefetch-$STAMP.png"
-set title "Cold small files, $READERS readers ($STAMP, $(nproc) cores, loopback)"
+set logscale y
+set grid ytics
+set title "Cold small files, $READERS readers ($STAMP, $(nproc) cores; loopback, then WAN $WAN_RTT ms / $WAN_MBIT Mbit/s)"
 set style data histograms
 set style fill solid 0.8 border -1
 set ylabel "files/s"
-set xtics rotate by -20
+set xtics rotate by -30
 set key off
-set yrange [0:*]
+set yrange [50:*]
+set bmargin 9
 plot "$WORK/plot.dat" using 2:xtic(1)
 GP
 echo "wrote $MD and $OUTDIR/prefetch-$STAMP.png" >&2

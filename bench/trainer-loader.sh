@@ -83,12 +83,38 @@ if [[ $root == 1 && -x $BIN/perchd && -x $BIN/perch-devfed ]]; then
   for w in 1 "$CORES"; do R[perch,dropped,$w]=$(best_of "$WORK/mnt/train" "$w" 1); done
 fi
 
+# Reference: the same pipeline in Python (Pillow + torchvision transforms, what a DataLoader
+# worker runs), one process, malloc tuned as the ML anchors note recommends, page cache warm.
+py=""
+if /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null; then
+  cat >"$WORK/py.py" <<'PYEOF'
+import sys, time, torch, torchvision.transforms as T
+from torchvision.datasets import ImageFolder
+torch.set_num_threads(1)
+t = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+               T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+ds = ImageFolder(sys.argv[1], transform=t)
+for i in range(50):
+    ds[i]
+n = min(len(ds), 1000)
+t0 = time.time()
+for i in range(n):
+    ds[i]
+print(f"{n / (time.time() - t0):.0f}")
+PYEOF
+  py=0
+  for _ in $(seq "$RUNS"); do
+    v=$(MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=1073741824 /usr/bin/python3 "$WORK/py.py" "$WORK/data/train")
+    (( v > py )) && py=$v
+  done
+fi
+
 out=bench/results/trainer-loader-$(date -u +%F).md
 {
   echo "# perch-train --loader-only, $(date -u +%F)"
   echo
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(. /etc/os-release; echo "$PRETTY_NAME")."
-  echo "Data: $(cat "$WORK/synth.txt")."
+  echo "Data: $(sed -n 's/^wrote \([0-9]* JPEGs, [0-9.]* MB ([0-9]* KB each on average)\).*/\1/p' "$WORK/synth.txt"), perch-synth-imagenet (long side 400-600 px, q90)."
   echo "Pipeline: read file, libjpeg-turbo ROI decode (+ DCT scaling when the crop allows), RandomResizedCrop(224) + flip + normalize into float batches of $BATCH; best of $RUNS runs ($PASSES epochs per run with the page cache warm, 1 after dropping it)."
   echo
   echo "| source | page cache | workers | images/s | images/s per worker |"
@@ -101,6 +127,9 @@ out=bench/results/trainer-loader-$(date -u +%F).md
       done
     done
   done
+  if [[ -n $py ]]; then
+    echo "| Python: Pillow + torchvision transforms, 1 process | cached | 1 | $py | $py |"
+  fi
   echo
   echo "Command: \`sudo bench/trainer-loader.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS PASSES=$PASSES RUNS=$RUNS BATCH=$BATCH)."
 } >"$out"

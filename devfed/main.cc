@@ -21,6 +21,7 @@
 #include "daemon/core/types.h"
 #include "devfed/director.h"
 #include "devfed/tokens.h"
+#include "devfed/wan_proxy.h"
 #include "devfed/xrootd_server.h"
 
 namespace fs = std::filesystem;
@@ -92,6 +93,10 @@ int main(int argc, char** argv) {
   app.add_option("--caches", caches, "XCache servers in front of each public origin (default 0)")->check(CLI::Range(0, 6));
   app.add_flag("--tls", tls, "generate a CA and serve everything over HTTPS");
   app.add_option("--port", port, "director port (default: a free one)");
+  double wan_rtt_ms = 0, wan_rate_mbit = 0;
+  app.add_option("--wan-rtt", wan_rtt_ms,
+                 "put the origins, caches and the federation URL behind an emulated WAN link with this RTT (ms)");
+  app.add_option("--wan-rate", wan_rate_mbit, "the emulated link's rate in Mbit/s, each direction (0: unlimited)");
   app.add_option("--work-dir", work_dir_arg, "where configs, logs and caches go (default: a new dir under /tmp)");
   app.add_option("--token-out", token_out, "write a bearer token valid for the protected exports here");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
@@ -161,6 +166,18 @@ int main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<XrootdServer>> servers;
   std::unique_ptr<Director> director;
+  std::unique_ptr<perch::devfed::WanLink> wan;
+  if (wan_rtt_ms > 0 || wan_rate_mbit > 0) {
+    wan = std::make_unique<perch::devfed::WanLink>(
+        std::chrono::microseconds(static_cast<int64_t>(wan_rtt_ms * 500)), wan_rate_mbit);
+  }
+  // `url` as clients see it: through the WAN link when there is one.
+  auto outside = [&](const std::string& url, int port, std::string* err) -> std::string {
+    if (!wan) return url;
+    int proxy = wan->AddProxy(port, err);
+    if (proxy == 0) return "";
+    return url.substr(0, url.rfind(':') + 1) + std::to_string(proxy);
+  };
   int rc = 0;
   auto fail = [&](const std::string& msg) {
     std::cerr << "perch-devfed: " << msg << "\n";
@@ -200,7 +217,9 @@ int main(int argc, char** argv) {
       auto origin = std::make_unique<XrootdServer>();
       std::string err = origin->Start(oc);
       if (!err.empty()) return fail(err);
-      Namespace ns{e.ns, e.dir, e.protected_, origin->Url(), {}};
+      std::string origin_url = outside(origin->Url(), origin->port(), &err);
+      if (origin_url.empty()) return fail(err);
+      Namespace ns{e.ns, e.dir, e.protected_, origin_url, {}};
       int origin_port = origin->port();
       servers.push_back(std::move(origin));
       for (int i = 1; !e.protected_ && i <= caches; ++i) {
@@ -212,7 +231,9 @@ int main(int argc, char** argv) {
         auto cache = std::make_unique<XrootdServer>();
         err = cache->Start(cc);
         if (!err.empty()) return fail(err);
-        ns.cache_urls.push_back(cache->Url());
+        std::string cache_url = outside(cache->Url(), cache->port(), &err);
+        if (cache_url.empty()) return fail(err);
+        ns.cache_urls.push_back(cache_url);
         servers.push_back(std::move(cache));
       }
       namespaces.push_back(std::move(ns));
@@ -226,14 +247,25 @@ int main(int argc, char** argv) {
       std::string err = issuer.WriteToken(token_out);
       if (!err.empty()) return fail(err);
     }
-    Say("federation: " + director->Url());
+    std::string err;
+    std::string federation = director->Url();
+    if (wan) {
+      federation = outside(director->Url(), std::stoi(director->Url().substr(director->Url().rfind(':') + 1)), &err);
+      if (federation.empty()) return fail(err);
+    }
+    Say("federation: " + federation);
     Say("director: " + director->Url());
+    if (wan) {
+      Say("wan: rtt " + std::to_string(wan_rtt_ms) + " ms, rate " +
+          (wan_rate_mbit > 0 ? std::to_string(wan_rate_mbit) + " Mbit/s" : std::string("unlimited")) +
+          " (origins, caches and the federation URL are behind it)");
+    }
     size_t s = 0;
     for (size_t i = 0; i < namespaces.size(); ++i) {
-      Say("origin " + namespaces[i].prefix + ": " + servers[s].get()->Url() + " pid=" + std::to_string(servers[s]->pid()));
+      Say("origin " + namespaces[i].prefix + ": " + namespaces[i].origin_url + " pid=" + std::to_string(servers[s]->pid()));
       ++s;
       for (size_t c = 0; c < namespaces[i].cache_urls.size(); ++c, ++s) {
-        Say("cache " + namespaces[i].prefix + " " + std::to_string(c + 1) + ": " + servers[s]->Url() +
+        Say("cache " + namespaces[i].prefix + " " + std::to_string(c + 1) + ": " + namespaces[i].cache_urls[c] +
             " pid=" + std::to_string(servers[s]->pid()));
       }
     }
@@ -247,6 +279,7 @@ int main(int argc, char** argv) {
     sigwait(&stop_signals, &sig);
     spdlog::info("signal {}: stopping", sig);
   }
+  if (wan) wan->Stop();
   if (director) director->Stop();
   std::vector<XrootdServer*> all;
   for (auto& s : servers) all.push_back(s.get());
