@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 namespace perch::core {
 
@@ -193,6 +194,9 @@ void Prefetcher::Hint(const std::string& job, std::vector<ObjectPath> paths) {
 
 void Prefetcher::PumpHints(const std::string& job, uint64_t generation) {
   const FetchClass cls{Priority::kHint, "hint:" + job};
+  // One listing per directory answers the stat of every hinted file in it
+  // (one round trip per directory instead of one per file).
+  std::set<std::string> listed;
   for (;;) {
     ObjectPath next;
     {
@@ -207,6 +211,9 @@ void Prefetcher::PumpHints(const std::string& job, uint64_t generation) {
       next = h.paths[h.issued++];
     }
     // In list order, one at a time: the scheduler keeps a flow's fetches in order.
+    if (!next.IsRoot() && listed.insert(next.Parent().str()).second) {
+      names_.ReadDir(next.Parent(), DeadlineAfter(options_.lookup_timeout)).IgnoreError();
+    }
     auto attr = names_.GetAttr(next, DeadlineAfter(options_.lookup_timeout));
     if (attr.ok() && !attr->is_dir) {
       PrefetchFile(next, *attr, cls);
