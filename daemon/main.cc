@@ -171,7 +171,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
     return other->path.str();
   };
   core::NodeControl node(
-      std::move(info), reader, catalog, warmer, client, op_metrics,
+      std::move(info), reader, catalog, warmer, client, jobs, op_metrics,
       [&client, &loop] {
         const http::FederationCounters& c = client.counters();
         core::NetworkStats n;

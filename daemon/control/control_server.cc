@@ -274,18 +274,20 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
       r->Finish(ToGrpcStatus(path.status()));
       return r;
     }
-    auto result = node_.catalog().Evict(*path);
-    if (!result.ok()) {
-      r->Finish(ToGrpcStatus(result.status()));
-      return r;
-    }
-    reply->set_path(node_.FederationPath(*path));
-    reply->set_objects(result->objects);
-    reply->set_blocks(result->blocks);
-    reply->set_bytes(result->bytes);
-    reply->set_pinned_objects(result->pinned_objects);
-    reply->set_busy_blocks(result->busy_blocks);
-    r->Finish(grpc::Status::OK);
+    // Removing block files is disk work: it runs on the node's job executor.
+    node_.Evict(*path, [this, r, reply, p = *path](core::Result<core::EvictResult> result) {
+      if (!result.ok()) {
+        r->Finish(ToGrpcStatus(result.status()));
+        return;
+      }
+      reply->set_path(node_.FederationPath(p));
+      reply->set_objects(result->objects);
+      reply->set_blocks(result->blocks);
+      reply->set_bytes(result->bytes);
+      reply->set_pinned_objects(result->pinned_objects);
+      reply->set_busy_blocks(result->busy_blocks);
+      r->Finish(grpc::Status::OK);
+    });
     return r;
   }
 

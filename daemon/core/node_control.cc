@@ -21,7 +21,7 @@ const char* OpMetrics::Name(Op op) {
 }
 
 NodeControl::NodeControl(NodeInfo info, BlockReader& reader, CacheCatalog& catalog, Warmer& warmer,
-                         Origin& origin, const OpMetrics& ops, NetworkStatsFn network, DiskSpaceFn disk,
+                         Origin& origin, Executor& jobs, const OpMetrics& ops, NetworkStatsFn network, DiskSpaceFn disk,
                          MountedFn mounted, std::function<bool()> offline, const FetchScheduler* scheduler,
                          Prefetcher* prefetcher)
     : info_(std::move(info)),
@@ -29,6 +29,7 @@ NodeControl::NodeControl(NodeInfo info, BlockReader& reader, CacheCatalog& catal
       catalog_(catalog),
       warmer_(warmer),
       origin_(origin),
+      jobs_(jobs),
       ops_(ops),
       network_(std::move(network)),
       disk_(std::move(disk)),
@@ -123,6 +124,10 @@ StatsSnapshot NodeControl::Stats() const {
   s.uptime_seconds =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_).count());
   return s;
+}
+
+void NodeControl::Evict(const ObjectPath& path, std::function<void(Result<EvictResult>)> done) {
+  jobs_.Post([this, path, done = std::move(done)] { done(catalog_.Evict(path)); });
 }
 
 Result<std::pair<uint64_t, uint64_t>> NodeControl::Hint(const std::string& job,

@@ -118,8 +118,9 @@ class NodeControl {
   using MountedFn = std::function<bool()>;
 
   // `scheduler` and `prefetcher` may be null (no prefetch).
+  // `jobs` runs the disk work of commands (Evict).
   NodeControl(NodeInfo info, BlockReader& reader, CacheCatalog& catalog, Warmer& warmer, Origin& origin,
-              const OpMetrics& ops, NetworkStatsFn network, DiskSpaceFn disk, MountedFn mounted,
+              Executor& jobs, const OpMetrics& ops, NetworkStatsFn network, DiskSpaceFn disk, MountedFn mounted,
               std::function<bool()> offline, const FetchScheduler* scheduler = nullptr,
               Prefetcher* prefetcher = nullptr);
 
@@ -135,6 +136,10 @@ class NodeControl {
   // far (at most 16), in parallel, each within `timeout`.
   void Health(std::chrono::milliseconds timeout, std::function<void(HealthReport)> done);
 
+  // Evicts everything cached below `path` on the job executor (disk work)
+  // and calls `done` there.
+  void Evict(const ObjectPath& path, std::function<void(Result<EvictResult>)> done);
+
   // Resolves `paths` and hands them to the prefetcher as job `job`'s list;
   // returns (accepted, rejected). kInvalidArgument without a prefetcher.
   Result<std::pair<uint64_t, uint64_t>> Hint(const std::string& job, const std::vector<std::string>& paths);
@@ -149,6 +154,7 @@ class NodeControl {
   CacheCatalog& catalog_;
   Warmer& warmer_;
   Origin& origin_;
+  Executor& jobs_;
   const OpMetrics& ops_;
   const NetworkStatsFn network_;
   const DiskSpaceFn disk_;

@@ -286,7 +286,7 @@ TEST_F(ControlCoreTest, ResolvesMountPathsUrlsAndFederationPaths) {
     if (url.starts_with("pelican://fed.example/")) return std::string(url.substr(21));
     return InvalidArgumentError("another federation");
   };
-  NodeControl node(info, *reader_, *catalog_, *warmer_, origin_, ops, nullptr, nullptr, nullptr, nullptr);
+  NodeControl node(info, *reader_, *catalog_, *warmer_, origin_, disk_, ops, nullptr, nullptr, nullptr, nullptr);
   EXPECT_EQ(node.Resolve("/mnt/osdf/d/a.bin")->str(), "/d/a.bin");
   EXPECT_EQ(node.Resolve("/mnt/osdf")->str(), "/");
   EXPECT_EQ(node.Resolve("/mnt/osdf/d//sub/")->str(), "/d/sub");
