@@ -93,6 +93,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-runtime", max_runtime,
                  "checkpoint and exit 85 after this long, e.g. 3600, 90m, 2h");
+  app.add_option("--max-skipped-fraction", o.max_skipped_fraction,
+                 "stop (exit 1, after a checkpoint) when more than this fraction of the images "
+                 "read are unreadable, at least 10 (default 0.1; 1 disables)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--checkpoint-every-steps", o.checkpoint_every_steps,
                  "also checkpoint every N steps (default: at epoch ends and on stop)");
   app.add_option("--seed", o.seed, "seed for weights, sample order and augmentation");

@@ -478,9 +478,28 @@ int Run(const TrainOptions& o) {
         if (!loader.Next(&batch)) {
           break;
         }
+        if (batch.skipped > 0 && o.max_skipped_fraction < 1) {
+          // A broken mount or origin makes every read fail; training on through the epochs
+          // would only produce a useless model. Stop before this batch, so a restart retries it.
+          const LoaderStats ls = loader.stats();
+          const int64_t attempted = ls.images + ls.skipped;
+          if (ls.skipped >= 10 && ls.skipped > o.max_skipped_fraction * attempted) {
+            spdlog::error(
+                "{} of {} images read so far could not be read or decoded (more than {:.0f} %); "
+                "stopping. Is the data source healthy? (--max-skipped-fraction 1 disables this)",
+                ls.skipped, attempted, 100 * o.max_skipped_fraction);
+            train_seconds += Seconds(loop_start);
+            save("unreadable data");
+            summary("unreadable-data");
+            return 1;
+          }
+        }
         position = batch.end_position;
-        if (batch.size == 0) {
-          continue;  // every image of the batch was unreadable
+        if (batch.size < 2) {
+          // Nothing to learn from, or a single image: BatchNorm in training mode needs more than
+          // one value per channel, which one small image does not give at layer4 (1x1 at 32 px).
+          // Happens only after skipped images or when the epoch's last batch holds one sample.
+          continue;
         }
         torch::Tensor x = batch.images.to(device, /*non_blocking=*/true);
         if (channels_last) {

@@ -43,6 +43,7 @@ struct TrainOptions {
   double label_smoothing = 0;
   int64_t max_steps = 0;               // 0: no limit beyond epochs
   double max_runtime_s = 0;            // 0: none
+  double max_skipped_fraction = 0.1;   // stop when more of the images read are unreadable
   int64_t checkpoint_every_steps = 0;  // 0: at epoch ends and on stop only
   uint64_t seed = 0;
   std::string device = "auto";  // auto | cpu | cuda
@@ -53,7 +54,10 @@ struct TrainOptions {
 };
 
 // Returns the process exit code: 0 done, 85 checkpointed before the end, 2 the checkpoint
-// belongs to a different configuration, 1 any other error (already logged).
+// belongs to a different configuration, 1 any other error (already logged), including "more
+// than max_skipped_fraction of the images read (and at least 10) could not be read or decoded",
+// which usually means the data source broke; training is checkpointed before the failing batch
+// then, so a restart retries it.
 int Run(const TrainOptions& options);
 
 }  // namespace perch::trainer

@@ -211,6 +211,43 @@ TEST_F(TrainerTest, WeightsLoadInPythonAndSummaryReports) {
   EXPECT_NE(out.find("(1, 3)"), std::string::npos) << out;
 }
 
+TEST_F(TrainerTest, StopsWhenMostImagesAreUnreadable) {
+  // 12 bad files among 30: a data source in trouble, not a few bad images.
+  for (int i = 0; i < 12; ++i) {
+    testing::WriteFile(
+        dir_.path() / "data" / "train" / "n00000000" / ("bad" + std::to_string(i) + ".JPEG"),
+        "not a jpeg");
+  }
+  const fs::path ckpt = dir_.path() / "ck";
+  const fs::path summary = dir_.path() / "s.json";
+  std::vector<std::string> args = Args(ckpt);
+  args.insert(args.end(), {"--summary-json", summary.string()});
+  ASSERT_EQ(RunToExit(args, dir_.path() / "log"), 1) << Log(dir_.path() / "log");
+  EXPECT_NE(Log(dir_.path() / "log").find("could not be read or decoded"), std::string::npos)
+      << Log(dir_.path() / "log");
+  EXPECT_EQ(nlohmann::json::parse(testing::ReadFile(summary))["status"], "unreadable-data");
+  EXPECT_TRUE(fs::exists(ckpt / kCheckpointFile));
+  // Accepting them: training runs through, skipping them every epoch.
+  args.insert(args.end(), {"--max-skipped-fraction", "1"});
+  ASSERT_EQ(RunToExit(args, dir_.path() / "log"), 0) << Log(dir_.path() / "log");
+  const nlohmann::json s = nlohmann::json::parse(testing::ReadFile(summary));
+  EXPECT_EQ(s["status"], "finished");
+  EXPECT_GE(s["skipped_images"].get<int64_t>(), 24);
+}
+
+TEST_F(TrainerTest, EpochEndingInABatchOfOneImage) {
+  // 17 images in batches of 4: the last batch holds one 32 px image, whose layer4 output is 1x1;
+  // BatchNorm cannot train on that, so the step is left out instead of failing.
+  fs::remove(dir_.path() / "data" / "train" / "n00000000" / "n00000000_0.JPEG");
+  const fs::path summary = dir_.path() / "s.json";
+  std::vector<std::string> args = Args(dir_.path() / "ck");
+  args.insert(args.end(), {"--epochs", "1", "--summary-json", summary.string()});
+  ASSERT_EQ(RunToExit(args, dir_.path() / "log"), 0) << Log(dir_.path() / "log");
+  const nlohmann::json s = nlohmann::json::parse(testing::ReadFile(summary));
+  EXPECT_EQ(s["images_seen"], 16);
+  EXPECT_EQ(s["step"], 4);
+}
+
 TEST_F(TrainerTest, LoaderOnlyReportsThroughput) {
   const fs::path summary = dir_.path() / "lo.json";
   ASSERT_EQ(RunToExit({"--data-dir", (dir_.path() / "data" / "train").string(), "--loader-only",
