@@ -21,66 +21,20 @@
 # Needs root (FUSE, drop_caches). Run after a build:  sudo bench/prefetch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-BIN=$ROOT/build/bin
-[[ -x $BIN/perchd && -x $BIN/perchctl && -x $BIN/perch-devfed ]] || {
-  echo "build first: cmake --build --preset release" >&2
-  exit 1
-}
-for p in rclone xrootd-fuse gnuplot-nox curl bc; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || NEED+=" $p"
-done
-if [[ -n ${NEED:-} ]]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $NEED >/dev/null
-fi
+source bench/lib.sh
+bench_setup prefetch rclone xrootd-fuse gnuplot-nox curl bc
 
 SMALL_FILES=${SMALL_FILES:-2000}
 LARGE_MB=${LARGE_MB:-2048}
 READERS=${READERS:-8}
 WAN_RTT=${WAN_RTT:-20}
 WAN_MBIT=${WAN_MBIT:-1000}
-WORK=$(mktemp -d /tmp/perch-prefetch-XXXXXX)
-chmod 755 "$WORK"
-DEVFED_PID=""
-WAN_PID=""
-MOUNTS=()
-cleanup() {
-  for m in "${MOUNTS[@]}"; do fusermount3 -u -z "$m" 2>/dev/null || true; done
-  pkill -f "perchd --foreground --cache-dir $WORK" 2>/dev/null || true
-  [[ -n $DEVFED_PID ]] && kill "$DEVFED_PID" 2>/dev/null && wait "$DEVFED_PID" 2>/dev/null || true
-  [[ -n $WAN_PID ]] && kill "$WAN_PID" 2>/dev/null && wait "$WAN_PID" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-echo "== data: $SMALL_FILES files of ~110 KB, one ${LARGE_MB} MiB file" >&2
-DATA=$WORK/data
-mkdir -p "$DATA/imagenet"
-python3 - "$DATA/imagenet" "$SMALL_FILES" <<'PY'
-import os, random, sys
-root, n = sys.argv[1], int(sys.argv[2])
-rng = random.Random(1)
-for i in range(n):
-    d = os.path.join(root, "n%08d" % (i % 10))
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "img_%06d.JPEG" % i), "wb") as f:
-        f.write(rng.randbytes(rng.randint(90_000, 130_000)))
-PY
-head -c $((LARGE_MB << 20)) /dev/urandom > "$DATA/large.bin"
-chmod -R a+rX "$DATA"
-SMALL_BYTES=$(du -sb --apparent-size "$DATA/imagenet" | cut -f1)
+bench_data "$SMALL_FILES" "$LARGE_MB"
 (cd "$DATA" && find imagenet -type f -name '*.JPEG' | shuf --random-source=<(yes)) > "$WORK/order.txt"
 
-"$BIN/perch-devfed" --export /bench="$DATA" > "$WORK/devfed.out" 2> "$WORK/devfed.err" &
-DEVFED_PID=$!
-for _ in $(seq 300); do grep -q '^ready' "$WORK/devfed.out" 2>/dev/null && break; sleep 0.1; done
-FED=$(sed -n 's/^federation: //p' "$WORK/devfed.out")
-ORIGIN=$(sed -n 's/^origin \/bench: \([^ ]*\).*/\1/p' "$WORK/devfed.out")
-[[ -n $FED && -n $ORIGIN ]] || { cat "$WORK/devfed.err" >&2; exit 1; }
+bench_devfed devfed
 ORIGIN_PORT=${ORIGIN##*:}
 
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-now() { date +%s.%N; }
 # read_list DIR LIST -> seconds to read the files of LIST (relative to DIR) in
 # that order with $READERS readers.
 read_list() {
@@ -117,7 +71,7 @@ awk -v o="$ORIGIN/bench/" '{ print "url = \"" o $0 "\"\noutput = \"/dev/null\"" 
 drop
 t0=$(now)
 curl -s --no-progress-meter --parallel --parallel-max 64 -K "$WORK/curl.cfg"
-record "HTTP ceiling (curl, 64 parallel)" "$(echo "$(now) - $t0" | bc -l)"
+record "HTTP ceiling (curl, 64 parallel)" "$(since "$t0")"
 
 M=$WORK/perch
 echo "== perch, no prefetch" >&2
@@ -136,7 +90,7 @@ drop
 t0=$(now)
 (cd "$M" && "$BIN/perchctl" --socket "$CTL" hint --job bench --file "$WORK/order.txt" > /dev/null)
 read_list "$M" "$WORK/order.txt" > /dev/null
-record "perch cold, hints" "$(echo "$(now) - $t0" | bc -l)"
+record "perch cold, hints" "$(since "$t0")"
 umount_perch "$M"
 
 echo "== perch, from its disk cache (what a cold read can at best approach here)" >&2
@@ -163,14 +117,14 @@ fusermount3 -u "$WORK/rclone" || true
 
 echo "== large file: curl vs perch cold" >&2
 drop
-t0=$(now); curl -s -o /dev/null "$ORIGIN/bench/large.bin"; CURL_S=$(echo "$(now) - $t0" | bc -l)
+t0=$(now); curl -s -o /dev/null "$ORIGIN/bench/large.bin"; CURL_S=$(since "$t0")
 mount_perch "$M"
 drop
-t0=$(now); dd if="$M/large.bin" of=/dev/null bs=1M status=none; PERCH_L=$(echo "$(now) - $t0" | bc -l)
+t0=$(now); dd if="$M/large.bin" of=/dev/null bs=1M status=none; PERCH_L=$(since "$t0")
 umount_perch "$M"
 mount_perch "$M" --no-prefetch
 drop
-t0=$(now); dd if="$M/large.bin" of=/dev/null bs=1M status=none; PERCH_L0=$(echo "$(now) - $t0" | bc -l)
+t0=$(now); dd if="$M/large.bin" of=/dev/null bs=1M status=none; PERCH_L0=$(since "$t0")
 umount_perch "$M"
 printf 'large: curl %.2f s, perch %.2f s, perch without read-ahead %.2f s\n' "$CURL_S" "$PERCH_L" "$PERCH_L0" >&2
 
@@ -185,20 +139,17 @@ for r in 1 2 3 4; do
   READER_PIDS+=($!)
 done
 wait "${READER_PIDS[@]}"
-FOUR_S=$(echo "$(now) - $t0" | bc -l)
+FOUR_S=$(since "$t0")
 sleep 1
 FOUR_NET=$(stats | json 'd["bytes_from_network"]')
 umount_perch "$M"
 
 echo "== behind an emulated WAN: rtt $WAN_RTT ms, $WAN_MBIT Mbit/s" >&2
-"$BIN/perch-devfed" --export /bench="$DATA" --wan-rtt "$WAN_RTT" --wan-rate "$WAN_MBIT" \
-  > "$WORK/wan.out" 2> "$WORK/wan.err" &
-WAN_PID=$!
-for _ in $(seq 300); do grep -q '^ready' "$WORK/wan.out" 2>/dev/null && break; sleep 0.1; done
-WAN_FED=$(sed -n 's/^federation: //p' "$WORK/wan.out")
-WAN_ORIGIN=$(sed -n 's/^origin \/bench: \([^ ]*\).*/\1/p' "$WORK/wan.out")
-[[ -n $WAN_FED && -n $WAN_ORIGIN ]] || { cat "$WORK/wan.err" >&2; exit 1; }
 LAN_FED=$FED
+LAN_ORIGIN=$ORIGIN
+bench_devfed wan --wan-rtt "$WAN_RTT" --wan-rate "$WAN_MBIT"
+WAN_FED=$FED
+WAN_ORIGIN=$ORIGIN
 FED=$WAN_FED
 LAN_RESULTS=$RESULTS
 RESULTS=$WORK/wan.tsv
@@ -213,7 +164,7 @@ drop
 t0=$(now)
 (cd "$M" && "$BIN/perchctl" --socket "$CTL" hint --job bench --file "$WORK/order.txt" > /dev/null)
 read_list "$M" "$WORK/order.txt" > /dev/null
-record "WAN perch cold, hints" "$(echo "$(now) - $t0" | bc -l)"
+record "WAN perch cold, hints" "$(since "$t0")"
 umount_perch "$M"
 mount_perch "$M"
 drop
@@ -222,7 +173,7 @@ t0=$(now)
 t1=$(now)
 read_list "$M" "$WORK/order.txt" > /dev/null
 record "WAN perchctl warm (fetch only)" "$(echo "$t1 - $t0" | bc -l)"
-record "WAN perch warm, then read" "$(echo "$(now) - $t0" | bc -l)"
+record "WAN perch warm, then read" "$(since "$t0")"
 umount_perch "$M"
 WAN_PORT=${WAN_ORIGIN##*:}
 xrootdfs "$WORK/xrootdfs" -o rdr=root://127.0.0.1:$WAN_PORT//bench,nworkers=8 2>> "$WORK/xrootdfs.log"
@@ -231,12 +182,13 @@ for _ in $(seq 100); do mountpoint -q "$WORK/xrootdfs" && break; sleep 0.05; don
 drop; record "WAN xrootdfs cold" "$(read_list "$WORK/xrootdfs" "$WORK/order.txt")"
 fusermount3 -u "$WORK/xrootdfs" || true
 FED=$LAN_FED
+ORIGIN=$LAN_ORIGIN
 WAN_RESULTS=$RESULTS
 RESULTS=$LAN_RESULTS
 
 # Report
 STAMP=$(date -u +%Y-%m-%d)
-OUTDIR=$ROOT/bench/results
+OUTDIR=${OUTDIR:-$ROOT/bench/results}
 mkdir -p "$OUTDIR"
 MD=$OUTDIR/prefetch-$STAMP.md
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)

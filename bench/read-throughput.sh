@@ -14,68 +14,26 @@
 #   sudo bench/read-throughput.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-BIN=$ROOT/build/bin
-[[ -x $BIN/perchd && -x $BIN/perch-devfed ]] || { echo "build first: cmake --build --preset release" >&2; exit 1; }
-for p in rclone xrootd-fuse gnuplot-nox; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || NEED+=" $p"
-done
-if [[ -n ${NEED:-} ]]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $NEED >/dev/null
-fi
+source bench/lib.sh
+bench_setup bench rclone xrootd-fuse gnuplot-nox bc
 
 SMALL_FILES=${SMALL_FILES:-2000}
 LARGE_MB=${LARGE_MB:-1024}
 READERS=${READERS:-8}
-WORK=$(mktemp -d /tmp/perch-bench-XXXXXX)
-chmod 755 "$WORK"
-DEVFED_PID=""
-MOUNTS=()
-cleanup() {
-  for m in "${MOUNTS[@]}"; do fusermount3 -u -z "$m" 2>/dev/null || true; done
-  pkill -f "perchd --foreground --cache-dir $WORK" 2>/dev/null || true
-  [[ -n $DEVFED_PID ]] && kill "$DEVFED_PID" 2>/dev/null && wait "$DEVFED_PID" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-echo "== data: $SMALL_FILES files of ~110 KB, one ${LARGE_MB} MiB file" >&2
-DATA=$WORK/data
-mkdir -p "$DATA/imagenet"
-python3 - "$DATA/imagenet" "$SMALL_FILES" <<'PY'
-import os, random, sys
-root, n = sys.argv[1], int(sys.argv[2])
-rng = random.Random(1)
-for i in range(n):
-    d = os.path.join(root, "n%08d" % (i % 10))
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "img_%06d.JPEG" % i), "wb") as f:
-        f.write(rng.randbytes(rng.randint(90_000, 130_000)))
-PY
-head -c $((LARGE_MB << 20)) /dev/urandom > "$DATA/large.bin"
-chmod -R a+rX "$DATA"
-SMALL_BYTES=$(du -sb "$DATA/imagenet" | cut -f1)
-
-"$BIN/perch-devfed" --export /bench="$DATA" > "$WORK/devfed.out" 2> "$WORK/devfed.err" &
-DEVFED_PID=$!
-for _ in $(seq 300); do grep -q '^ready' "$WORK/devfed.out" 2>/dev/null && break; sleep 0.1; done
-FED=$(sed -n 's/^federation: //p' "$WORK/devfed.out")
-ORIGIN=$(sed -n 's/^origin \/bench: \([^ ]*\).*/\1/p' "$WORK/devfed.out")
-[[ -n $FED && -n $ORIGIN ]] || { cat "$WORK/devfed.err" >&2; exit 1; }
+bench_data "$SMALL_FILES" "$LARGE_MB"
+bench_devfed devfed
 ORIGIN_PORT=${ORIGIN##*:}
 
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-now() { date +%s.%N; }
 # read_small DIR -> seconds to read every small file with $READERS readers
 read_small() {
   local t0; t0=$(now)
   find "$1" -type f -name '*.JPEG' -print0 | xargs -0 -P "$READERS" -n 50 cat > /dev/null
-  echo "$(now) - $t0" | bc -l
+  since "$t0"
 }
 read_large() {
   local t0; t0=$(now)
   dd if="$1" of=/dev/null bs=1M status=none
-  echo "$(now) - $t0" | bc -l
+  since "$t0"
 }
 RESULTS=$WORK/results.tsv
 record() {  # name small_seconds large_seconds
@@ -88,7 +46,8 @@ drop; s=$(read_small "$DATA/imagenet"); drop; l=$(read_large "$DATA/large.bin");
 
 mount_perch() {  # cache_dir mountpoint
   mkdir -p "$2"
-  "$BIN/perchd" --foreground --cache-dir "$1" --cache-size 20G "$FED/bench" "$2" 2>> "$WORK/perchd.log" &
+  "$BIN/perchd" --foreground --cache-dir "$1" --cache-size 20G --control "unix:$WORK/ctl.sock" "$FED/bench" "$2" \
+    2>> "$WORK/perchd.log" &
   for _ in $(seq 200); do mountpoint -q "$2" && break; sleep 0.05; done
   MOUNTS+=("$2")
 }
@@ -121,7 +80,7 @@ fusermount3 -u "$WORK/rclone" || true
 
 # Report: files/s and MB/s, and each as a ratio of the local read.
 STAMP=$(date -u +%Y-%m-%d)
-OUTDIR=$ROOT/bench/results
+OUTDIR=${OUTDIR:-$ROOT/bench/results}
 mkdir -p "$OUTDIR"
 MD=$OUTDIR/read-$STAMP.md
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)

@@ -12,13 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "tests/devfed/devfed_harness.h"
-#include "tests/integration/perchd_harness.h"
-#include "tests/integration/test_tree.h"
-
-#ifndef PERCHCTL_PATH
-#error "PERCHCTL_PATH must name the perchctl binary"
-#endif
+#include "tests/integration/mounted_federation.h"
 
 namespace perch::testing {
 namespace {
@@ -50,47 +44,9 @@ void DropPageCache(const fs::path& p) {
   ::close(fd);
 }
 
-class ControlTest : public ::testing::Test {
+class ControlTest : public MountedFederation {
  protected:
-  void SetUp() override {
-    if (!DevFed::XrootdAvailable()) GTEST_SKIP() << "xrootd is not installed";
-    if (!FuseAvailable()) GTEST_SKIP() << "needs root and /dev/fuse";
-    work_ = std::make_unique<TempDir>("control");
-    tree_ = work_->path() / "tree";
-    files_ = ControlTree();
-    CreateTestTree(tree_, files_);
-    DevFed::Options opts;
-    opts.exports.push_back({"/test", tree_.string(), false});
-    fed_ = std::make_unique<DevFed>(opts);
-    ASSERT_EQ(fed_->Start(), "");
-    mnt_ = work_->path() / "mnt";
-    fs::create_directories(mnt_);
-  }
-
-  void Mount(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--cache-dir", (work_->path() / "cache").string(), "--op-timeout", "5s",
-                                     "--control", "unix:" + (work_->path() / "ctl.sock").string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.push_back(fed_->FederationUrl() + "/test");
-    args.push_back(mnt_.string());
-    ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "perchd.log"), "");
-  }
-
-  RunResult Ctl(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--socket", (work_->path() / "ctl.sock").string()});
-    return RunToExit(PERCHCTL_PATH, args, std::chrono::seconds(120));
-  }
-
-  json CtlJson(std::vector<std::string> args) {
-    RunResult r = Ctl(args);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    try {
-      return json::parse(r.output);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not JSON: " << e.what() << "\n" << r.output;
-      return json();
-    }
-  }
+  void SetUp() override { StartFederation("control", ControlTree()); }
 
   // Cached bytes per federation path, from `perchctl ls --json`.
   std::map<std::string, uint64_t> Cached(const std::string& prefix) {
@@ -98,15 +54,6 @@ class ControlTest : public ::testing::Test {
     for (const auto& o : CtlJson({"ls", prefix, "--json"})) out[o["path"]] = o["cached_bytes"];
     return out;
   }
-
-  std::string ReadFile(const std::string& rel) { return ReadLocalFile(mnt_ / rel); }
-  std::string Original(const std::string& rel) { return ReadLocalFile(tree_ / rel); }
-
-  std::unique_ptr<TempDir> work_;
-  fs::path tree_, mnt_;
-  std::vector<TreeFile> files_;
-  std::unique_ptr<DevFed> fed_;
-  PerchdProcess perchd_;  // destroyed (unmounted) before fed_ and work_
 };
 
 TEST_F(ControlTest, StatsCountWhatWasRead) {

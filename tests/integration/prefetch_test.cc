@@ -9,13 +9,7 @@
 #include <random>
 #include <thread>
 
-#include "tests/devfed/devfed_harness.h"
-#include "tests/integration/perchd_harness.h"
-#include "tests/integration/test_tree.h"
-
-#ifndef PERCHCTL_PATH
-#error "PERCHCTL_PATH must name the perchctl binary"
-#endif
+#include "tests/integration/mounted_federation.h"
 
 namespace perch::testing {
 namespace {
@@ -36,37 +30,11 @@ std::vector<TreeFile> PrefetchTree() {
   return files;
 }
 
-class PrefetchMountTest : public ::testing::Test {
+class PrefetchMountTest : public MountedFederation {
  protected:
-  void SetUp() override {
-    if (!DevFed::XrootdAvailable()) GTEST_SKIP() << "xrootd is not installed";
-    if (!FuseAvailable()) GTEST_SKIP() << "needs root and /dev/fuse";
-    work_ = std::make_unique<TempDir>("prefetch");
-    tree_ = work_->path() / "tree";
-    files_ = PrefetchTree();
-    CreateTestTree(tree_, files_);
-    DevFed::Options opts;
-    opts.exports.push_back({"/test", tree_.string(), false});
-    fed_ = std::make_unique<DevFed>(opts);
-    ASSERT_EQ(fed_->Start(), "");
-    mnt_ = work_->path() / "mnt";
-    fs::create_directories(mnt_);
-  }
+  void SetUp() override { StartFederation("prefetch", PrefetchTree()); }
 
-  void Mount(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--cache-dir", (work_->path() / "cache").string(), "--op-timeout", "20s",
-                                     "--control", "unix:" + (work_->path() / "ctl.sock").string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.push_back(fed_->FederationUrl() + "/test");
-    args.push_back(mnt_.string());
-    ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "perchd.log"), "");
-  }
-
-  json Stats() {
-    RunResult r = RunToExit(PERCHCTL_PATH, {"--socket", (work_->path() / "ctl.sock").string(), "stats", "--json"});
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return json::parse(r.output);
-  }
+  json Stats() { return CtlJson({"stats", "--json"}); }
 
   // Waits until `ready` holds and no fetch is in flight or queued (prefetch
   // runs behind the readers).
@@ -95,11 +63,6 @@ class PrefetchMountTest : public ::testing::Test {
     return n;
   }
 
-  std::unique_ptr<TempDir> work_;
-  fs::path tree_, mnt_;
-  std::vector<TreeFile> files_;
-  std::unique_ptr<DevFed> fed_;
-  PerchdProcess perchd_;
 };
 
 TEST_F(PrefetchMountTest, FourConcurrentReadersFetchEachBlockOnce) {
@@ -141,8 +104,7 @@ TEST_F(PrefetchMountTest, HintedFilesArriveBeforeTheyAreRead) {
     std::ofstream out(list);
     for (const auto& p : order) out << p << "\n";
   }
-  RunResult r = RunToExit(PERCHCTL_PATH, {"--socket", (work_->path() / "ctl.sock").string(), "hint", "--job",
-                                          "trainer", "--file", list.string()});
+  RunResult r = Ctl({"hint", "--job", "trainer", "--file", list.string()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("hinted 160 paths"), std::string::npos) << r.output;
   json s = QuietStats([](const json& s) { return s["prefetch"]["hinted_files"] == 160u; });

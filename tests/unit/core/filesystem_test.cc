@@ -12,6 +12,7 @@
 #include "tests/fakes/fake_origin.h"
 #include "tests/fakes/mem_block_store.h"
 #include "tests/fakes/mem_index.h"
+#include "tests/fakes/test_values.h"
 
 namespace perch::core {
 namespace {
@@ -20,15 +21,9 @@ using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::MemIndex;
+using testing::Data;
+using testing::P;
 
-std::string Data(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-ObjectPath P(const std::string& s) { return *ObjectPath::Parse(s); }
 
 // One node's cache stack over a FakeOrigin; Restart() rebuilds everything but
 // the index and the block store, as a daemon restart does.

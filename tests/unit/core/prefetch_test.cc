@@ -13,6 +13,7 @@
 #include "tests/fakes/fake_origin.h"
 #include "tests/fakes/mem_block_store.h"
 #include "tests/fakes/mem_index.h"
+#include "tests/fakes/test_values.h"
 
 namespace perch::core {
 namespace {
@@ -21,6 +22,8 @@ using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::MemIndex;
+using testing::Data;
+using testing::P;
 
 // Starts are recorded; fetches end when the test releases them.
 struct Recorder {
@@ -118,14 +121,6 @@ TEST(FetchSchedulerTest, CancelAndBoostQueuedFetches) {
   EXPECT_EQ(s.Stats().boosted, 1u);
 }
 
-std::string Data(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-ObjectPath P(const std::string& s) { return *ObjectPath::Parse(s); }
 
 // The cache stack with a scheduler and a prefetcher over a FakeOrigin.
 class PrefetchTest : public ::testing::Test {
