@@ -233,5 +233,62 @@ TEST(LoaderTransformTest, ValTransformMatchesTorchvision) {
   EXPECT_LT(max_abs, 0.25);
 }
 
+TEST(JpegDecoderTest, GrayscaleAndCmykBecomeRgbAsInPillow) {
+  if (!testing::PythonHasTorchvision()) {
+    GTEST_SKIP() << "no Pillow/torch for " << testing::kPython;
+  }
+  TempDir dir("cmyk");
+  // Pillow writes the JPEGs (CMYK ones with an Adobe marker, inverted, as Photoshop does) and
+  // what convert("RGB") makes of them.
+  std::string out;
+  const std::string cmd =
+      std::string(testing::kPython) +
+      " -c 'import sys, numpy as np, torch; from PIL import Image; d = sys.argv[1]; "
+      "y, x = np.mgrid[0:64, 0:80]; "
+      "c = np.stack([x * 3, y * 4, (x + y) * 2 % 256, 40 + (x % 7) * 10], -1).astype(np.uint8); "
+      "Image.fromarray(c, mode=\"CMYK\").save(d + \"/cmyk.jpg\", quality=95); "
+      "Image.fromarray(((x * 3 + y) % 251).astype(np.uint8), mode=\"L\").save(d + \"/gray.jpg\", "
+      "quality=95); "
+      "[torch.save(torch.from_numpy(np.asarray(Image.open(d + "
+      "f\"/{n}.jpg\").convert(\"RGB\")).copy()), "
+      "d + f\"/{n}.pt\") for n in (\"cmyk\", \"gray\")]' '" +
+      dir.str() + "'";
+  ASSERT_EQ(testing::RunCommand(cmd + " 2>&1", &out), 0) << out;
+  JpegDecoder d;
+  d.set_allow_dct_scaling(false);
+  for (const char* name : {"cmyk", "gray"}) {
+    const std::string jpeg = testing::ReadFile(dir.path() / (std::string(name) + ".jpg"));
+    const std::string ref_bytes = testing::ReadFile(dir.path() / (std::string(name) + ".pt"));
+    at::Tensor ref =
+        torch::pickle_load(std::vector<char>(ref_bytes.begin(), ref_bytes.end())).toTensor();
+    DecodedRegion dec;
+    std::string err;
+    ASSERT_TRUE(d.Decode(
+        reinterpret_cast<const uint8_t*>(jpeg.data()), jpeg.size(), 80, 64,
+        [](int w, int h) {
+          return RectF{0, 0, double(w), double(h)};
+        },
+        &dec, &err))
+        << name << ": " << err;
+    ASSERT_EQ(dec.width, 80);
+    ASSERT_EQ(dec.height, 64);
+    double diff = 0;
+    int64_t worst = 0;
+    auto r = ref.accessor<uint8_t, 3>();
+    for (int y = 0; y < 64; ++y) {
+      for (int x = 0; x < 80; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          const int64_t e = std::abs(int64_t{dec.pixels[y * dec.stride + 3 * x + c]} - r[y][x][c]);
+          diff += static_cast<double>(e);
+          worst = std::max(worst, e);
+        }
+      }
+    }
+    // Same libjpeg(-turbo) IDCT as Pillow; only the CMYK->RGB rounding may differ by one.
+    EXPECT_LT(diff / (64 * 80 * 3), 0.5) << name;
+    EXPECT_LE(worst, 2) << name;
+  }
+}
+
 }  // namespace
 }  // namespace perch::trainer
