@@ -25,22 +25,35 @@ bool IsDir(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// Names in `dir` (without . and ..). Unreadable directories yield nothing, as os.walk's
-// default onerror=None silently skips them.
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
+struct Entry {
+  std::string name;
+  bool is_dir;
+};
+
+// The entries of `dir` (without . and ..) and whether each is a directory, following symlinks as
+// os.scandir's is_dir() does: the type readdir reports is trusted, and only symlinks and entries
+// of unknown type cost a stat(). On ImageNet through a FUSE mount that saves 1.28 million
+// round trips. Unreadable directories yield nothing, as os.walk's default onerror=None skips
+// them.
+std::vector<Entry> ListDir(const std::string& dir) {
+  std::vector<Entry> entries;
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) {
-    return names;
+    return entries;
   }
   while (struct dirent* e = readdir(d)) {
     std::string name = e->d_name;
-    if (name != "." && name != "..") {
-      names.push_back(std::move(name));
+    if (name == "." || name == "..") {
+      continue;
     }
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_LNK || e->d_type == DT_UNKNOWN) {
+      is_dir = IsDir(Join(dir, name));
+    }
+    entries.push_back(Entry{std::move(name), is_dir});
   }
   closedir(d);
-  return names;
+  return entries;
 }
 
 // os.walk(top, followlinks=True) yields (dirpath, dirnames, filenames); ImageFolder sorts those
@@ -51,11 +64,11 @@ void Walk(const std::string& top, int depth,
           std::vector<std::pair<std::string, std::vector<std::string>>>* out) {
   std::vector<std::string> files;
   std::vector<std::string> subdirs;
-  for (std::string& name : ListDir(top)) {
-    if (IsDir(Join(top, name))) {
-      subdirs.push_back(std::move(name));
+  for (Entry& e : ListDir(top)) {
+    if (e.is_dir) {
+      subdirs.push_back(std::move(e.name));
     } else {
-      files.push_back(std::move(name));
+      files.push_back(std::move(e.name));
     }
   }
   out->emplace_back(top, std::move(files));
@@ -90,9 +103,9 @@ ImageFolder::ImageFolder(const std::string& root) : root_(root) {
     throw std::runtime_error("not a directory: " + root_);
   }
   // std::string compares bytes; for UTF-8 names that is Python's code-point order.
-  for (std::string& name : ListDir(root_)) {
-    if (IsDir(Join(root_, name))) {
-      classes_.push_back(std::move(name));
+  for (Entry& e : ListDir(root_)) {
+    if (e.is_dir) {
+      classes_.push_back(std::move(e.name));
     }
   }
   std::sort(classes_.begin(), classes_.end());
