@@ -290,5 +290,64 @@ TEST(JpegDecoderTest, GrayscaleAndCmykBecomeRgbAsInPillow) {
   }
 }
 
+TEST(JpegDecoderTest, RegionOfBaselineAndProgressiveJpegsMatchesPillow) {
+  if (!testing::PythonHasTorchvision()) {
+    GTEST_SKIP() << "no Pillow/torch for " << testing::kPython;
+  }
+  TempDir dir("roi-pil");
+  std::string out;
+  const std::string cmd =
+      std::string(testing::kPython) +
+      " -c 'import sys, numpy as np, torch; from PIL import Image; d = sys.argv[1]; "
+      "y, x = np.mgrid[0:301, 0:403]; "
+      "a = np.stack([x * 255 // 403, y * 255 // 301, (127 + 100 * np.sin(x / 9.0) * np.cos(y / "
+      "13.0))], "
+      "-1).astype(np.uint8); im = Image.fromarray(a); "
+      "im.save(d + \"/base.jpg\", quality=92); im.save(d + \"/prog.jpg\", quality=92, "
+      "progressive=True); "
+      "[torch.save(torch.from_numpy(np.asarray(Image.open(d + "
+      "f\"/{n}.jpg\").convert(\"RGB\")).copy()), "
+      "d + f\"/{n}.pt\") for n in (\"base\", \"prog\")]' '" +
+      dir.str() + "'";
+  ASSERT_EQ(testing::RunCommand(cmd + " 2>&1", &out), 0) << out;
+  JpegDecoder d;
+  for (const char* name : {"base", "prog"}) {
+    const std::string jpeg = testing::ReadFile(dir.path() / (std::string(name) + ".jpg"));
+    const std::string ref_bytes = testing::ReadFile(dir.path() / (std::string(name) + ".pt"));
+    at::Tensor ref =
+        torch::pickle_load(std::vector<char>(ref_bytes.begin(), ref_bytes.end())).toTensor();
+    auto r = ref.accessor<uint8_t, 3>();
+    for (const RectF want :
+         {RectF{37, 23, 180, 100}, RectF{0, 0, 403, 301}, RectF{390, 290, 13, 11}}) {
+      DecodedRegion dec;
+      std::string err;
+      // Output as large as the region: no DCT scaling, so pixels must equal Pillow's.
+      ASSERT_TRUE(d.Decode(
+          reinterpret_cast<const uint8_t*>(jpeg.data()), jpeg.size(), static_cast<int>(want.w),
+          static_cast<int>(want.h), [&](int, int) { return want; }, &dec, &err))
+          << name << ": " << err;
+      int64_t worst = 0;
+      double sum = 0;
+      for (int y = 0; y < static_cast<int>(want.h); ++y) {
+        for (int x = 0; x < static_cast<int>(want.w); ++x) {
+          const int bx = static_cast<int>(dec.region.x) + x;
+          const int by = static_cast<int>(dec.region.y) + y;
+          ASSERT_LT(bx, dec.width);
+          ASSERT_LT(by, dec.height);
+          for (int c = 0; c < 3; ++c) {
+            const int64_t e =
+                std::abs(int64_t{dec.pixels[by * dec.stride + 3 * bx + c]} -
+                         r[static_cast<int>(want.y) + y][static_cast<int>(want.x) + x][c]);
+            worst = std::max(worst, e);
+            sum += static_cast<double>(e);
+          }
+        }
+      }
+      EXPECT_LE(worst, 1) << name << " region " << want.x << "," << want.y;
+      EXPECT_LT(sum / (want.w * want.h * 3), 0.05) << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace perch::trainer
