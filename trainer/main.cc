@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--checkpoint-every-steps", o.checkpoint_every_steps,
                  "also checkpoint every N steps (default: at epoch ends and on stop)");
+  app.add_option("--hint-command", o.hint_command,
+                 "at every epoch start, pipe the paths the loader will read, in order, one per "
+                 "line, to this shell command, e.g. 'perchctl hint --job train --file -' (perch "
+                 "then prefetches in sample order)");
   app.add_option("--seed", o.seed, "seed for weights, sample order and augmentation");
   app.add_option("--device", o.device, "auto (default), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -134,6 +138,8 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  // A hint command that exits early must not kill the trainer with SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
   o.stop_signal = &g_stop_signal;
   return perch::trainer::Run(o);
 }

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <spdlog/spdlog.h>
+#include <sys/wait.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/torch.h>
@@ -157,6 +158,39 @@ void WriteSummary(const std::string& path, const json& summary) {
   WriteFileAtomically(path, std::vector<char>(text.begin(), text.end()));
 }
 
+// Pipes the paths of order[from...] to `command`, one per line: with
+// "perchctl hint --job NAME --file -" perchd then fetches the files in the order the loader will
+// read them, ahead of it. Hints only speed things up, so a failing command is logged and
+// training goes on.
+void SendHints(const std::string& command, const ImageFolder& data,
+               const std::vector<int64_t>& order, int64_t from) {
+  if (command.empty()) {
+    return;
+  }
+  const auto t0 = Clock::now();
+  FILE* pipe = popen(command.c_str(), "w");
+  if (pipe == nullptr) {
+    spdlog::warn("cannot run the hint command '{}'; going on without hints", command);
+    return;
+  }
+  bool ok = true;
+  int64_t sent = 0;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(0, from)); i < order.size() && ok; ++i) {
+    const std::string& path = data.samples()[order[i]].path;
+    ok = std::fwrite(path.data(), 1, path.size(), pipe) == path.size() &&
+         std::fputc('\n', pipe) != EOF;
+    sent += ok ? 1 : 0;
+  }
+  const int status = pclose(pipe);  // SIGPIPE is ignored (main.cc): a dead reader is an error here
+  if (!ok || status != 0) {
+    spdlog::warn("the hint command '{}' failed ({} {}); going on without hints", command,
+                 WIFEXITED(status) ? "exit" : "status",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : status);
+    return;
+  }
+  spdlog::info("hinted the next {} files in {:.2f} s", sent, Seconds(t0));
+}
+
 int RunLoaderOnly(const TrainOptions& o, const ImageFolder& train_data, int workers) {
   LoaderOptions lo;
   lo.batch_size = o.batch_size;
@@ -171,6 +205,7 @@ int RunLoaderOnly(const TrainOptions& o, const ImageFolder& train_data, int work
   int64_t images = 0;
   bool stopped = false;
   for (int epoch = 0; epoch < o.epochs && !stopped; ++epoch) {
+    SendHints(o.hint_command, train_data, loader.EpochOrder(epoch), 0);
     loader.StartEpoch(epoch, 0);
     Batch batch;
     while (loader.Next(&batch)) {
@@ -470,6 +505,7 @@ int Run(const TrainOptions& o) {
         finished = true;
         break;
       }
+      SendHints(o.hint_command, *train_data, loader.EpochOrder(epoch), position);
       loader.StartEpoch(epoch, position);
       model->train();
       auto loop_start = Clock::now();

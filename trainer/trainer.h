@@ -49,6 +49,7 @@ struct TrainOptions {
   std::string device = "auto";  // auto | cpu | cuda
   int threads = 0;              // intra-op threads for libtorch; 0: its default
   int log_every = 50;           // steps
+  std::string hint_command;     // gets each epoch's remaining file order on stdin
   bool loader_only = false;
   const std::atomic<int>* stop_signal = nullptr;  // nonzero: checkpoint and stop
 };

@@ -14,7 +14,8 @@
 # - `exec`: HTCondor signals only the job's top process, so the trainer must be that process.
 #
 # Environment: PERCH_MOUNT (default /osdf) must be a perch mount on this node; PERCH_TRAIN (the
-# perch-train binary, default: from PATH); PERCH_MAX_RUNTIME (e.g. 3600, 90m, 2h).
+# perch-train binary, default: from PATH); PERCH_MAX_RUNTIME (e.g. 3600, 90m, 2h); perchctl on
+# PATH (optional) for prefetch hints.
 set -euo pipefail
 
 mount=${PERCH_MOUNT:-/osdf}
@@ -39,6 +40,15 @@ else
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 
+# Tell perchd the order in which this job reads the files, each epoch, so that it fetches them
+# ahead of the loader (needs access to perchd's control socket: the daemon's group). The job
+# name is the sandbox, which stays the same across in-place restarts, so a restart's list
+# replaces the previous one.
+hint=()
+if command -v perchctl >/dev/null; then
+  hint=(--hint-command "perchctl hint --job 'htcondor:$PWD' --file - >/dev/null")
+fi
+
 # Later arguments win, so the job's own arguments may override these.
 exec "$train" --checkpoint-dir checkpoints --summary-json checkpoints/summary.json \
-  --max-runtime "$max_runtime" --device cuda "$@"
+  --max-runtime "$max_runtime" --device cuda "${hint[@]}" "$@"

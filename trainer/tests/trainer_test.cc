@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "trainer/checkpoint.h"
@@ -246,6 +248,40 @@ TEST_F(TrainerTest, EpochEndingInABatchOfOneImage) {
   const nlohmann::json s = nlohmann::json::parse(testing::ReadFile(summary));
   EXPECT_EQ(s["images_seen"], 16);
   EXPECT_EQ(s["step"], 4);
+}
+
+TEST_F(TrainerTest, HintCommandGetsTheRemainingEpochOrder) {
+  const fs::path hints = dir_.path() / "hints.txt";
+  std::vector<std::string> args = Args(dir_.path() / "ck");
+  args.insert(args.end(), {"--hint-command", "cat > '" + hints.string() + "'", "--max-runtime",
+                           "0.01", "--epochs", "1"});
+  // First run: the whole epoch, a permutation of the training files; it stops after one step.
+  ASSERT_EQ(RunToExit(args, dir_.path() / "log"), 85) << Log(dir_.path() / "log");
+  std::vector<std::string> first;
+  std::istringstream in(testing::ReadFile(hints));
+  for (std::string line; std::getline(in, line);) {
+    first.push_back(line);
+  }
+  ASSERT_EQ(first.size(), 18u);
+  std::vector<std::string> sorted = first;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir_.path() / "data" / "train")) {
+    if (e.is_regular_file()) {
+      files.push_back(e.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(sorted, files);
+  EXPECT_NE(first, sorted);  // shuffled
+  // Resumed after one batch of 4: the 14 files still to be read, in the same order.
+  ASSERT_EQ(RunToExit(args, dir_.path() / "log"), 85) << Log(dir_.path() / "log");
+  std::vector<std::string> second;
+  std::istringstream in2(testing::ReadFile(hints));
+  for (std::string line; std::getline(in2, line);) {
+    second.push_back(line);
+  }
+  EXPECT_EQ(second, std::vector<std::string>(first.begin() + 4, first.end()));
 }
 
 TEST_F(TrainerTest, LoaderOnlyReportsThroughput) {
