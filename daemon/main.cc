@@ -94,7 +94,8 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   ThreadPoolExecutor jobs(4);
   core::PrefetchOptions popts;
   popts.sequential = popts.directories = cfg.prefetch;
-  popts.max_window_bytes = cfg.readahead;
+  // Nothing is fetched ahead so far that it would push out what is being read.
+  popts.max_window_bytes = std::min(cfg.readahead, cfg.cache_size / 8);
   popts.dir_max_entries = cfg.prefetch_dir_max_entries;
   popts.dir_max_bytes = cfg.cache_size / 8;  // never let one directory's prefetch flush the cache
   popts.hint_window = cfg.hint_window;

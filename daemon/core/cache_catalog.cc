@@ -347,8 +347,16 @@ void CacheCatalog::MaybeScheduleEviction() {
   if (cached_bytes_.load() <= options_.capacity_bytes * options_.high_watermark) return;
   if (eviction_scheduled_.exchange(true)) return;
   disk_.Post([this] {
-    EvictIfNeeded();
+    size_t evicted = EvictIfNeeded();
     eviction_scheduled_ = false;
+    // Blocks in use were skipped. If that left the cache over its high
+    // watermark and nothing else triggers a pass (no more blocks arrive),
+    // look again shortly, a bounded number of times without progress.
+    const bool over = cached_bytes_.load() > options_.capacity_bytes * options_.high_watermark;
+    if (evicted > 0 || !over) eviction_retries_ = 0;
+    if (over && eviction_retries_++ < 40) {
+      disk_.PostAfter(std::chrono::milliseconds(250), [this] { MaybeScheduleEviction(); });
+    }
   });
 }
 

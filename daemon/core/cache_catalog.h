@@ -160,6 +160,7 @@ class CacheCatalog : public BlockListener {
   std::atomic<uint64_t> cached_bytes_{0};
   std::atomic<uint64_t> evictions_{0};
   std::atomic<bool> eviction_scheduled_{false};
+  std::atomic<int> eviction_retries_{0};  // passes in a row that freed nothing
 
   mutable std::mutex mu_;
   std::map<BlockKey, Record> records_;  // Protected by mu_
