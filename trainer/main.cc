@@ -3,10 +3,13 @@
 #include <malloc.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/xattr.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "trainer/trainer.h"
@@ -38,6 +41,30 @@ double ParseDuration(const std::string& text) {
     return v * 3600;
   }
   throw CLI::ValidationError("--max-runtime", "unknown unit in " + text + " (s, m or h)");
+}
+
+}  // namespace
+
+namespace {
+
+// On a perch mount (its files carry user.perch.federation), the epoch order
+// goes to perchd through perchctl, found beside this binary or on PATH.
+std::string DefaultHintCommand(const std::string& data_dir) {
+  char value[1];
+  if (::getxattr(data_dir.c_str(), "user.perch.federation", value, 0) <= 0) return "";
+  std::error_code ec;
+  std::filesystem::path beside = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "perchctl";
+  std::string perchctl;
+  if (!ec && ::access(beside.c_str(), X_OK) == 0) {
+    perchctl = "'" + beside.string() + "'";
+  } else if (std::system("command -v perchctl > /dev/null 2>&1") == 0) {
+    perchctl = "perchctl";
+  } else {
+    return "";
+  }
+  std::string command = perchctl + " hint --job perch-train:" + std::to_string(::getpid()) + " --file -";
+  spdlog::info("{} is on a perch mount: each epoch's order goes to perchd ({})", data_dir, command);
+  return command;
 }
 
 }  // namespace
@@ -99,10 +126,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--checkpoint-every-steps", o.checkpoint_every_steps,
                  "also checkpoint every N steps (default: at epoch ends and on stop)");
-  app.add_option("--hint-command", o.hint_command,
-                 "at every epoch start, pipe the paths the loader will read, in order, one per "
-                 "line, to this shell command, e.g. 'perchctl hint --job train --file -' (perch "
-                 "then prefetches in sample order)");
+  auto* hint = app.add_option(
+      "--hint-command", o.hint_command,
+      "at every epoch start, pipe the paths the loader will read, in order, one per line, to "
+      "this shell command, e.g. 'perchctl hint --job train --file -' (perch then prefetches in "
+      "sample order). Default: that, when --data-dir is on a perch mount and perchctl is next to "
+      "perch-train or on PATH ($PERCH_SOCKET names a non-default control socket); '' turns it off");
   app.add_option("--seed", o.seed, "seed for weights, sample order and augmentation");
   app.add_option("--device", o.device, "auto (default), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -123,6 +152,7 @@ int main(int argc, char** argv) {
     spdlog::error("--checkpoint-dir is required (except with --loader-only)");
     return 1;
   }
+  if (hint->count() == 0) o.hint_command = DefaultHintCommand(o.data_dir);
   if (o.loader_only && epochs->count() == 0) {
     o.epochs = 1;
   }

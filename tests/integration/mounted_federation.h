@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,15 +24,18 @@ namespace perch::testing {
 
 class MountedFederation : public ::testing::Test {
  protected:
-  // Writes `files`, starts the federation. Call first in SetUp; skips the
-  // test where xrootd or FUSE is missing.
-  void StartFederation(const std::string& tag, std::vector<TreeFile> files) {
+  // Writes `files` (and whatever `populate` adds to the tree), starts the
+  // federation. Call first in SetUp; skips the test where xrootd or FUSE is
+  // missing.
+  void StartFederation(const std::string& tag, std::vector<TreeFile> files,
+                       const std::function<void(const std::filesystem::path&)>& populate = nullptr) {
     if (!DevFed::XrootdAvailable()) GTEST_SKIP() << "xrootd is not installed";
     if (!FuseAvailable()) GTEST_SKIP() << "needs root and /dev/fuse";
     work_ = std::make_unique<TempDir>(tag);
     tree_ = work_->path() / "tree";
     files_ = std::move(files);
     CreateTestTree(tree_, files_);
+    if (populate) populate(tree_);
     DevFed::Options opts;
     opts.exports.push_back({"/test", tree_.string(), false});
     fed_ = std::make_unique<DevFed>(opts);

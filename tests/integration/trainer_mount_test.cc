@@ -1,0 +1,56 @@
+// perch-train on a perch mount: real JPEGs (perch-synth-imagenet) served by
+// perch-devfed, mounted by perchd; the trainer finds out by itself that its
+// data is on a perch mount and hands each epoch's order to perchd as hints.
+#include <gtest/gtest.h>
+
+#include "tests/integration/mounted_federation.h"
+
+#ifndef PERCH_TRAIN_PATH
+#error "PERCH_TRAIN_PATH must name the perch-train binary"
+#endif
+#ifndef PERCH_SYNTH_PATH
+#error "PERCH_SYNTH_PATH must name the perch-synth-imagenet binary"
+#endif
+
+namespace perch::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainerOnMountTest : public MountedFederation {
+ protected:
+  void SetUp() override {
+    StartFederation("trainer-mount", {}, [](const fs::path& tree) {
+      RunResult r = RunToExit(PERCH_SYNTH_PATH, {"--out", tree.string(), "--classes", "3", "--per-class", "8",
+                                                 "--min-side", "64", "--max-side", "96"});
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      RunResult chmod = RunToExit("/bin/chmod", {"-R", "a+rX", tree.string()});
+      ASSERT_EQ(chmod.exit_code, 0) << chmod.output;
+    });
+  }
+};
+
+TEST_F(TrainerOnMountTest, EpochOrderReachesPerchdAsHints) {
+  Mount();
+  // perchctl sits beside perch-train in build/bin; the socket comes from the environment.
+  RunResult r = RunToExit("/usr/bin/env", {"PERCH_SOCKET=" + Socket(), PERCH_TRAIN_PATH, "--data-dir",
+                                           (mnt_ / "train").string(), "--loader-only", "--epochs", "2",
+                                           "--workers", "1", "--image-size", "32"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("is on a perch mount"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("loader-only: 48 images"), std::string::npos) << r.output;
+  auto s = CtlJson({"stats", "--json"});
+  EXPECT_EQ(s["prefetch"]["hinted_files"], 48u) << s.dump();  // two epochs of 24 files
+  EXPECT_EQ(s["misses"], 24u);                                // each file fetched once
+
+  // Off when asked: an empty hint command.
+  r = RunToExit("/usr/bin/env", {"PERCH_SOCKET=" + Socket(), PERCH_TRAIN_PATH, "--data-dir",
+                                 (mnt_ / "train").string(), "--loader-only", "--workers", "1", "--image-size",
+                                 "32", "--hint-command", ""});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("is on a perch mount"), std::string::npos) << r.output;
+  EXPECT_EQ(CtlJson({"stats", "--json"})["prefetch"]["hinted_files"], 48u);
+}
+
+}  // namespace
+}  // namespace perch::testing
