@@ -78,6 +78,10 @@ struct FuseServer::Ops {
     if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
     conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+    // With no-open, an ENOSYS answer to the first open tells the kernel to
+    // open every later file itself (no OPEN, no RELEASE, keep_cache implied);
+    // reads then come with no handle and are served by path.
+    self->no_open_ = self->options_.no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
     spdlog::info("fuse: protocol {}.{}, max_read {} KiB", conn->proto_major, conn->proto_minor,
                  self->options_.max_io / 1024);
   }
@@ -218,6 +222,7 @@ struct FuseServer::Ops {
       if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
         return (void)fuse_reply_err(req, EROFS);
       }
+      if (self->no_open_) return (void)fuse_reply_err(req, ENOSYS);
       ObjectPath path;
       if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
       auto h = self->fs_.Open(path);
@@ -232,13 +237,16 @@ struct FuseServer::Ops {
     })
   }
 
-  static void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
+  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
     PERCH_FUSE_GUARD(req, "read", {
       FuseServer* self = Self(req);
       core::ScopedLatency timer(self->LatencyOf(Op::kRead));
+      ObjectPath path;  // no handle (no-open): the file is named by its inode
+      if (fi->fh == 0 && !self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
       // A hit inside one block: hand the kernel the block file (spliced when
       // the kernel allows it) instead of copying the bytes through us.
-      if (auto slice = self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)) {
+      if (auto slice = fi->fh != 0 ? self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)
+                                   : self->fs_.ReadSlicePath(path, static_cast<uint64_t>(off), size)) {
         struct fuse_bufvec bv = FUSE_BUFVEC_INIT(slice->length());
         bv.buf[0].flags = static_cast<enum fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
         bv.buf[0].fd = slice->fd();
@@ -246,14 +254,15 @@ struct FuseServer::Ops {
         fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
         return;
       }
-      auto bytes = self->fs_.Read(fi->fh, static_cast<uint64_t>(off), size);
+      auto bytes = fi->fh != 0 ? self->fs_.Read(fi->fh, static_cast<uint64_t>(off), size)
+                               : self->fs_.ReadPath(path, static_cast<uint64_t>(off), size);
       if (!bytes.ok()) return ReplyStatus(req, "read", bytes.status());
       fuse_reply_buf(req, bytes->data(), bytes->size());
     })
   }
 
   static void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-    Self(req)->fs_.Release(fi->fh);
+    if (fi->fh != 0) Self(req)->fs_.Release(fi->fh);
     fuse_reply_err(req, 0);
   }
 

@@ -42,6 +42,9 @@ struct FuseOptions {
   double negative_timeout = 30;    // ... and a missing name
   unsigned max_threads = 32;
   bool clone_fd = true;
+  // Let the kernel open files without asking us (FUSE no-open, when offered):
+  // two fewer requests per file read, page cache kept across opens.
+  bool no_open = true;
   uint32_t max_io = 1 << 20;       // largest read request (kernel max_pages permitting)
   std::string fsname = "perch";
   // Fills statfs answers (capacity and use of the block cache).
@@ -99,6 +102,7 @@ class FuseServer {
   const FuseOptions options_;
   struct fuse_session* se_ = nullptr;
   std::atomic<bool> mounted_{false};
+  std::atomic<bool> no_open_{false};  // set in init when the kernel offers it
   bool handlers_ = false;
 
   std::mutex mu_;

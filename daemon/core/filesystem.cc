@@ -86,4 +86,52 @@ void FileSystem::Release(uint64_t handle) {
 }
 
 
+Result<uint64_t> FileSystem::ImplicitHandle(const ObjectPath& path) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = implicit_.find(path.str()); it != implicit_.end()) {
+      implicit_lru_.splice(implicit_lru_.end(), implicit_lru_, it->second);  // most recent last
+      return it->second->second;
+    }
+  }
+  auto h = Open(path);
+  if (!h.ok()) return h.status();
+  std::vector<uint64_t> close;
+  uint64_t handle = *h;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto [it, inserted] = implicit_.try_emplace(path.str());
+    if (!inserted) {
+      close.push_back(handle);  // another reader opened it meanwhile: use theirs
+      handle = it->second->second;
+    } else {
+      it->second = implicit_lru_.insert(implicit_lru_.end(), {path.str(), handle});
+    }
+    while (implicit_lru_.size() > options_.implicit_open_limit) {
+      close.push_back(implicit_lru_.front().second);
+      implicit_.erase(implicit_lru_.front().first);
+      implicit_lru_.pop_front();
+    }
+  }
+  for (uint64_t c : close) Release(c);
+  return handle;
+}
+
+Result<Bytes> FileSystem::ReadPath(const ObjectPath& path, uint64_t offset, uint64_t size) {
+  // A handle can be closed by eviction between lookup and read (only after
+  // `implicit_open_limit` other files were opened meanwhile): open it again.
+  for (int attempt = 0;; ++attempt) {
+    auto h = ImplicitHandle(path);
+    if (!h.ok()) return h.status();
+    auto r = Read(*h, offset, size);
+    if (r.ok() || r.status().code() != StatusCode::kInvalidArgument || attempt > 0) return r;
+  }
+}
+
+std::optional<BlockSlice> FileSystem::ReadSlicePath(const ObjectPath& path, uint64_t offset, uint64_t size) {
+  auto h = ImplicitHandle(path);
+  if (!h.ok()) return std::nullopt;
+  return ReadSlice(*h, offset, size);
+}
+
 }  // namespace perch::core

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <atomic>
+#include <list>
+#include <unordered_map>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -29,6 +31,7 @@ namespace perch::core {
 struct FileSystemOptions {
   std::chrono::milliseconds op_timeout{30000};
   std::string federation_id;  // e.g. the federation URL; part of every object id
+  size_t implicit_open_limit = 1024;  // files ReadPath keeps open
 };
 
 struct OpenFile {
@@ -60,6 +63,12 @@ class FileSystem {
   std::optional<BlockSlice> ReadSlice(uint64_t handle, uint64_t offset, uint64_t size);
   void Release(uint64_t handle);
 
+  // Read and ReadSlice for a kernel that opens files without asking us (FUSE
+  // no-open): the file is opened on its first read and stays open until it
+  // is among the least recently read of `implicit_open_limit` files.
+  Result<Bytes> ReadPath(const ObjectPath& path, uint64_t offset, uint64_t size);
+  std::optional<BlockSlice> ReadSlicePath(const ObjectPath& path, uint64_t offset, uint64_t size);
+
   // The store id of `path` at version `attr`.
   std::string ObjectId(const ObjectPath& path, const FileAttr& attr) const;
 
@@ -72,9 +81,15 @@ class FileSystem {
   const FileSystemOptions options_;
   Prefetcher* const prefetcher_;
 
+  // The handle ReadPath uses for `path`, opening it if needed.
+  Result<uint64_t> ImplicitHandle(const ObjectPath& path);
+
   std::atomic<uint64_t> next_handle_{1};
   mutable std::mutex mu_;
   std::map<uint64_t, OpenFile> open_;  // Protected by mu_
+  // Protected by mu_: files opened by ReadPath, least recently read first.
+  std::list<std::pair<std::string, uint64_t>> implicit_lru_;
+  std::unordered_map<std::string, std::list<std::pair<std::string, uint64_t>>::iterator> implicit_;
 };
 
 }  // namespace perch::core
