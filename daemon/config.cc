@@ -67,7 +67,7 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
       "federation", "mountpoint", "cache_dir", "cache_size", "block_size", "log_level", "ca_file",
       "token_file", "op_timeout", "fuse_threads", "max_requests_in_flight", "high_watermark",
       "low_watermark", "dir_ttl", "file_ttl", "negative_ttl", "control", "metrics", "prefetch", "readahead", "prefetch_dir_max_entries",
-      "hint_window", "max_bytes_in_flight"};
+      "hint_window", "max_bytes_in_flight", "fuse_no_open"};
   for (const auto& [k, v] : t) {
     if (!kKnown.count(std::string(k.str()))) {
       throw ConfigError("config " + path + ": unknown key '" + std::string(k.str()) + "'");
@@ -135,11 +135,15 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
   duration("dir_ttl", &c->dir_ttl);
   duration("file_ttl", &c->file_ttl);
   duration("negative_ttl", &c->negative_ttl);
-  if (auto n = t["prefetch"]) {
-    auto b = n.value<bool>();
-    if (!b) throw ConfigError("config " + path + ": 'prefetch' must be true or false");
-    c->prefetch = *b;
-  }
+  auto flag = [&](const char* key, bool* out) {
+    if (auto n = t[key]) {
+      auto b = n.value<bool>();
+      if (!b) throw ConfigError("config " + path + ": '" + key + "' must be true or false");
+      *out = *b;
+    }
+  };
+  flag("prefetch", &c->prefetch);
+  flag("fuse_no_open", &c->fuse_no_open);
   size("readahead", &c->readahead);
   count("prefetch_dir_max_entries", &c->prefetch_dir_max_entries);
   count("hint_window", &c->hint_window);

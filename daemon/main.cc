@@ -128,6 +128,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   fopts.max_threads = cfg.fuse_threads;
   fopts.fsname = "perch:" + url->ToString();
   fopts.metrics = &op_metrics;
+  fopts.no_open = cfg.fuse_no_open;
   fopts.statfs = [&catalog](struct statvfs* st) {
     st->f_blocks = catalog.capacity_bytes() / st->f_frsize;
     uint64_t used = std::min(catalog.cached_bytes(), catalog.capacity_bytes());
