@@ -134,18 +134,13 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
     uint64_t used = std::min(catalog.cached_bytes(), catalog.capacity_bytes());
     st->f_bfree = st->f_bavail = (catalog.capacity_bytes() - used) / st->f_frsize;
   };
-  fopts.xattrs = [&fs, &url, &catalog, &reader, &client](const core::ObjectPath& p, const core::FileAttr& a) {
+  fopts.xattrs = [&fs, &url, &catalog, &client](const core::ObjectPath& p, const core::FileAttr& a) {
     std::map<std::string, std::string> x;
     x["user.perch.federation"] = url->ToString();
     if (!a.is_dir) {
       std::string id = fs.ObjectId(p, a);
       x["user.perch.cache_id"] = id;
-      uint64_t cached = 0;
-      const uint64_t bs = reader.block_size();
-      for (uint64_t b = 0; b * bs < a.size; ++b) {
-        if (catalog.Contains(core::BlockKey{id, b})) cached += std::min(bs, a.size - b * bs);
-      }
-      x["user.perch.cached_bytes"] = std::to_string(cached);
+      x["user.perch.cached_bytes"] = std::to_string(catalog.CachedBytes(id));
       x["user.perch.url"] = url->ToString() + (url->path.IsRoot() ? p.str().substr(1) : p.str());
       if (std::string server = client.LastServer(p); !server.empty()) {
         x["user.perch.server"] = server;

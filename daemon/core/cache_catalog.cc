@@ -234,6 +234,12 @@ bool CacheCatalog::Contains(const BlockKey& key) const {
   return records_.count(key) > 0;
 }
 
+uint64_t CacheCatalog::CachedBytes(const std::string& object_id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = objects_.find(object_id);
+  return it == objects_.end() ? 0 : it->second.cached_bytes;
+}
+
 uint64_t CacheCatalog::pinned_bytes() const {
   std::lock_guard<std::mutex> l(mu_);
   uint64_t total = 0;

@@ -117,6 +117,8 @@ class CacheCatalog : public BlockListener {
 
   // True if block `key` is recorded as stored.
   bool Contains(const BlockKey& key) const override;
+  // Bytes of object `object_id` in the store (0 if none).
+  uint64_t CachedBytes(const std::string& object_id) const;
 
   uint64_t cached_bytes() const { return cached_bytes_.load(); }
   uint64_t pinned_bytes() const;

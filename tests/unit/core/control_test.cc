@@ -92,6 +92,8 @@ TEST_F(ControlCoreTest, ListsCachedObjectsByPathAcrossARestart) {
   EXPECT_EQ(listed["/d/a.bin"].cached_bytes, 2500u);
   EXPECT_EQ(listed["/d/a.bin"].blocks, 3u);
   EXPECT_EQ(listed["/d/sub/c.txt"].cached_bytes, 5u);
+  EXPECT_EQ(catalog_->CachedBytes(listed["/d/a.bin"].object_id), 2500u);
+  EXPECT_EQ(catalog_->CachedBytes("no-such-object"), 0u);
   EXPECT_EQ(Listed("/d/sub").size(), 1u);
   EXPECT_TRUE(Listed("/big").empty());
 
