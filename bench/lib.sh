@@ -67,6 +67,24 @@ bench_devfed() {
   [[ -n $FED && -n $ORIGIN ]] || { cat "$WORK/$name.err" >&2; exit 1; }
 }
 
+# bench_mount CACHE_DIR MOUNTPOINT [perchd flags...]: mounts $FED/bench with
+# perchd (control socket $WORK/ctl.sock) and waits until it serves.
+bench_mount() {
+  local cache=$1 mp=$2; shift 2
+  mkdir -p "$mp"
+  "$BIN/perchd" --foreground --cache-dir "$cache" --cache-size 20G --control "unix:$WORK/ctl.sock" "$@" \
+    "$FED/bench" "$mp" 2>> "$WORK/perchd.log" &
+  PERCHD_PID=$!
+  for _ in $(seq 200); do mountpoint -q "$mp" && break; sleep 0.05; done
+  MOUNTS+=("$mp")
+}
+
+# bench_umount MOUNTPOINT: unmounts and waits for that perchd to exit.
+bench_umount() {
+  fusermount3 -u "$1"
+  wait "$PERCHD_PID" 2>/dev/null || true
+}
+
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc -l; }

@@ -51,19 +51,10 @@ record() {  # name seconds
 CTL=$WORK/ctl.sock
 stats() { "$BIN/perchctl" --socket "$CTL" stats --json; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-mount_perch() {  # mountpoint [perchd flags...]; a new, empty cache unless KEEP_CACHE=1
-  local mp=$1; shift
+# mount_perch MOUNTPOINT [perchd flags...]: a new, empty cache unless KEEP_CACHE=1.
+mount_perch() {
   [[ ${KEEP_CACHE:-0} == 1 ]] || rm -rf "$WORK/cache"
-  mkdir -p "$mp"
-  "$BIN/perchd" --foreground --cache-dir "$WORK/cache" --cache-size 20G --control "unix:$CTL" "$@" \
-    "$FED/bench" "$mp" 2>> "$WORK/perchd.log" &
-  PERCHD_PID=$!
-  for _ in $(seq 200); do mountpoint -q "$mp" && break; sleep 0.05; done
-  MOUNTS+=("$mp")
-}
-umount_perch() {
-  fusermount3 -u "$1"
-  wait "$PERCHD_PID" 2>/dev/null || true
+  bench_mount "$WORK/cache" "$@"
 }
 
 echo "== raw HTTP ceiling: curl, keep-alive, 64 parallel transfers" >&2
@@ -77,12 +68,12 @@ M=$WORK/perch
 echo "== perch, no prefetch" >&2
 mount_perch "$M" --no-prefetch
 drop; record "perch cold, no prefetch" "$(read_list "$M" "$WORK/order.txt")"
-umount_perch "$M"
+bench_umount "$M"
 
 echo "== perch, directory prefetch" >&2
 mount_perch "$M"
 drop; record "perch cold, prefetch" "$(read_list "$M" "$WORK/order.txt")"
-umount_perch "$M"
+bench_umount "$M"
 
 echo "== perch, hinted order" >&2
 mount_perch "$M"
@@ -91,12 +82,12 @@ t0=$(now)
 (cd "$M" && "$BIN/perchctl" --socket "$CTL" hint --job bench --file "$WORK/order.txt" > /dev/null)
 read_list "$M" "$WORK/order.txt" > /dev/null
 record "perch cold, hints" "$(since "$t0")"
-umount_perch "$M"
+bench_umount "$M"
 
 echo "== perch, from its disk cache (what a cold read can at best approach here)" >&2
 KEEP_CACHE=1 mount_perch "$M" --no-prefetch
 drop; record "perch disk cache (not cold)" "$(read_list "$M" "$WORK/order.txt")"
-umount_perch "$M"
+bench_umount "$M"
 
 echo "== xrootdfs" >&2
 mkdir -p "$WORK/xrootdfs"
@@ -121,11 +112,11 @@ t0=$(now); curl -s -o /dev/null "$ORIGIN/bench/large.bin"; CURL_S=$(since "$t0")
 mount_perch "$M"
 drop
 t0=$(now); dd if="$M/large.bin" of=/dev/null bs=1M status=none; PERCH_L=$(since "$t0")
-umount_perch "$M"
+bench_umount "$M"
 mount_perch "$M" --no-prefetch
 drop
 t0=$(now); dd if="$M/large.bin" of=/dev/null bs=1M status=none; PERCH_L0=$(since "$t0")
-umount_perch "$M"
+bench_umount "$M"
 printf 'large: curl %.2f s, perch %.2f s, perch without read-ahead %.2f s\n' "$CURL_S" "$PERCH_L" "$PERCH_L0" >&2
 
 echo "== 4 concurrent readers" >&2
@@ -142,7 +133,7 @@ wait "${READER_PIDS[@]}"
 FOUR_S=$(since "$t0")
 sleep 1
 FOUR_NET=$(stats | json 'd["bytes_from_network"]')
-umount_perch "$M"
+bench_umount "$M"
 
 echo "== behind an emulated WAN: rtt $WAN_RTT ms, $WAN_MBIT Mbit/s" >&2
 LAN_FED=$FED
@@ -155,17 +146,17 @@ LAN_RESULTS=$RESULTS
 RESULTS=$WORK/wan.tsv
 mount_perch "$M" --no-prefetch
 drop; record "WAN perch cold, no prefetch" "$(read_list "$M" "$WORK/order.txt")"
-umount_perch "$M"
+bench_umount "$M"
 mount_perch "$M"
 drop; record "WAN perch cold, prefetch" "$(read_list "$M" "$WORK/order.txt")"
-umount_perch "$M"
+bench_umount "$M"
 mount_perch "$M"
 drop
 t0=$(now)
 (cd "$M" && "$BIN/perchctl" --socket "$CTL" hint --job bench --file "$WORK/order.txt" > /dev/null)
 read_list "$M" "$WORK/order.txt" > /dev/null
 record "WAN perch cold, hints" "$(since "$t0")"
-umount_perch "$M"
+bench_umount "$M"
 mount_perch "$M"
 drop
 t0=$(now)
@@ -174,7 +165,7 @@ t1=$(now)
 read_list "$M" "$WORK/order.txt" > /dev/null
 record "WAN perchctl warm (fetch only)" "$(echo "$t1 - $t0" | bc -l)"
 record "WAN perch warm, then read" "$(since "$t0")"
-umount_perch "$M"
+bench_umount "$M"
 WAN_PORT=${WAN_ORIGIN##*:}
 xrootdfs "$WORK/xrootdfs" -o rdr=root://127.0.0.1:$WAN_PORT//bench,nworkers=8 2>> "$WORK/xrootdfs.log"
 MOUNTS+=("$WORK/xrootdfs")

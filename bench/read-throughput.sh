@@ -44,22 +44,14 @@ record() {  # name small_seconds large_seconds
 echo "== local" >&2
 drop; s=$(read_small "$DATA/imagenet"); drop; l=$(read_large "$DATA/large.bin"); record "local (cold page cache)" "$s" "$l"
 
-mount_perch() {  # cache_dir mountpoint
-  mkdir -p "$2"
-  "$BIN/perchd" --foreground --cache-dir "$1" --cache-size 20G --control "unix:$WORK/ctl.sock" "$FED/bench" "$2" \
-    2>> "$WORK/perchd.log" &
-  for _ in $(seq 200); do mountpoint -q "$2" && break; sleep 0.05; done
-  MOUNTS+=("$2")
-}
-umount_perch() { fusermount3 -u "$1"; sleep 0.5; }
 
 echo "== perch" >&2
-mount_perch "$WORK/cache" "$WORK/perch"
+bench_mount "$WORK/cache" "$WORK/perch"
 drop; s=$(read_small "$WORK/perch/imagenet"); l=$(read_large "$WORK/perch/large.bin"); record "perch cold" "$s" "$l"
-umount_perch "$WORK/perch"; mount_perch "$WORK/cache" "$WORK/perch"
+bench_umount "$WORK/perch"; bench_mount "$WORK/cache" "$WORK/perch"
 drop; s=$(read_small "$WORK/perch/imagenet"); drop; l=$(read_large "$WORK/perch/large.bin"); record "perch disk cache" "$s" "$l"
 s=$(read_small "$WORK/perch/imagenet"); l=$(read_large "$WORK/perch/large.bin"); record "perch page-cache warm" "$s" "$l"
-umount_perch "$WORK/perch"
+bench_umount "$WORK/perch"
 
 echo "== xrootdfs" >&2
 mkdir -p "$WORK/xrootdfs"
