@@ -177,8 +177,6 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
         n.range_gets = c.range_gets.load();
         n.failovers = c.failovers.load();
         n.resumes = c.resumes.load();
-        n.director_queries = c.director_queries.load();
-        n.propfinds = c.propfinds.load();
         return n;
       },
       [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {

@@ -50,8 +50,6 @@ struct NetworkStats {
   uint64_t range_gets = 0;
   uint64_t failovers = 0;
   uint64_t resumes = 0;
-  uint64_t director_queries = 0;
-  uint64_t propfinds = 0;
 };
 
 struct StatsSnapshot {

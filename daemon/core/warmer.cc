@@ -69,9 +69,9 @@ WarmJob::WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive, War
       reader_(reader),
       catalog_(catalog),
       executor_(executor),
-      options_(options) {
+      options_(options),
+      id_(id) {
   progress_.id = id;
-  progress_id_ = id;
   for (const ObjectPath& p : roots_) progress_.paths.push_back(p.str());
 }
 
@@ -193,7 +193,7 @@ void WarmJob::Pump() {
                    Status s = r.ok() ? Status::Ok() : r.status();
                    self->executor_.Post([self, b, s] { self->BlockDone(b, s); });
                  },
-                 FetchClass{Priority::kWarm, "warm#" + std::to_string(progress_id_)});
+                 FetchClass{Priority::kWarm, "warm#" + std::to_string(id_)});
   }
 }
 

@@ -137,7 +137,7 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
   CacheCatalog& catalog_;
   Executor& executor_;
   const WarmerOptions options_;
-  uint64_t progress_id_ = 0;  // Constant after construction: the job's id
+  const uint64_t id_;
 
   // Lock order: notify_mu_ before mu_; on_update_ runs under notify_mu_ only.
   std::mutex notify_mu_;
