@@ -85,6 +85,23 @@ bench_umount() {
   wait "$PERCHD_PID" 2>/dev/null || true
 }
 
+# bench_xrootdfs MOUNTPOINT ORIGIN_URL: mounts the origin's /bench with XRootD's own FUSE client.
+bench_xrootdfs() {
+  mkdir -p "$1"
+  xrootdfs "$1" -o "rdr=root://127.0.0.1:${2##*:}//bench,nworkers=8" 2>> "$WORK/xrootdfs.log"
+  MOUNTS+=("$1")
+  for _ in $(seq 100); do mountpoint -q "$1" && break; sleep 0.05; done
+}
+
+# bench_rclone MOUNTPOINT ORIGIN_URL: mounts the origin's /bench with rclone (webdav, full VFS cache).
+bench_rclone() {
+  mkdir -p "$1" "$WORK/rclone-cache"
+  rclone mount ":webdav:" "$1" --webdav-url "$2/bench/" --read-only --vfs-cache-mode full \
+    --cache-dir "$WORK/rclone-cache" --dir-cache-time 1h --attr-timeout 1h --daemon 2>> "$WORK/rclone.log"
+  MOUNTS+=("$1")
+  for _ in $(seq 100); do mountpoint -q "$1" && break; sleep 0.05; done
+}
+
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc -l; }

@@ -33,7 +33,6 @@ bench_data "$SMALL_FILES" "$LARGE_MB"
 (cd "$DATA" && find imagenet -type f -name '*.JPEG' | shuf --random-source=<(yes)) > "$WORK/order.txt"
 
 bench_devfed devfed
-ORIGIN_PORT=${ORIGIN##*:}
 
 # read_list DIR LIST -> seconds to read the files of LIST (relative to DIR) in
 # that order with $READERS readers.
@@ -90,19 +89,12 @@ drop; record "perch disk cache (not cold)" "$(read_list "$M" "$WORK/order.txt")"
 bench_umount "$M"
 
 echo "== xrootdfs" >&2
-mkdir -p "$WORK/xrootdfs"
-xrootdfs "$WORK/xrootdfs" -o rdr=root://127.0.0.1:$ORIGIN_PORT//bench,nworkers=8 2>> "$WORK/xrootdfs.log"
-MOUNTS+=("$WORK/xrootdfs")
-for _ in $(seq 100); do mountpoint -q "$WORK/xrootdfs" && break; sleep 0.05; done
+bench_xrootdfs "$WORK/xrootdfs" "$ORIGIN"
 drop; record "xrootdfs cold" "$(read_list "$WORK/xrootdfs" "$WORK/order.txt")"
 fusermount3 -u "$WORK/xrootdfs" || true
 
 echo "== rclone" >&2
-mkdir -p "$WORK/rclone" "$WORK/rclone-cache"
-rclone mount ":webdav:" "$WORK/rclone" --webdav-url "$ORIGIN/bench/" --read-only --vfs-cache-mode full \
-  --cache-dir "$WORK/rclone-cache" --dir-cache-time 1h --attr-timeout 1h --daemon 2>> "$WORK/rclone.log"
-MOUNTS+=("$WORK/rclone")
-for _ in $(seq 100); do mountpoint -q "$WORK/rclone" && break; sleep 0.05; done
+bench_rclone "$WORK/rclone" "$ORIGIN"
 drop; record "rclone cold" "$(read_list "$WORK/rclone" "$WORK/order.txt")"
 fusermount3 -u "$WORK/rclone" || true
 
@@ -166,10 +158,7 @@ read_list "$M" "$WORK/order.txt" > /dev/null
 record "WAN perchctl warm (fetch only)" "$(echo "$t1 - $t0" | bc -l)"
 record "WAN perch warm, then read" "$(since "$t0")"
 bench_umount "$M"
-WAN_PORT=${WAN_ORIGIN##*:}
-xrootdfs "$WORK/xrootdfs" -o rdr=root://127.0.0.1:$WAN_PORT//bench,nworkers=8 2>> "$WORK/xrootdfs.log"
-MOUNTS+=("$WORK/xrootdfs")
-for _ in $(seq 100); do mountpoint -q "$WORK/xrootdfs" && break; sleep 0.05; done
+bench_xrootdfs "$WORK/xrootdfs" "$WAN_ORIGIN"
 drop; record "WAN xrootdfs cold" "$(read_list "$WORK/xrootdfs" "$WORK/order.txt")"
 fusermount3 -u "$WORK/xrootdfs" || true
 FED=$LAN_FED
@@ -184,17 +173,22 @@ mkdir -p "$OUTDIR"
 MD=$OUTDIR/prefetch-$STAMP.md
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 CEIL=$(head -1 "$RESULTS" | cut -f2)
+# table RESULTS TITLE RATIO: a row per reader; RATIO is an awk expression of s (seconds),
+# b (bytes), c (the HTTP ceiling's seconds) and r (the WAN rate in Mbit/s).
+table() {
+  echo "| reader | s | files/s | MB/s | × $2 |"
+  echo "|---|---:|---:|---:|---:|"
+  while IFS=$'\t' read -r name s; do
+    awk -v n="$name" -v s="$s" -v c="$CEIL" -v f="$SMALL_FILES" -v b="$SMALL_BYTES" -v r="$WAN_MBIT" \
+      "BEGIN { printf \"| %s | %.2f | %.0f | %.0f | %.2f |\\n\", n, s, f/s, b/s/1e6, $3 }"
+  done < "$1"
+}
 {
   echo "Cold reads, $STAMP, $(nproc) cores ($CPU), $(free -g | awk '/Mem:/{print $2}') GiB RAM, loopback."
   echo "$SMALL_FILES files ($((SMALL_BYTES >> 20)) MiB, 10 directories) read in one shuffled order with $READERS readers;"
   echo "every reader starts cold (new cache, page cache dropped)."
   echo
-  echo "| reader | s | files/s | MB/s | × HTTP ceiling |"
-  echo "|---|---:|---:|---:|---:|"
-  while IFS=$'\t' read -r name s; do
-    awk -v n="$name" -v s="$s" -v c="$CEIL" -v f="$SMALL_FILES" -v b="$SMALL_BYTES" \
-      'BEGIN { printf "| %s | %.2f | %.0f | %.0f | %.2f |\n", n, s, f/s, b/s/1e6, c/s }'
-  done < "$RESULTS"
+  table "$RESULTS" "HTTP ceiling" 'c/s'
   echo
   awk -v c="$CURL_S" -v p="$PERCH_L" -v p0="$PERCH_L0" -v L="$LARGE_MB" 'BEGIN {
     printf "Large file (%d MiB), one sequential reader: curl %.2f s (%.0f MB/s); perch cold %.2f s (%.0f MB/s, %.2f× curl); ", L, c, L*1.048576/c, p, L*1.048576/p, c/p
@@ -205,12 +199,7 @@ CEIL=$(head -1 "$RESULTS" | cut -f2)
   echo
   echo "Behind an emulated WAN link (RTT $WAN_RTT ms, $WAN_MBIT Mbit/s each way; perch-devfed --wan-rtt/--wan-rate), same files, order and readers:"
   echo
-  echo "| reader | s | files/s | MB/s | × link rate |"
-  echo "|---|---:|---:|---:|---:|"
-  while IFS=$'\t' read -r name s; do
-    awk -v n="$name" -v s="$s" -v f="$SMALL_FILES" -v b="$SMALL_BYTES" -v r="$WAN_MBIT" \
-      'BEGIN { printf "| %s | %.2f | %.0f | %.0f | %.2f |\n", n, s, f/s, b/s/1e6, (b*8/(r*1e6))/s }'
-  done < "$WAN_RESULTS"
+  table "$WAN_RESULTS" "link rate" '(b*8/(r*1e6))/s'
 } > "$MD"
 cat "$MD"
 cat "$RESULTS" "$WAN_RESULTS" | awk -F'\t' -v f="$SMALL_FILES" '{ printf "\"%s\" %.1f\n", $1, f/$2 }' > "$WORK/plot.dat"

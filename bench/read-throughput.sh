@@ -22,7 +22,6 @@ LARGE_MB=${LARGE_MB:-1024}
 READERS=${READERS:-8}
 bench_data "$SMALL_FILES" "$LARGE_MB"
 bench_devfed devfed
-ORIGIN_PORT=${ORIGIN##*:}
 
 # read_small DIR -> seconds to read every small file with $READERS readers
 read_small() {
@@ -54,19 +53,12 @@ s=$(read_small "$WORK/perch/imagenet"); l=$(read_large "$WORK/perch/large.bin");
 bench_umount "$WORK/perch"
 
 echo "== xrootdfs" >&2
-mkdir -p "$WORK/xrootdfs"
-xrootdfs "$WORK/xrootdfs" -o rdr=root://127.0.0.1:$ORIGIN_PORT//bench,nworkers=8 2>> "$WORK/xrootdfs.log"
-MOUNTS+=("$WORK/xrootdfs")
-for _ in $(seq 100); do mountpoint -q "$WORK/xrootdfs" && break; sleep 0.05; done
+bench_xrootdfs "$WORK/xrootdfs" "$ORIGIN"
 drop; s=$(read_small "$WORK/xrootdfs/imagenet"); l=$(read_large "$WORK/xrootdfs/large.bin"); record "xrootdfs cold" "$s" "$l"
 fusermount3 -u "$WORK/xrootdfs" || true
 
 echo "== rclone" >&2
-mkdir -p "$WORK/rclone" "$WORK/rclone-cache"
-rclone mount ":webdav:" "$WORK/rclone" --webdav-url "$ORIGIN/bench/" --read-only --vfs-cache-mode full \
-  --cache-dir "$WORK/rclone-cache" --dir-cache-time 1h --attr-timeout 1h --daemon 2>> "$WORK/rclone.log"
-MOUNTS+=("$WORK/rclone")
-for _ in $(seq 100); do mountpoint -q "$WORK/rclone" && break; sleep 0.05; done
+bench_rclone "$WORK/rclone" "$ORIGIN"
 drop; s=$(read_small "$WORK/rclone/imagenet"); l=$(read_large "$WORK/rclone/large.bin"); record "rclone cold" "$s" "$l"
 fusermount3 -u "$WORK/rclone" || true
 
