@@ -26,51 +26,29 @@
 // namespace require-token=true, only to servers the director named, never to
 // the director itself, and never logged.
 //
+// Parts, each with one job: DirectorClient (discovery, director answers, the
+// namespace table), RangeReader (Range GETs with failover and resume, policy
+// in failover.h), Lister (PROPFIND), NamespaceAuth (tokens).
+//
 // Thread-safety: all public methods are safe from any thread; all state lives
 // on the CurlLoop's thread. Callbacks run on that thread.
 #pragma once
 
-#include <atomic>
-#include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "daemon/core/origin.h"
+#include "daemon/http/client_context.h"
 #include "daemon/http/curl_loop.h"
-#include "daemon/http/token.h"
 #include "daemon/http/url.h"
 
 namespace perch::http {
 
-struct FederationClientOptions {
-  std::string token_file;  // explicit token location (step 0 of the search order)
-  std::chrono::seconds namespace_ttl{300};        // director answers, per namespace prefix
-  std::chrono::seconds discovery_ttl{1800};       // discovery document
-  std::chrono::seconds discovery_failure_ttl{15}; // a failed discovery is remembered this long
-  std::chrono::seconds server_penalty{30};        // a failed server sorts last this long
-  std::chrono::seconds token_ttl{30};             // how long a found token is reused
-  std::chrono::milliseconds connect_timeout{5000};
-  long low_speed_bytes = 1024;                    // abort a transfer slower than this ...
-  std::chrono::seconds low_speed_time{20};        // ... for this long
-  int director_attempts = 4;                      // for 429 and proxy errors
-  std::chrono::milliseconds director_backoff{1000};  // backoff unit: n * unit + unit
-  size_t max_servers = 6;
-};
-
-// Monotonic counters; read from any thread.
-struct FederationCounters {
-  std::atomic<uint64_t> discovery_queries{0};
-  std::atomic<uint64_t> director_queries{0};
-  std::atomic<uint64_t> propfinds{0};
-  std::atomic<uint64_t> range_gets{0};
-  std::atomic<uint64_t> body_bytes{0};      // every body byte of a range GET that arrived
-  std::atomic<uint64_t> bytes_delivered{0}; // bytes handed to callers
-  std::atomic<uint64_t> failovers{0};       // moves to the next server after a failure
-  std::atomic<uint64_t> resumes{0};         // attempts that started past the range's first byte
-};
+class DirectorClient;
+class Lister;
+class RangeReader;
 
 class FederationClient : public core::Origin {
  public:
@@ -100,15 +78,16 @@ class FederationClient : public core::Origin {
   void InvalidateForTest();
 
  private:
-  struct NamespaceEntry;
-  struct ReadOp;
-  class State;
+  core::ObjectPath ToFederation(const core::ObjectPath& rel) const;
 
   FederationUrl url_;
   CurlLoop& loop_;
   // Shared with the loop thread's tasks, which may outlive this object (a
   // transfer cancelled when the CurlLoop shuts down still completes).
-  std::shared_ptr<State> state_;
+  std::shared_ptr<ClientContext> ctx_;
+  std::shared_ptr<DirectorClient> director_;
+  std::shared_ptr<RangeReader> reader_;
+  std::shared_ptr<Lister> lister_;
 };
 
 }  // namespace perch::http

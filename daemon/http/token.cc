@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <spdlog/spdlog.h>
 
 namespace perch::http {
 namespace {
@@ -193,6 +194,32 @@ core::Result<FoundToken> TokenFinder::Find(const TokenRequest& request) const {
   for (const auto& s : searched) where += (where.empty() ? "" : ", ") + s;
   return core::PermissionDeniedError("no bearer token found (searched " + where + ")",
                                      core::FailureSite::kLocal);
+}
+
+core::Result<std::vector<std::string>> NamespaceAuth::Headers(bool require_token,
+                                                       const std::string& prefix,
+                                                       const std::vector<std::string>& issuers,
+                                                       const std::string& object_path) {
+  if (!require_token) return std::vector<std::string>{};
+  auto now = std::chrono::steady_clock::now();
+  if (auto cached = cache_.find(prefix); cached != cache_.end() && now < cached->second.second) {
+    return std::vector<std::string>{"Authorization: Bearer " + cached->second.first};
+  }
+  auto found = finder_.Find(TokenRequest{object_path, prefix, issuers, token_name_});
+  if (!found.ok()) {
+    return core::PermissionDeniedError(
+        "namespace " + prefix + " requires a token: " + found.status().message(),
+        core::FailureSite::kLocal);
+  }
+  if (!found->acceptable) {
+    spdlog::warn("namespace {}: no token found is acceptable for it; using the one from {}",
+                 prefix, found->source);
+  } else {
+    spdlog::debug("namespace {}: using token from {}", prefix, found->source);
+  }
+  if (cache_.size() >= 1024) cache_.clear();
+  cache_[prefix] = {found->token, now + ttl_};
+  return std::vector<std::string>{"Authorization: Bearer " + found->token};
 }
 
 }  // namespace perch::http

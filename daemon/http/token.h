@@ -18,7 +18,9 @@
 // from any thread. Environment access goes through the injected lookup.
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +60,26 @@ class TokenFinder {
   std::string explicit_file_;
   EnvLookup env_;
   int uid_;
+};
+
+// The Authorization header for reads in one namespace: nothing for a public
+// namespace; a found token, reused for `ttl`, for a namespace that requires
+// one; kPermissionDenied (kLocal, naming the namespace) when none is found.
+// Thread-safety: none (the federation client's loop thread).
+class NamespaceAuth {
+ public:
+  NamespaceAuth(TokenFinder finder, std::string token_name, std::chrono::seconds ttl)
+      : finder_(std::move(finder)), token_name_(std::move(token_name)), ttl_(ttl) {}
+
+  core::Result<std::vector<std::string>> Headers(bool require_token, const std::string& prefix,
+                                                 const std::vector<std::string>& issuers,
+                                                 const std::string& object_path);
+
+ private:
+  TokenFinder finder_;
+  std::string token_name_;
+  std::chrono::seconds ttl_;
+  std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> cache_;
 };
 
 // Reads a token file: raw token text or JSON {"access_token": ...}; trimmed.

@@ -1,0 +1,52 @@
+// What the parts of a FederationClient share: the net loop, the options and
+// the counters. See federation_client.h for the whole.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "daemon/http/curl_loop.h"
+#include "daemon/http/url.h"
+
+namespace perch::http {
+
+struct FederationClientOptions {
+  std::string token_file;  // explicit token location (step 0 of the search order)
+  std::chrono::seconds namespace_ttl{300};         // director answers, per namespace prefix
+  std::chrono::seconds discovery_ttl{1800};        // discovery document
+  std::chrono::seconds discovery_failure_ttl{15};  // a failed discovery is remembered this long
+  std::chrono::seconds server_penalty{30};         // a failed server sorts last this long
+  std::chrono::seconds token_ttl{30};              // how long a found token is reused
+  std::chrono::milliseconds connect_timeout{5000};
+  long low_speed_bytes = 1024;              // abort a transfer slower than this ...
+  std::chrono::seconds low_speed_time{20};  // ... for this long
+  int director_attempts = 4;                // for 429 and proxy errors
+  std::chrono::milliseconds director_backoff{1000};  // backoff unit: n * unit + unit
+  size_t max_servers = 6;
+};
+
+// Monotonic counters; read from any thread.
+struct FederationCounters {
+  std::atomic<uint64_t> discovery_queries{0};
+  std::atomic<uint64_t> director_queries{0};
+  std::atomic<uint64_t> propfinds{0};
+  std::atomic<uint64_t> range_gets{0};
+  std::atomic<uint64_t> body_bytes{0};       // every body byte of a range GET that arrived
+  std::atomic<uint64_t> bytes_delivered{0};  // bytes handed to callers
+  std::atomic<uint64_t> failovers{0};        // moves to the next server after a failure
+  std::atomic<uint64_t> resumes{0};          // attempts that started past the range's first byte
+};
+
+struct ClientContext {
+  ClientContext(CurlLoop& l, FederationUrl u, FederationClientOptions o)
+      : loop(l), url(std::move(u)), options(std::move(o)) {}
+  CurlLoop& loop;
+  const FederationUrl url;
+  const FederationClientOptions options;
+  FederationCounters counters;
+};
+
+}  // namespace perch::http

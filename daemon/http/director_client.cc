@@ -1,0 +1,420 @@
+#include "daemon/http/director_client.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "daemon/http/discovery.h"
+#include "daemon/http/pelican_headers.h"
+
+namespace perch::http {
+
+using core::Clock;
+using core::Deadline;
+using core::FailureSite;
+using core::ObjectPath;
+using core::Result;
+using core::Status;
+using core::StatusCode;
+
+namespace {
+
+std::string JsonMessage(const std::string& body) {
+  auto doc = nlohmann::json::parse(body, nullptr, false);
+  if (!doc.is_discarded() && doc.is_object() && doc.contains("msg") && doc["msg"].is_string()) {
+    return doc["msg"].get<std::string>();
+  }
+  std::string s = body.substr(0, 200);
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+bool IsRedirect(long code) {
+  return code == 301 || code == 302 || code == 303 || code == 307 || code == 308;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The part of `encoded` (a URL path, escaped in any consistent way) that comes
+// before the segments which decode to `decoded_suffix` ("/x/y"); nullopt if
+// `encoded` does not end with them. Directors escape differently (Go's
+// url.URL leaves `$&+,:;=@` raw, perch escapes them), so compare decoded.
+std::optional<std::string> StripDecodedSuffix(const std::string& encoded,
+                                              const std::string& decoded_suffix) {
+  // Decode, remembering where each decoded byte started in `encoded`.
+  std::string decoded;
+  std::vector<size_t> start;
+  for (size_t i = 0; i < encoded.size();) {
+    start.push_back(i);
+    if (encoded[i] == '%' && i + 2 < encoded.size() && HexValue(encoded[i + 1]) >= 0 &&
+        HexValue(encoded[i + 2]) >= 0) {
+      decoded.push_back(static_cast<char>(HexValue(encoded[i + 1]) * 16 + HexValue(encoded[i + 2])));
+      i += 3;
+    } else {
+      decoded.push_back(encoded[i]);
+      i += 1;
+    }
+  }
+  if (decoded.size() < decoded_suffix.size() || !decoded.ends_with(decoded_suffix)) {
+    return std::nullopt;
+  }
+  size_t cut = decoded.size() - decoded_suffix.size();
+  if (cut == decoded.size()) return encoded;
+  // The suffix must begin at a real '/' of the encoded path (not at a %2F).
+  if (encoded[start[cut]] != '/') return std::nullopt;
+  return encoded.substr(0, start[cut]);
+}
+
+}  // namespace
+
+Status StatusFromHttp(long code, const std::string& what, FailureSite site,
+                      const std::string& body) {
+  std::string msg = what + ": HTTP " + std::to_string(code);
+  if (!body.empty()) msg += " (" + JsonMessage(body) + ")";
+  switch (code) {
+    case 404:
+      return core::NotFoundError(msg, site);
+    case 401:
+    case 403:
+      return core::PermissionDeniedError(msg, site);
+    case 416:
+      return core::CorruptError(msg + ": range not satisfiable (object changed?)", site);
+    default:
+      return core::UnavailableError(msg, site);
+  }
+}
+
+std::string NamespaceEntry::ServerUrl(size_t i, const ObjectPath& path) const {
+  std::string rel = path.str().substr(prefix.IsRoot() ? 0 : prefix.str().size());
+  auto p = ObjectPath::Parse(rel.empty() ? "/" : rel);
+  return server_bases[i] + (rel.empty() ? "" : PercentEncodePath(*p));
+}
+
+Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(const ObjectPath& fed_path,
+                                                                  const HttpResponse& r,
+                                                                  size_t max_servers,
+                                                                  Clock::time_point expires) {
+  long code = r.head.status;
+  std::string what = "director answer for " + fed_path.str();
+  if (code == 404) {
+    return core::NotFoundError(what + ": " + JsonMessage(r.body), FailureSite::kDirector);
+  }
+  if (code == 401 || code == 403 || code == 405) {
+    return core::PermissionDeniedError(
+        what + ": HTTP " + std::to_string(code) + " " + JsonMessage(r.body), FailureSite::kDirector);
+  }
+  if (!IsRedirect(code) && code != 200) {
+    return Status(StatusCode::kUnavailable,
+                  what + ": HTTP " + std::to_string(code) + " " + JsonMessage(r.body),
+                  FailureSite::kDirector, code >= 500 || code == 429);
+  }
+  auto entry = std::make_shared<NamespaceEntry>();
+  entry->expires = expires;
+  if (auto ns = r.head.Get("x-pelican-namespace")) {
+    auto parsed = ParseNamespaceHeader(*ns);
+    if (!parsed.ok()) {
+      return core::CorruptError(what + ": " + parsed.status().message(), FailureSite::kDirector);
+    }
+    auto prefix = ObjectPath::Parse(parsed->prefix);
+    if (!prefix.ok() || !fed_path.HasPrefix(*prefix)) {
+      return core::CorruptError(
+          what + ": namespace '" + parsed->prefix + "' does not contain the object",
+          FailureSite::kDirector);
+    }
+    entry->prefix = *prefix;
+    entry->require_token = parsed->require_token;
+    entry->collections_url = parsed->collections_url;
+  } else {
+    entry->prefix = fed_path;  // no namespace: valid for this object only
+    entry->cacheable = false;
+  }
+  auto issuers = ParseAuthorizationHeaders(r.head.GetAll("x-pelican-authorization"));
+  if (!issuers.ok()) {
+    return core::CorruptError(what + ": " + issuers.status().message(), FailureSite::kDirector);
+  }
+  entry->issuers = *issuers;
+  // Servers: all Link lines joined, or Location alone.
+  std::vector<LinkEntry> links;
+  std::vector<std::string> link_lines = r.head.GetAll("link");
+  if (!link_lines.empty()) {
+    std::string joined;
+    for (const auto& l : link_lines) joined += (joined.empty() ? "" : ", ") + l;
+    auto parsed = ParseLinkHeader(joined);
+    if (!parsed.ok()) {
+      return core::CorruptError(what + ": " + parsed.status().message(), FailureSite::kDirector);
+    }
+    links = *parsed;
+  } else if (auto loc = r.head.Get("location")) {
+    std::string l = loc->substr(0, loc->find('?'));  // drop authz= and other params
+    links.push_back(LinkEntry{l, 1, -1});
+  } else {
+    return core::CorruptError(what + ": neither Link nor Location header", FailureSite::kDirector);
+  }
+  std::string rel = fed_path.str().substr(entry->prefix.IsRoot() ? 0 : entry->prefix.str().size());
+  int rel_depth = static_cast<int>(ObjectPath::Parse(rel.empty() ? "/" : rel)->Segments().size());
+  for (const LinkEntry& link : links) {
+    if (entry->server_bases.size() >= max_servers) break;
+    auto split = SplitHttpUrl(link.url);
+    if (!split.ok()) continue;
+    std::string path = split->path;
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    // The Link URL is server base + object path; strip the part below the
+    // namespace (its depth) to get the namespace root on that server.
+    if (link.depth >= 0 && link.depth != rel_depth) entry->cacheable = false;
+    if (!rel.empty()) {
+      if (auto base = StripDecodedSuffix(path, rel)) {
+        path = *base;
+      } else {
+        // Could not generalise: use the URL for this object only.
+        entry->cacheable = false;
+        entry->prefix = fed_path;
+        entry->server_bases.push_back(split->base + split->path);
+        continue;
+      }
+    }
+    entry->server_bases.push_back(split->base + path);
+  }
+  if (entry->server_bases.empty()) {
+    return core::CorruptError(what + ": no usable server URL", FailureSite::kDirector);
+  }
+  if (!entry->cacheable) entry->prefix = fed_path;
+  return std::shared_ptr<const NamespaceEntry>(entry);
+}
+
+// ---- discovery ----
+
+void DirectorClient::WithDirector(Deadline deadline,
+                                  std::function<void(Result<std::string>)> done) {
+  auto now = Clock::now();
+  if (!director_.empty() && now < director_expires_) {
+    done(director_);
+    return;
+  }
+  if (!discovery_error_.ok() && now < discovery_error_expires_) {
+    done(discovery_error_);
+    return;
+  }
+  discovery_waiters_.push_back(std::move(done));
+  if (discovery_waiters_.size() > 1) return;
+  Discover(deadline, 1);
+}
+
+void DirectorClient::Discover(Deadline deadline, int attempt) {
+  ctx_->counters.discovery_queries++;
+  const std::string& where = ctx_->url.discovery_url;
+  HttpRequest req;
+  req.url = where + std::string(kDiscoveryPath);
+  req.deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
+  req.connect_timeout = ctx_->options.connect_timeout;
+  req.max_body = 1 << 20;
+  auto self = shared_from_this();
+  ctx_->loop.Submit(std::move(req), [self, deadline, attempt, where](Result<HttpResponse> r) {
+    if (!r.ok()) {
+      if (r.status().retryable() && attempt < 3 &&
+          Clock::now() + std::chrono::seconds(1) < deadline) {
+        self->ctx_->loop.PostAfter(std::chrono::seconds(1), [self, deadline, attempt] {
+          self->Discover(deadline, attempt + 1);
+        });
+        return;
+      }
+      self->FinishDiscovery(core::UnavailableError(
+          "federation discovery at " + where + " failed: " + r.status().message(),
+          FailureSite::kDirector));
+    } else if (r->head.status != 200) {
+      self->FinishDiscovery(
+          Status(r->head.status >= 500 ? StatusCode::kUnavailable : StatusCode::kNotFound,
+                 "federation discovery at " + where + " answered HTTP " +
+                     std::to_string(r->head.status),
+                 FailureSite::kDirector, r->head.status >= 500));
+    } else if (auto info = ParseDiscoveryDocument(r->body); info.ok()) {
+      self->FinishDiscovery(info->director_endpoint);
+    } else {
+      self->FinishDiscovery(info.status().WithContext("federation discovery at " + where));
+    }
+  });
+}
+
+void DirectorClient::FinishDiscovery(Result<std::string> result) {
+  if (result.ok()) {
+    director_ = *result;
+    director_expires_ = Clock::now() + ctx_->options.discovery_ttl;
+    spdlog::info("federation {}: director is {}", ctx_->url.ToString(), director_);
+  } else {
+    discovery_error_ = result.status();
+    discovery_error_expires_ = Clock::now() + ctx_->options.discovery_failure_ttl;
+    spdlog::warn("{}", result.status().ToString());
+  }
+  auto waiters = std::move(discovery_waiters_);
+  discovery_waiters_.clear();
+  for (auto& w : waiters) w(result);
+}
+
+// ---- director ----
+
+std::shared_ptr<const NamespaceEntry> DirectorClient::Lookup(const ObjectPath& fed_path) {
+  std::shared_ptr<const NamespaceEntry> best;
+  auto now = Clock::now();
+  for (auto it = namespaces_.begin(); it != namespaces_.end();) {
+    if (now >= it->second->expires) {
+      it = namespaces_.erase(it);
+      continue;
+    }
+    if (fed_path.HasPrefix(it->second->prefix) &&
+        (!best || it->second->prefix.str().size() > best->prefix.str().size())) {
+      best = it->second;
+    }
+    ++it;
+  }
+  // A nested namespace the director advertises but has not been asked about
+  // yet must not be served by its parent's servers.
+  if (best) {
+    auto holder = directory_.Holder(fed_path);
+    if (holder && holder->str().size() > best->prefix.str().size()) return nullptr;
+  }
+  return best;
+}
+
+void DirectorClient::Resolve(const ObjectPath& fed_path, Deadline deadline, NsCallback done) {
+  if (auto hit = Lookup(fed_path)) {
+    done(hit);
+    return;
+  }
+  auto& waiters = waiters_[fed_path.str()];
+  waiters.push_back(std::move(done));
+  if (waiters.size() > 1) return;
+  auto self = shared_from_this();
+  WithDirector(deadline, [self, fed_path, deadline](Result<std::string> director) {
+    if (!director.ok()) {
+      self->FinishResolve(fed_path, director.status());
+      return;
+    }
+    self->Query(*director, fed_path, deadline, 0);
+  });
+}
+
+void DirectorClient::FinishResolve(const ObjectPath& fed_path,
+                                   Result<std::shared_ptr<const NamespaceEntry>> r) {
+  if (r.ok() && (*r)->cacheable) {
+    // A nested namespace's answer must not hide its parent's: both stay, the
+    // longest prefix wins per path.
+    if (namespaces_.size() >= NamespaceDirectory::kMaxPrefixes) namespaces_.clear();
+    namespaces_[(*r)->prefix.str()] = *r;
+    directory_.AddSeen((*r)->prefix);
+  }
+  auto it = waiters_.find(fed_path.str());
+  if (it == waiters_.end()) return;
+  auto waiters = std::move(it->second);
+  waiters_.erase(it);
+  for (auto& w : waiters) w(r);
+}
+
+void DirectorClient::Query(const std::string& director, const ObjectPath& fed_path,
+                           Deadline deadline, int attempt) {
+  ctx_->counters.director_queries++;
+  HttpRequest req;
+  req.url = director + PercentEncodePath(fed_path);
+  req.deadline = deadline;
+  req.connect_timeout = ctx_->options.connect_timeout;
+  req.max_body = 1 << 20;
+  auto self = shared_from_this();
+  ctx_->loop.Submit(std::move(req), [self, director, fed_path, deadline,
+                                     attempt](Result<HttpResponse> r) {
+    if (!r.ok()) {
+      self->FinishResolve(fed_path, r.status().code() == StatusCode::kDeadlineExceeded
+                                        ? r.status()
+                                        : core::UnavailableError(
+                                              "director " + director + ": " + r.status().message(),
+                                              FailureSite::kDirector));
+      return;
+    }
+    const FederationClientOptions& o = self->ctx_->options;
+    long code = r->head.status;
+    bool from_pelican = r->head.Get("server").value_or("").starts_with("pelican/");
+    bool retry = code == 429 || (!from_pelican && (code == 502 || code == 500 || code == 503));
+    auto backoff = o.director_backoff * (attempt + 1) + o.director_backoff;
+    if (retry && attempt + 1 < o.director_attempts && Clock::now() + backoff < deadline) {
+      self->ctx_->loop.PostAfter(
+          std::chrono::duration_cast<std::chrono::milliseconds>(backoff),
+          [self, director, fed_path, deadline, attempt] {
+            self->Query(director, fed_path, deadline, attempt + 1);
+          });
+      return;
+    }
+    self->FinishResolve(fed_path, ParseDirectorAnswer(fed_path, *r, o.max_servers,
+                                                      Clock::now() + o.namespace_ttl));
+  });
+}
+
+void DirectorClient::Invalidate(const std::shared_ptr<const NamespaceEntry>& entry) {
+  auto it = namespaces_.find(entry->prefix.str());
+  if (it != namespaces_.end() && it->second == entry) namespaces_.erase(it);
+}
+
+void DirectorClient::InvalidateAll() {
+  namespaces_.clear();
+  director_.clear();
+  discovery_error_ = Status();
+  list_expires_ = Clock::time_point();
+}
+
+void DirectorClient::WithNamespaces(Deadline deadline, std::function<void(Status)> done) {
+  if (Clock::now() < list_expires_) {
+    done(list_status_);
+    return;
+  }
+  list_waiters_.push_back(std::move(done));
+  if (list_waiters_.size() > 1) return;
+  auto self = shared_from_this();
+  auto finish = [self](Status s) {
+    const FederationClientOptions& o = self->ctx_->options;
+    if (!s.ok()) {
+      // Once at warning level: a director without the endpoint is not an error per read.
+      spdlog::log(self->list_warned_ ? spdlog::level::debug : spdlog::level::warn,
+                  "federation {}: {}", self->ctx_->url.ToString(), s.ToString());
+      self->list_warned_ = true;
+    }
+    self->list_status_ = s;
+    self->list_expires_ = Clock::now() + (s.ok() ? o.namespace_ttl : o.discovery_failure_ttl);
+    auto waiters = std::move(self->list_waiters_);
+    self->list_waiters_.clear();
+    for (auto& w : waiters) w(s);
+  };
+  WithDirector(deadline, [self, deadline, finish](Result<std::string> director) {
+    if (!director.ok()) {
+      finish(director.status());
+      return;
+    }
+    HttpRequest req;
+    req.url = *director + "/api/v1.0/director/listNamespaces";
+    req.deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
+    req.connect_timeout = self->ctx_->options.connect_timeout;
+    req.max_body = 16 << 20;
+    self->ctx_->loop.Submit(std::move(req), [self, finish](Result<HttpResponse> r) {
+      if (!r.ok()) {
+        finish(r.status().WithContext("listing the director's namespaces"));
+        return;
+      }
+      if (r->head.status != 200) {
+        finish(StatusFromHttp(r->head.status, "listing the director's namespaces",
+                              FailureSite::kDirector, r->body));
+        return;
+      }
+      auto list = ParseNamespaceList(r->body);
+      if (!list.ok()) {
+        finish(list.status());
+        return;
+      }
+      self->directory_.SetAdvertised(*list);
+      finish(Status::Ok());
+    });
+  });
+}
+
+}  // namespace perch::http

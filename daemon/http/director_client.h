@@ -1,0 +1,105 @@
+// DirectorClient: which servers hold a federation path, and under which
+// namespace rules (pelican-protocol.md §2-§3).
+//
+// It finds the director through the federation's discovery document, asks it
+// about an object (GET without following the 307) and keeps each answer for
+// every object below the answer's namespace prefix (the longest prefix wins,
+// so nested namespaces such as /a and /a/b each keep their own servers,
+// tokens rules and listings URL). Concurrent questions about one path share
+// one director query.
+//
+// Thread-safety: every method runs on the CurlLoop's thread; callbacks too.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/core/result.h"
+#include "daemon/core/types.h"
+#include "daemon/http/client_context.h"
+#include "daemon/http/namespace_directory.h"
+
+namespace perch::http {
+
+// One director answer, valid for every object below `prefix` until `expires`.
+struct NamespaceEntry {
+  core::ObjectPath prefix;                // federation path of the namespace
+  bool require_token = false;
+  std::string collections_url;            // origin base for PROPFIND ("" = no listings)
+  std::vector<std::string> server_bases;  // URL of the namespace root on each server, best first
+  std::vector<std::string> issuers;
+  core::Clock::time_point expires;
+  bool cacheable = true;  // false when the Link URLs could not be generalised
+
+  // URL of federation object `path` (below prefix) on server i.
+  std::string ServerUrl(size_t i, const core::ObjectPath& path) const;
+};
+
+// Interprets a director's answer about `fed_path` (no I/O). A usable answer
+// has a namespace entry with at least one server; 404 is kNotFound, 401/403/
+// 405 kPermissionDenied, 429/5xx kUnavailable (retryable), anything malformed
+// kCorrupt. Link URLs are matched against the object's path whether the
+// director escaped them like perch or like Go's url.URL (which leaves
+// `$&+,:;=@` as they are), so one answer serves the whole namespace.
+core::Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(
+    const core::ObjectPath& fed_path, const HttpResponse& answer, size_t max_servers,
+    core::Clock::time_point expires);
+
+class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
+ public:
+  using NsCallback = std::function<void(core::Result<std::shared_ptr<const NamespaceEntry>>)>;
+
+  explicit DirectorClient(std::shared_ptr<ClientContext> ctx) : ctx_(std::move(ctx)) {}
+
+  // The namespace entry for federation path `fed_path`: from the table, or
+  // asked of the director (kNotFound when no namespace holds the path).
+  void Resolve(const core::ObjectPath& fed_path, core::Deadline deadline, NsCallback done);
+
+  // Forgets `entry` (its servers all failed, or a listing's origin moved).
+  void Invalidate(const std::shared_ptr<const NamespaceEntry>& entry);
+
+  // Forgets every answer and the discovery document.
+  void InvalidateAll();
+
+  // Makes sure the director's list of namespaces is fresh (fetched at most
+  // once per namespace_ttl; a failure is remembered for
+  // discovery_failure_ttl), then calls `done` with the outcome. The
+  // directory holds whatever is known either way.
+  void WithNamespaces(core::Deadline deadline, std::function<void(core::Status)> done);
+  const NamespaceDirectory& directory() const { return directory_; }
+
+ private:
+  std::shared_ptr<const NamespaceEntry> Lookup(const core::ObjectPath& fed_path);
+  void WithDirector(core::Deadline deadline, std::function<void(core::Result<std::string>)> done);
+  void Discover(core::Deadline deadline, int attempt);
+  void FinishDiscovery(core::Result<std::string> result);
+  void Query(const std::string& director, const core::ObjectPath& fed_path,
+             core::Deadline deadline, int attempt);
+  void FinishResolve(const core::ObjectPath& fed_path,
+                     core::Result<std::shared_ptr<const NamespaceEntry>> r);
+
+  std::shared_ptr<ClientContext> ctx_;
+  std::string director_;
+  core::Clock::time_point director_expires_;
+  core::Status discovery_error_;
+  core::Clock::time_point discovery_error_expires_;
+  std::vector<std::function<void(core::Result<std::string>)>> discovery_waiters_;
+  std::map<std::string, std::shared_ptr<const NamespaceEntry>> namespaces_;
+  std::map<std::string, std::vector<NsCallback>> waiters_;
+  NamespaceDirectory directory_;
+  core::Status list_status_ = core::UnavailableError("not fetched yet");
+  core::Clock::time_point list_expires_;
+  std::vector<std::function<void(core::Status)>> list_waiters_;
+  bool list_warned_ = false;
+};
+
+// Maps an unexpected HTTP status from a server to a Status: 404 kNotFound,
+// 401/403 kPermissionDenied, 416 kCorrupt, the rest kUnavailable. The body's
+// JSON "msg" (or its start) is quoted.
+core::Status StatusFromHttp(long code, const std::string& what, core::FailureSite site,
+                            const std::string& body);
+
+}  // namespace perch::http

@@ -1,0 +1,100 @@
+// Failover policy for reads from a federation's servers, without sockets.
+//
+// The director names several servers (caches, then the origin) for a
+// namespace, best first. A read tries them in that order, skipping to the end
+// those that failed recently (ServerHealth), and classifies each failure:
+//
+// - the *server's* fault (transport error, 5xx, wrong Content-Range, short or
+//   oversized body, changed ETag): try the next server, resuming at the first
+//   missing byte, and sort this server last for a while;
+// - the *object's* answer (404, 401/403): try the next server too (a cache may
+//   lag behind the origin), but do not blame the server; when every server
+//   said 404 the object is missing, when any said 401/403 it is refused;
+// - cancellation and the read's deadline end the read at once.
+//
+// When every server failed for its own reasons, the director's answer may be
+// stale: the plan asks for it once more (kRefresh), then gives up with
+// kUnavailable (retryable).
+//
+// Thread-safety: none; the federation client uses these on its loop thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "daemon/core/status.h"
+#include "daemon/core/types.h"
+
+namespace perch::http {
+
+enum class FailureClass {
+  kServer,      // the server misbehaved: next server, and penalise it
+  kObject,      // 404/401/403: next server, no penalty
+  kCancelled,   // shutdown or withdrawn: stop
+  kDeadline,    // the read ran out of time: stop
+};
+
+FailureClass Classify(const core::Status& failure);
+
+// Which servers failed recently, shared by all reads of one federation.
+class ServerHealth {
+ public:
+  explicit ServerHealth(std::chrono::seconds penalty, size_t max_tracked = 4096)
+      : penalty_(penalty), max_tracked_(max_tracked) {}
+
+  // `server` (scheme://host:port or a base URL) sorts last until now + penalty.
+  void Penalize(const std::string& server, core::Clock::time_point now);
+  bool Penalized(const std::string& server, core::Clock::time_point now) const;
+
+  // Indexes into `servers`: healthy ones in the given order, then penalised ones.
+  std::vector<size_t> Order(const std::vector<std::string>& servers,
+                            core::Clock::time_point now) const;
+
+ private:
+  std::chrono::seconds penalty_;
+  size_t max_tracked_;  // the map is cleared of expired entries when it reaches this
+  std::map<std::string, core::Clock::time_point> until_;
+};
+
+// One read's walk down the server list.
+class FailoverPlan {
+ public:
+  struct Step {
+    enum Kind { kTry, kRefresh, kFail } kind;
+    size_t server = 0;     // kTry: index into the namespace's server list
+    core::Status status;   // kFail: the read's result
+  };
+
+  // Starts (or, after kRefresh, restarts) the walk over `order`.
+  void Begin(std::vector<size_t> order);
+
+  // What to do next for the read of `what` that must end by `deadline`.
+  Step Next(const std::string& what, core::Clock::time_point now, core::Deadline deadline);
+
+  // Records the failure of the attempt Next() last returned; returns its class.
+  FailureClass Fail(const core::Status& failure, long http_status);
+
+  // The last server sent part of what was asked and stopped cleanly (a
+  // shorter 206): Next() tries it again from where it stopped.
+  void Continue() {
+    if (next_ > 0) next_--;
+  }
+
+  // Records a deadline reached inside an attempt (Next() then reports it).
+  void NoteDeadline(const core::Status& failure) { last_error_ = failure; }
+
+  int attempts() const { return attempts_; }
+  const core::Status& last_error() const { return last_error_; }
+
+ private:
+  std::vector<size_t> order_;
+  size_t next_ = 0;
+  bool refreshed_ = false;
+  int attempts_ = 0, not_found_ = 0, denied_ = 0;
+  core::Status last_error_;
+};
+
+}  // namespace perch::http

@@ -1,0 +1,281 @@
+#include "daemon/http/range_reader.h"
+
+#include <curl/curl.h>
+#include <spdlog/spdlog.h>
+
+#include <map>
+
+#include "daemon/http/pelican_headers.h"
+
+namespace perch::http {
+
+using core::Clock;
+using core::FailureSite;
+using core::ObjectPath;
+using core::Result;
+using core::Status;
+using core::StatusCode;
+
+namespace {
+// No object of a federation is larger than this (1 PiB); a larger
+// Content-Length is a server's error, not a size to allocate or loop over.
+constexpr uint64_t kMaxHeadSize = uint64_t{1} << 50;
+}  // namespace
+
+struct RangeReader::Op {
+  ObjectPath fed_path;
+  core::ObjectVersion version;
+  core::ByteRange range;
+  core::Deadline deadline;
+  std::function<void(Result<core::Bytes>)> done;
+  std::function<void(Result<core::FileAttr>)> head_done;  // set for a HEAD
+
+  std::shared_ptr<const NamespaceEntry> ns;
+  FailoverPlan plan;
+  std::string buffer;  // bytes of `range` received so far, in order
+  std::vector<std::string> auth;
+  std::map<std::string, std::string> etag_by_server;
+  // Per attempt.
+  std::string url;
+  std::string server;
+  uint64_t attempt_start = 0;
+  bool head_checked = false;
+  Status head_error;
+  std::string error_body;
+};
+
+void RangeReader::Read(const ObjectPath& fed_path, const core::ObjectVersion& version,
+                       core::ByteRange range, core::Deadline deadline,
+                       std::function<void(Result<core::Bytes>)> done) {
+  auto op = std::make_shared<Op>();
+  op->fed_path = fed_path;
+  op->version = version;
+  op->range = range;
+  op->deadline = deadline;
+  op->done = std::move(done);
+  op->buffer.reserve(range.length);
+  Start(std::move(op));
+}
+
+void RangeReader::Head(const ObjectPath& fed_path, core::Deadline deadline,
+                       std::function<void(Result<core::FileAttr>)> done) {
+  auto op = std::make_shared<Op>();
+  op->fed_path = fed_path;
+  op->deadline = deadline;
+  op->head_done = std::move(done);
+  Start(std::move(op));
+}
+
+void RangeReader::Start(std::shared_ptr<Op> op) {
+  auto self = shared_from_this();
+  director_->Resolve(op->fed_path, op->deadline,
+                     [self, op](Result<std::shared_ptr<const NamespaceEntry>> ns) {
+                       if (!ns.ok()) {
+                         self->Finish(op, ns.status());
+                         return;
+                       }
+                       op->ns = *ns;
+                       auto auth = self->auth_->Headers(op->ns->require_token,
+                                                        op->ns->prefix.str(), op->ns->issuers,
+                                                        op->fed_path.str());
+                       if (!auth.ok()) {
+                         self->Finish(op, auth.status());
+                         return;
+                       }
+                       op->auth = *auth;
+                       op->plan.Begin(self->health_.Order(op->ns->server_bases, Clock::now()));
+                       self->Attempt(op);
+                     });
+}
+
+void RangeReader::Attempt(std::shared_ptr<Op> op) {
+  auto step = op->plan.Next("read of " + op->fed_path.str(), Clock::now(), op->deadline);
+  if (step.kind == FailoverPlan::Step::kRefresh) {
+    director_->Invalidate(op->ns);
+    Start(op);
+    return;
+  }
+  if (step.kind == FailoverPlan::Step::kFail) {
+    Finish(op, step.status);
+    return;
+  }
+  op->server = op->ns->server_bases[step.server];
+  op->url = op->ns->ServerUrl(step.server, op->fed_path);
+  op->attempt_start = op->range.offset + op->buffer.size();
+  op->head_checked = false;
+  op->head_error = Status();
+  op->error_body.clear();
+  auto self = shared_from_this();
+  HttpRequest req;
+  req.url = op->url;
+  req.headers = op->auth;
+  req.deadline = op->deadline;
+  req.connect_timeout = ctx_->options.connect_timeout;
+  if (op->head_done) {
+    req.method = "HEAD";
+    req.max_body = 64 << 10;
+    ctx_->loop.Submit(std::move(req),
+                      [self, op](Result<HttpResponse> r) { self->AttemptDone(op, std::move(r)); });
+    return;
+  }
+  if (!op->buffer.empty()) ctx_->counters.resumes++;
+  uint64_t last = op->range.end() - 1;
+
+  req.headers.push_back("Range: bytes=" + std::to_string(op->attempt_start) + "-" +
+                        std::to_string(last));
+  req.low_speed_bytes = ctx_->options.low_speed_bytes;
+  req.low_speed_time = ctx_->options.low_speed_time;
+  req.on_data = [self, op, last](const HttpHead& head, std::string_view chunk) -> bool {
+    if (!op->head_checked) {
+      op->head_checked = true;
+      if (!self->AcceptHead(*op, head, last)) return false;
+    }
+    if (head.status != 206 && head.status != 200) {
+      if (op->error_body.size() < 4096) op->error_body.append(chunk.substr(0, 4096));
+      return true;
+    }
+    self->ctx_->counters.body_bytes += chunk.size();
+    if (op->buffer.size() + chunk.size() > op->range.length) {
+      op->head_error = core::CorruptError(op->server + ": sent more bytes than the range");
+      return false;
+    }
+    op->buffer.append(chunk);
+    if (self->progress_hook_) self->progress_hook_(op->url, op->buffer.size());
+    return true;
+  };
+  ctx_->counters.range_gets++;
+  ctx_->loop.Submit(std::move(req),
+                    [self, op](Result<HttpResponse> r) { self->AttemptDone(op, std::move(r)); });
+}
+
+// Checks a response's head against what was asked; false (with head_error
+// set) ends the transfer before any of its body is kept.
+bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
+  if (head.status == 206) {
+    std::string content_range = head.Get("content-range").value_or("");
+    auto cr = ParseContentRange(content_range);
+    if (!cr.ok()) {
+      op.head_error = core::CorruptError(op.server + ": " + cr.status().message());
+    } else if (cr->first != op.attempt_start || cr->last > last) {
+      op.head_error = core::CorruptError(op.server + ": asked for bytes " +
+                                         std::to_string(op.attempt_start) + "-" +
+                                         std::to_string(last) + ", got Content-Range " +
+                                         content_range);
+    } else if (op.version.size > 0 && cr->total >= 0 &&
+               static_cast<uint64_t>(cr->total) != op.version.size) {
+      op.head_error = core::CorruptError(op.server + ": object size is " +
+                                         std::to_string(cr->total) + ", expected " +
+                                         std::to_string(op.version.size));
+    }
+    if (auto etag = head.Get("etag")) {
+      auto [it, inserted] = op.etag_by_server.emplace(op.server, *etag);
+      if (!inserted && it->second != *etag) {
+        op.head_error = core::CorruptError(op.server + ": ETag changed from " + it->second +
+                                           " to " + *etag + " (object modified?)");
+      }
+    }
+  } else if (head.status == 200) {
+    if (op.attempt_start != 0 || !op.version.size || op.range.length != op.version.size) {
+      op.head_error = core::CorruptError(op.server + ": ignored the Range header (HTTP 200)");
+    }
+  }
+  return op.head_error.ok();
+}
+
+void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
+  Status failure;
+  long http_status = 0;
+  if (!op->head_error.ok()) {
+    failure = op->head_error;
+  } else if (!r.ok()) {
+    if (r.status().code() == StatusCode::kCancelled) {
+      Finish(op, r.status());  // shutting down: no failover
+      return;
+    }
+    if (r.status().code() == StatusCode::kDeadlineExceeded) {
+      op->plan.NoteDeadline(r.status());
+      Attempt(op);  // reports the deadline
+      return;
+    }
+    failure = r.status();
+  } else if (op->head_done && r->head.status == 200) {
+    HeadDone(op, *r);
+    return;
+  } else if (!op->head_done && (r->head.status == 206 || r->head.status == 200)) {
+    if (op->buffer.size() == op->range.length) {
+      Finish(op, std::move(op->buffer));
+      return;
+    }
+    if (op->buffer.size() > op->attempt_start - op->range.offset) {
+      op->plan.Continue();  // the server sent a shorter range than asked: go on from it
+      Attempt(op);
+      return;
+    }
+    failure = core::CorruptError(op->server + ": empty body for a range request");
+  } else {
+    http_status = r->head.status;
+    failure = StatusFromHttp(http_status, (op->head_done ? "HEAD " : "GET ") + op->url, FailureSite::kCache, op->error_body);
+  }
+  if (op->plan.Fail(failure, http_status) == FailureClass::kServer) {
+    health_.Penalize(op->server, Clock::now());
+    spdlog::warn("read of {}: {} failed ({}); {} bytes kept, trying the next server",
+                 op->fed_path.str(), op->server, failure.ToString(), op->buffer.size());
+  }
+  ctx_->counters.failovers++;
+  Attempt(op);
+}
+
+void RangeReader::HeadDone(std::shared_ptr<Op> op, const HttpResponse& r) {
+  core::FileAttr attr;
+  auto length = r.head.Get("content-length");
+  uint64_t size = 0;
+  if (!length || length->empty() || length->size() > 19 ||
+      length->find_first_not_of("0123456789") != std::string::npos ||
+      (size = std::stoull(*length)) > kMaxHeadSize) {
+    if (op->plan.Fail(core::CorruptError(op->server + ": HEAD without a usable Content-Length"),
+                      0) == FailureClass::kServer) {
+      health_.Penalize(op->server, Clock::now());
+    }
+    Attempt(op);
+    return;
+  }
+  attr.size = size;
+  if (auto etag = r.head.Get("etag")) attr.etag = *etag;
+  if (auto modified = r.head.Get("last-modified")) {
+    time_t t = curl_getdate(modified->c_str(), nullptr);
+    if (t > 0) attr.mtime = t;
+  }
+  auto done = std::move(op->head_done);
+  op->head_done = nullptr;
+  if (done) done(attr);
+}
+
+void RangeReader::Finish(std::shared_ptr<Op> op, Result<core::Bytes> r) {
+  if (op->head_done) {
+    auto done = std::move(op->head_done);
+    op->head_done = nullptr;
+    done(r.status());  // a HEAD ends here only with an error
+    return;
+  }
+  if (r.ok()) {
+    ctx_->counters.bytes_delivered += r->size();
+    if (!op->server.empty()) NoteServer(op->fed_path.str(), op->server);
+  }
+  auto done = std::move(op->done);
+  op->done = nullptr;
+  if (done) done(std::move(r));
+}
+
+void RangeReader::NoteServer(const std::string& fed_path, const std::string& server) {
+  std::lock_guard<std::mutex> l(served_mu_);
+  if (served_by_.size() >= 100000) served_by_.clear();
+  served_by_[fed_path] = server;
+}
+
+std::string RangeReader::ServedBy(const std::string& fed_path) const {
+  std::lock_guard<std::mutex> l(served_mu_);
+  auto it = served_by_.find(fed_path);
+  return it == served_by_.end() ? std::string() : it->second;
+}
+
+}  // namespace perch::http

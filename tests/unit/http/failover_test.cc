@@ -1,0 +1,174 @@
+// The failover policy and the director-answer parser, without sockets.
+#include "daemon/http/failover.h"
+
+#include <gtest/gtest.h>
+
+#include "daemon/http/director_client.h"
+
+namespace perch::http {
+namespace {
+
+using core::Clock;
+using core::ObjectPath;
+using core::StatusCode;
+
+TEST(ServerHealthTest, PenalisedServersSortLastUntilThePenaltyEnds) {
+  ServerHealth health(std::chrono::seconds(30));
+  auto t0 = Clock::now();
+  std::vector<std::string> servers = {"http://c1", "http://c2", "http://origin"};
+  EXPECT_EQ(health.Order(servers, t0), (std::vector<size_t>{0, 1, 2}));
+  health.Penalize("http://c1", t0);
+  EXPECT_EQ(health.Order(servers, t0 + std::chrono::seconds(29)), (std::vector<size_t>{1, 2, 0}));
+  EXPECT_EQ(health.Order(servers, t0 + std::chrono::seconds(30)), (std::vector<size_t>{0, 1, 2}));
+}
+
+TEST(ServerHealthTest, TrackingIsBounded) {
+  ServerHealth health(std::chrono::seconds(30), 8);
+  auto t0 = Clock::now();
+  for (int i = 0; i < 100; ++i) health.Penalize("http://s" + std::to_string(i), t0);
+  EXPECT_TRUE(health.Penalized("http://s99", t0));
+  EXPECT_FALSE(health.Penalized("http://s0", t0));  // dropped when the table filled
+}
+
+TEST(FailoverPlanTest, ServerFaultsWalkTheListThenAskTheDirectorOnceThenFail) {
+  FailoverPlan plan;
+  auto now = Clock::now();
+  auto deadline = now + std::chrono::seconds(10);
+  plan.Begin({1, 0});
+  auto s = plan.Next("read of /x", now, deadline);
+  ASSERT_EQ(s.kind, FailoverPlan::Step::kTry);
+  EXPECT_EQ(s.server, 1u);
+  EXPECT_EQ(plan.Fail(core::UnavailableError("reset"), 0), FailureClass::kServer);
+  s = plan.Next("read of /x", now, deadline);
+  ASSERT_EQ(s.kind, FailoverPlan::Step::kTry);
+  EXPECT_EQ(s.server, 0u);
+  EXPECT_EQ(plan.Fail(core::UnavailableError("HTTP 503"), 503), FailureClass::kServer);
+  EXPECT_EQ(plan.Next("read of /x", now, deadline).kind, FailoverPlan::Step::kRefresh);
+  plan.Begin({0});
+  EXPECT_EQ(plan.Next("read of /x", now, deadline).kind, FailoverPlan::Step::kTry);
+  plan.Fail(core::UnavailableError("HTTP 502"), 502);
+  s = plan.Next("read of /x", now, deadline);
+  ASSERT_EQ(s.kind, FailoverPlan::Step::kFail);
+  EXPECT_EQ(s.status.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(s.status.retryable());
+  EXPECT_NE(s.status.message().find("failed on all"), std::string::npos);
+}
+
+TEST(FailoverPlanTest, NotFoundEverywhereIsTheObjectsAnswer) {
+  FailoverPlan plan;
+  auto now = Clock::now();
+  plan.Begin({0, 1});
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(plan.Next("read of /x", now, now + std::chrono::seconds(1)).kind,
+              FailoverPlan::Step::kTry);
+    EXPECT_EQ(plan.Fail(core::NotFoundError("404"), 404), FailureClass::kObject);
+  }
+  auto s = plan.Next("read of /x", now, now + std::chrono::seconds(1));
+  ASSERT_EQ(s.kind, FailoverPlan::Step::kFail);  // no refresh: the servers answered
+  EXPECT_EQ(s.status.code(), StatusCode::kNotFound);
+}
+
+TEST(FailoverPlanTest, AnyRefusalWithOtherFailuresIsPermissionDenied) {
+  FailoverPlan plan;
+  auto now = Clock::now();
+  plan.Begin({0, 1});
+  plan.Next("r", now, now + std::chrono::seconds(1));
+  plan.Fail(core::UnavailableError("reset"), 0);
+  plan.Next("r", now, now + std::chrono::seconds(1));
+  plan.Fail(core::PermissionDeniedError("HTTP 403"), 403);
+  auto s = plan.Next("r", now, now + std::chrono::seconds(1));
+  ASSERT_EQ(s.kind, FailoverPlan::Step::kFail);
+  EXPECT_EQ(s.status.code(), StatusCode::kPermissionDenied);
+}
+
+TEST(FailoverPlanTest, DeadlineEndsTheWalkAndNamesTheLastError) {
+  FailoverPlan plan;
+  auto now = Clock::now();
+  plan.Begin({0, 1});
+  plan.Next("read of /x", now, now + std::chrono::seconds(1));
+  plan.Fail(core::UnavailableError("stalled"), 0);
+  auto s = plan.Next("read of /x", now + std::chrono::seconds(2), now + std::chrono::seconds(1));
+  ASSERT_EQ(s.kind, FailoverPlan::Step::kFail);
+  EXPECT_EQ(s.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.status.message().find("stalled"), std::string::npos);
+}
+
+TEST(FailoverPlanTest, ContinueRetriesTheSameServer) {
+  FailoverPlan plan;
+  auto now = Clock::now();
+  plan.Begin({3, 4});
+  EXPECT_EQ(plan.Next("r", now, now + std::chrono::seconds(1)).server, 3u);
+  plan.Continue();
+  EXPECT_EQ(plan.Next("r", now, now + std::chrono::seconds(1)).server, 3u);
+  EXPECT_EQ(plan.Next("r", now, now + std::chrono::seconds(1)).server, 4u);
+}
+
+TEST(FailoverPlanTest, ClassifiesCancellation) {
+  EXPECT_EQ(Classify(core::Status(StatusCode::kCancelled, "x")), FailureClass::kCancelled);
+  EXPECT_EQ(Classify(core::CorruptError("bad Content-Range")), FailureClass::kServer);
+}
+
+HttpResponse Redirect(std::vector<std::pair<std::string, std::string>> headers) {
+  HttpResponse r;
+  r.head.status = 307;
+  r.head.headers = std::move(headers);
+  return r;
+}
+
+TEST(ParseDirectorAnswerTest, GoEscapedLinkGeneralisesToTheNamespace) {
+  // Go's url.URL.String() leaves $&+,:;=@ raw; perch's encoder escapes them.
+  auto path = ObjectPath::Parse("/ns/d/a$b&c+d,e:f;g=h@i j.txt");
+  ASSERT_TRUE(path.ok());
+  auto r = Redirect({{"link",
+                      "<http://cache:8443/ns/d/a$b&c+d,e:f;g=h@i%20j.txt>; rel=\"duplicate\"; "
+                      "pri=1; depth=2"},
+                     {"x-pelican-namespace", "namespace=/ns, require-token=false"}});
+  auto e = ParseDirectorAnswer(*path, r, 6, Clock::now() + std::chrono::seconds(60));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_TRUE((*e)->cacheable);
+  EXPECT_EQ((*e)->prefix.str(), "/ns");
+  ASSERT_EQ((*e)->server_bases.size(), 1u);
+  EXPECT_EQ((*e)->server_bases[0], "http://cache:8443/ns");
+}
+
+TEST(ParseDirectorAnswerTest, NestedNamespaceAndOriginBaseWithItsOwnPath) {
+  auto path = ObjectPath::Parse("/a/b/x/y.bin");
+  auto r = Redirect({{"link",
+                      "<http://c1:1/a/b/x/y.bin>; rel=\"duplicate\"; pri=1; depth=2, "
+                      "<http://origin:2/export/b/x/y.bin>; rel=\"duplicate\"; pri=2; depth=2"},
+                     {"x-pelican-namespace",
+                      "namespace=/a/b, require-token=true, collections-url=http://origin:2/export"}});
+  auto e = ParseDirectorAnswer(*path, r, 6, Clock::now() + std::chrono::seconds(60));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ((*e)->prefix.str(), "/a/b");
+  EXPECT_TRUE((*e)->require_token);
+  EXPECT_EQ((*e)->server_bases, (std::vector<std::string>{"http://c1:1/a/b", "http://origin:2/export/b"}));
+  EXPECT_EQ((*e)->ServerUrl(1, *ObjectPath::Parse("/a/b/z w")), "http://origin:2/export/b/z%20w");
+}
+
+TEST(ParseDirectorAnswerTest, AnEscapedSlashIsNotASegmentBoundary) {
+  auto path = ObjectPath::Parse("/ns/x/y");
+  auto r = Redirect({{"link", "<http://c:1/ns%2Fx/y>; rel=\"duplicate\"; pri=1"},
+                     {"x-pelican-namespace", "namespace=/ns"}});
+  auto e = ParseDirectorAnswer(*path, r, 6, Clock::now());
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE((*e)->cacheable);  // used for this object only
+  EXPECT_EQ((*e)->prefix.str(), "/ns/x/y");
+}
+
+TEST(ParseDirectorAnswerTest, ErrorsAreClassified) {
+  HttpResponse r;
+  r.head.status = 404;
+  r.body = R"({"status":"error","msg":"No namespace found for path."})";
+  auto e = ParseDirectorAnswer(*ObjectPath::Parse("/nope"), r, 6, Clock::now());
+  EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(e.status().message().find("No namespace found"), std::string::npos);
+  r.head.status = 503;
+  EXPECT_TRUE(ParseDirectorAnswer(*ObjectPath::Parse("/x"), r, 6, Clock::now()).status().retryable());
+  r.head.status = 307;
+  EXPECT_EQ(ParseDirectorAnswer(*ObjectPath::Parse("/x"), r, 6, Clock::now()).status().code(),
+            StatusCode::kCorrupt);
+}
+
+}  // namespace
+}  // namespace perch::http
