@@ -67,7 +67,7 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
       "federation", "mountpoint", "cache_dir", "cache_size", "block_size", "log_level", "ca_file",
       "token_file", "op_timeout", "fuse_threads", "max_requests_in_flight", "high_watermark",
       "low_watermark", "dir_ttl", "file_ttl", "negative_ttl", "control", "metrics", "prefetch", "readahead", "prefetch_dir_max_entries",
-      "hint_window", "max_bytes_in_flight", "fuse_no_open"};
+      "hint_window", "max_bytes_in_flight", "fuse_no_open", "tokens", "protected_group"};
   for (const auto& [k, v] : t) {
     if (!kKnown.count(std::string(k.str()))) {
       throw ConfigError("config " + path + ": unknown key '" + std::string(k.str()) + "'");
@@ -150,6 +150,23 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
   size("max_bytes_in_flight", &c->max_bytes_in_flight);
   str("control", &c->control_address);
   str("metrics", &c->metrics_address);
+  str("protected_group", &c->protected_group);
+  if (auto n = t["tokens"]) {
+    const toml::table* tokens = n.as_table();
+    if (tokens == nullptr) {
+      throw ConfigError("config " + path + ": 'tokens' must be a table of \"/prefix\" = \"/token/file\"");
+    }
+    for (const auto& [k, v] : *tokens) {
+      auto file = v.value<std::string>();
+      std::string prefix(k.str());
+      if (!file || prefix.empty() || prefix.front() != '/') {
+        throw ConfigError("config " + path + ": tokens.\"" + prefix +
+                          "\" must map a federation path such as \"/ns\" to a token file");
+      }
+      while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+      c->namespace_tokens[prefix] = *file;
+    }
+  }
 }
 
 void Validate(const DaemonConfig& c) {

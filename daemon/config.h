@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -24,6 +25,12 @@ struct DaemonConfig {
   bool foreground = false;
   std::string ca_file;        // extra CA bundle for the federation's https servers
   std::string token_file;     // explicit bearer token file
+  // Token file per federation path prefix ([tokens] "/ns" = "/etc/perch/ns.token"): used
+  // only for namespaces at or below that prefix, before any other token source.
+  std::map<std::string, std::string> namespace_tokens;
+  // Files of namespaces that require a token are readable by root and this
+  // group only (mode 0440, directories 0550); "" = root only.
+  std::string protected_group;
   std::chrono::milliseconds op_timeout{30000};  // every FUSE request is answered within this
   unsigned fuse_threads = 32;
   size_t max_requests_in_flight = 256;

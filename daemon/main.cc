@@ -2,6 +2,7 @@
 // persistent block cache. This file only wires components together:
 // configuration, the cache stack, the mount, signals and orderly shutdown.
 #include <fcntl.h>
+#include <grp.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
@@ -69,6 +70,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   http::CurlLoop loop(loop_opts);
   http::FederationClientOptions client_opts;
   client_opts.token_file = cfg.token_file;
+  client_opts.namespace_token_files = cfg.namespace_tokens;
   http::FederationClient client(loop, *url, client_opts);
 
   ThreadPoolExecutor disk(2);
@@ -129,6 +131,14 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   fopts.fsname = "perch:" + url->ToString();
   fopts.metrics = &op_metrics;
   fopts.no_open = cfg.fuse_no_open;
+  if (!cfg.protected_group.empty()) {
+    struct group* g = ::getgrnam(cfg.protected_group.c_str());
+    if (g == nullptr) {
+      spdlog::error("protected_group '{}' is not a group on this node", cfg.protected_group);
+      return kExitUsage;
+    }
+    fopts.restricted_gid = static_cast<int>(g->gr_gid);
+  }
   fopts.statfs = [&catalog](struct statvfs* st) {
     st->f_blocks = catalog.capacity_bytes() / st->f_frsize;
     uint64_t used = std::min(catalog.cached_bytes(), catalog.capacity_bytes());
@@ -259,6 +269,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error");
   app.add_option("--ca-file", cfg.ca_file, "extra CA bundle for the federation's https servers");
   app.add_option("--token-file", cfg.token_file, "bearer token file for protected namespaces");
+  app.add_option("--protected-group", cfg.protected_group,
+                 "group that may read namespaces requiring a token (default: root only)");
   app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
   app.add_flag("-f,--foreground", cfg.foreground, "stay in the foreground (systemd, debugging)");
   std::string control_address, metrics_address;

@@ -40,11 +40,14 @@ FuseServer* Self(fuse_req_t req) { return static_cast<FuseServer*>(fuse_req_user
 
 using Op = core::OpMetrics::Op;
 
-// Logs, counts and answers an error. Expected misses (ENOENT) are not logged.
+// Logs, counts and answers an error. Expected misses (ENOENT) and refusals
+// (EACCES: the federation client logs a namespace without a token once) are
+// logged at debug level only: every user's `ls` must not flood the log.
 void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   Self(req)->CountError(s);
   int err = ToErrno(s);
-  if (err != ENOENT) spdlog::warn("fuse {}: {} -> {}", op, s.ToString(), std::strerror(err));
+  spdlog::log(err == ENOENT || err == EACCES ? spdlog::level::debug : spdlog::level::warn,
+              "fuse {}: {} -> {}", op, s.ToString(), std::strerror(err));
   fuse_reply_err(req, err);
 }
 
@@ -404,7 +407,16 @@ bool FuseServer::PathOf(uint64_t ino, ObjectPath* out) {
 void FuseServer::FillStat(uint64_t ino, const core::FileAttr& a, struct stat* st) const {
   std::memset(st, 0, sizeof(*st));
   st->st_ino = ino;
-  st->st_mode = a.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  if (a.restricted) {
+    // Readable by root and the configured group only: the daemon reads with
+    // its token, so the mount must not hand the bytes to every local user.
+    mode_t perm = options_.restricted_gid >= 0 ? (a.is_dir ? 0550 : 0440) : (a.is_dir ? 0500 : 0400);
+    st->st_mode = (a.is_dir ? S_IFDIR : S_IFREG) | perm;
+    st->st_uid = ::getuid();  // root for a system perchd; the user for a user's own mount
+    st->st_gid = options_.restricted_gid >= 0 ? static_cast<gid_t>(options_.restricted_gid) : ::getgid();
+  } else {
+    st->st_mode = a.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  }
   st->st_nlink = a.is_dir ? 2 : 1;
   st->st_size = static_cast<off_t>(a.size);
   st->st_blksize = 1 << 20;

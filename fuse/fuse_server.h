@@ -51,6 +51,11 @@ struct FuseOptions {
   std::function<void(struct statvfs*)> statfs;
   // Extended attributes of an open or looked-up path: name -> value.
   std::function<std::map<std::string, std::string>(const core::ObjectPath&, const core::FileAttr&)> xattrs;
+  // Who may read what a namespace that requires a token holds: files and
+  // directories with FileAttr::restricted are owned by root and this group,
+  // mode 0440/0550 (-1: root only, 0400/0500). The kernel enforces it
+  // (default_permissions); everything else is 0444/0555 for every user.
+  int restricted_gid = -1;
   // Where operation latencies and errors are counted (may be null).
   core::OpMetrics* metrics = nullptr;
 };

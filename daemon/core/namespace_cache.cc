@@ -19,7 +19,9 @@ std::string ListKey(const ObjectPath& p) { return "nl" + p.str(); }
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
 
 void PutAttr(std::string* out, const FileAttr& a) {
-  codec::PutU64(out, a.is_dir ? 1 : 0);
+  // Flags: bit 0 directory, bit 1 restricted, bit 2 partial listing (entries
+  // written before a flag existed read as without it).
+  codec::PutU64(out, (a.is_dir ? 1 : 0) | (a.restricted ? 2 : 0) | (a.partial_listing ? 4 : 0));
   codec::PutU64(out, a.size);
   codec::PutU64(out, static_cast<uint64_t>(a.mtime));
   codec::PutString(out, a.etag);
@@ -30,7 +32,9 @@ bool GetAttrFields(codec::Reader* r, FileAttr* a) {
   if (!r->GetU64(&dir) || !r->GetU64(&size) || !r->GetU64(&mtime) || !r->GetString(&a->etag)) {
     return false;
   }
-  a->is_dir = dir != 0;
+  a->is_dir = (dir & 1) != 0;
+  a->restricted = (dir & 2) != 0;
+  a->partial_listing = (dir & 4) != 0;
   a->size = size;
   a->mtime = static_cast<int64_t>(mtime);
   return true;
@@ -163,16 +167,20 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
     if (!known->exists) return NotFoundError(path.str() + " does not exist (cached answer)");
     return known->attr;
   }
-  // A fresh listing of the parent answers without a network round trip.
+  // A fresh, complete listing of the parent answers without a network round
+  // trip. A partial one (the federation root, an unlisted namespace) only
+  // answers for the names it has.
   if (!path.IsRoot()) {
+    std::optional<AttrEntry> parent_attr = FindAttr(path.Parent());
+    bool complete = parent_attr && parent_attr->exists && !parent_attr->attr.partial_listing;
     if (auto parent = FindList(path.Parent()); parent && parent->expires > now) {
       auto it = std::find_if(parent->entries.begin(), parent->entries.end(),
                              [&](const DirEntry& d) { return d.name == path.Name(); });
-      if (it == parent->entries.end()) {
+      if (it != parent->entries.end()) return it->attr;
+      if (complete) {
         StoreAttr(path, AttrEntry{false, {}, now + options_.negative_ttl.count()});
         return NotFoundError(path.str() + " does not exist (not in its directory's listing)");
       }
-      return it->attr;
     }
   }
   auto r = WaitFor<FileAttr>(deadline, [&](auto cb) { origin_.Stat(path, deadline, cb); });

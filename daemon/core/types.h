@@ -70,6 +70,12 @@ struct FileAttr {
   uint64_t size = 0;
   int64_t mtime = 0;  // seconds since the epoch; 0 when unknown
   std::string etag;   // "" when unknown (XRootD's PROPFIND sends none)
+  // In a namespace that requires a token: not for every local user to read
+  // (the mount shows it to root and the configured group only).
+  bool restricted = false;
+  // A directory whose listing may lack entries (the federation root, a
+  // namespace without listings): a name absent from it may still exist.
+  bool partial_listing = false;
 };
 
 struct DirEntry {

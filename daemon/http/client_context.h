@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "daemon/http/curl_loop.h"
@@ -15,6 +16,9 @@ namespace perch::http {
 
 struct FederationClientOptions {
   std::string token_file;  // explicit token location (step 0 of the search order)
+  // Token files for namespaces at or below a federation path prefix; they
+  // come before every other source and are never sent to another namespace.
+  std::map<std::string, std::string> namespace_token_files;
   std::chrono::seconds namespace_ttl{300};         // director answers, per namespace prefix
   std::chrono::seconds discovery_ttl{1800};        // discovery document
   std::chrono::seconds discovery_failure_ttl{15};  // a failed discovery is remembered this long

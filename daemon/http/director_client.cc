@@ -306,7 +306,7 @@ void DirectorClient::FinishResolve(const ObjectPath& fed_path,
     // longest prefix wins per path.
     if (namespaces_.size() >= NamespaceDirectory::kMaxPrefixes) namespaces_.clear();
     namespaces_[(*r)->prefix.str()] = *r;
-    directory_.AddSeen((*r)->prefix);
+    directory_.AddSeen((*r)->prefix, (*r)->require_token);
   }
   auto it = waiters_.find(fed_path.str());
   if (it == waiters_.end()) return;

@@ -18,9 +18,11 @@ FederationClient::FederationClient(CurlLoop& loop, FederationUrl url,
     : url_(url), loop_(loop) {
   auto token_file = options.token_file;
   auto token_ttl = options.token_ttl;
+  auto by_prefix = options.namespace_token_files;
   ctx_ = std::make_shared<ClientContext>(loop, std::move(url), std::move(options));
   director_ = std::make_shared<DirectorClient>(ctx_);
-  auto auth = std::make_shared<NamespaceAuth>(TokenFinder(token_file), url_.token_name, token_ttl);
+  auto auth = std::make_shared<NamespaceAuth>(TokenFinder(token_file), url_.token_name,
+                                            token_ttl, std::move(by_prefix));
   reader_ = std::make_shared<RangeReader>(ctx_, director_, auth);
   lister_ = std::make_shared<Lister>(ctx_, director_, auth, reader_);
 }

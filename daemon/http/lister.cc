@@ -16,19 +16,21 @@ using core::StatusCode;
 
 namespace {
 
-core::FileAttr DirAttr() {
+core::FileAttr DirAttr(bool partial = false) {
   core::FileAttr a;
   a.is_dir = true;
+  a.partial_listing = partial;
   return a;
 }
 
-// `listing` plus a directory entry for each name in `extra` it lacks.
+// `listing` plus each entry of `extra` (ways to nested namespaces) whose name
+// it lacks.
 std::vector<core::DirEntry> Merge(std::vector<core::DirEntry> listing,
-                                  const std::vector<std::string>& extra) {
-  for (const std::string& name : extra) {
+                                  const std::vector<core::DirEntry>& extra) {
+  for (const core::DirEntry& x : extra) {
     bool present = std::any_of(listing.begin(), listing.end(),
-                               [&](const core::DirEntry& e) { return e.name == name; });
-    if (!present) listing.push_back(core::DirEntry{name, DirAttr()});
+                               [&](const core::DirEntry& e) { return e.name == x.name; });
+    if (!present) listing.push_back(x);
   }
   return listing;
 }
@@ -120,7 +122,7 @@ void Lister::Stat(const ObjectPath& fed, core::Deadline deadline,
       if (fed.IsRoot() && Unreachable(listed) && dir.size() == 0) {
         done(listed);
       } else {
-        done(DirAttr());
+        done(DirAttr(true));  // lists the namespaces known so far; the director knows more
       }
       return;
     }
@@ -137,9 +139,14 @@ void Lister::Stat(const ObjectPath& fed, core::Deadline deadline,
 
 void Lister::StatIn(EntryPtr entry, const ObjectPath& fed, core::Deadline deadline,
                     std::function<void(Result<core::FileAttr>)> done) {
+  bool restricted = entry->require_token;
+  done = [restricted, done = std::move(done)](Result<core::FileAttr> r) {
+    if (r.ok()) r->restricted = restricted;
+    done(std::move(r));
+  };
   if (entry->collections_url.empty()) {
     if (entry->prefix == fed || director_->directory().IsPrefix(fed)) {
-      done(DirAttr());  // a namespace's root is a directory by definition
+      done(DirAttr(true));  // a namespace's root is a directory by definition
     } else {
       reader_->Head(fed, deadline, std::move(done));
     }
@@ -193,7 +200,7 @@ void Lister::List(const ObjectPath& fed, core::Deadline deadline,
 
 void Lister::ListIn(EntryPtr entry, const ObjectPath& fed, core::Deadline deadline,
                     std::function<void(Result<std::vector<core::DirEntry>>)> done) {
-  std::vector<std::string> nested = director_->directory().ChildrenToward(fed);
+  std::vector<core::DirEntry> nested = director_->directory().ChildrenToward(fed);
   if (entry->collections_url.empty()) {
     if (warned_unlisted_.insert(entry->prefix.str()).second) {
       spdlog::warn(
@@ -235,6 +242,7 @@ void Lister::ListIn(EntryPtr entry, const ObjectPath& fed, core::Deadline deadli
                done(listing.status());
                return;
              }
+             for (core::DirEntry& e : listing->children) e.attr.restricted = entry->require_token;
              done(Merge(std::move(listing->children), nested));
            });
 }

@@ -205,12 +205,39 @@ core::Result<std::vector<std::string>> NamespaceAuth::Headers(bool require_token
   if (auto cached = cache_.find(prefix); cached != cache_.end() && now < cached->second.second) {
     return std::vector<std::string>{"Authorization: Bearer " + cached->second.first};
   }
-  auto found = finder_.Find(TokenRequest{object_path, prefix, issuers, token_name_});
+  // The configured file of the longest prefix that holds this namespace.
+  const std::string* configured = nullptr;
+  size_t best = 0;
+  for (const auto& [p, file] : by_prefix_) {
+    bool holds = p == "/" || prefix == p || (prefix.starts_with(p) && prefix[p.size()] == '/');
+    if (holds && p.size() >= best) {
+      configured = &file;
+      best = p.size();
+    }
+  }
+  core::Result<FoundToken> found = core::PermissionDeniedError("no token");
+  if (configured != nullptr) {
+    auto token = ReadTokenFile(*configured);
+    if (token.ok()) {
+      found = FoundToken{*token, "tokens.\"" + prefix + "\" (" + *configured + ")", true};
+    } else {
+      found = token.status();
+    }
+  } else {
+    found = finder_.Find(TokenRequest{object_path, prefix, issuers, token_name_});
+  }
   if (!found.ok()) {
+    if (!warned_[prefix]) {
+      warned_[prefix] = true;
+      spdlog::warn("namespace {} requires a token and none is usable ({}): its files are EACCES",
+                   prefix, found.status().message());
+    }
+    if (warned_.size() > 4096) warned_.clear();
     return core::PermissionDeniedError(
         "namespace " + prefix + " requires a token: " + found.status().message(),
         core::FailureSite::kLocal);
   }
+  warned_.erase(prefix);
   if (!found->acceptable) {
     spdlog::warn("namespace {}: no token found is acceptable for it; using the one from {}",
                  prefix, found->source);

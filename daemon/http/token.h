@@ -66,10 +66,19 @@ class TokenFinder {
 // namespace; a found token, reused for `ttl`, for a namespace that requires
 // one; kPermissionDenied (kLocal, naming the namespace) when none is found.
 // Thread-safety: none (the federation client's loop thread).
+//
+// Configured per-prefix token files (`by_prefix`: federation path prefix ->
+// file) come first: the longest prefix that holds the namespace wins, and its
+// token is never used for a namespace outside that prefix. A namespace
+// without a token is logged once (naming it), then refused quietly.
 class NamespaceAuth {
  public:
-  NamespaceAuth(TokenFinder finder, std::string token_name, std::chrono::seconds ttl)
-      : finder_(std::move(finder)), token_name_(std::move(token_name)), ttl_(ttl) {}
+  NamespaceAuth(TokenFinder finder, std::string token_name, std::chrono::seconds ttl,
+                std::map<std::string, std::string> by_prefix = {})
+      : finder_(std::move(finder)),
+        token_name_(std::move(token_name)),
+        ttl_(ttl),
+        by_prefix_(std::move(by_prefix)) {}
 
   core::Result<std::vector<std::string>> Headers(bool require_token, const std::string& prefix,
                                                  const std::vector<std::string>& issuers,
@@ -79,7 +88,9 @@ class NamespaceAuth {
   TokenFinder finder_;
   std::string token_name_;
   std::chrono::seconds ttl_;
+  std::map<std::string, std::string> by_prefix_;
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> cache_;
+  std::map<std::string, bool> warned_;  // namespaces whose missing token was logged
 };
 
 // Reads a token file: raw token text or JSON {"access_token": ...}; trimmed.
