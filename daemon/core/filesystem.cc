@@ -55,11 +55,38 @@ Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) 
     f = it->second;
   }
   if (prefetcher_ != nullptr) prefetcher_->Read(handle, offset, size);
+  if (auto failed = RecentFailure(f.object_id)) return *failed;
   Deadline deadline = NewDeadline();
-  return WaitFor<Bytes>(deadline, [&](auto cb) {
+  auto r = WaitFor<Bytes>(deadline, [&](auto cb) {
     reader_.Read(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size},
                  deadline, cb);
   });
+  NoteResult(f.object_id, r.status());
+  return r;
+}
+
+std::optional<Status> FileSystem::RecentFailure(const std::string& object_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = failed_.find(object_id);
+  if (it == failed_.end()) return std::nullopt;
+  if (Clock::now() - it->second.first >= options_.failure_memo) {
+    failed_.erase(it);
+    return std::nullopt;
+  }
+  return it->second.second;
+}
+
+void FileSystem::NoteResult(const std::string& object_id, const Status& s) {
+  bool undeliverable = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+  std::lock_guard<std::mutex> l(mu_);
+  if (!undeliverable) {
+    if (!failed_.empty()) failed_.erase(object_id);
+    return;
+  }
+  if (failed_.size() >= 4096) failed_.clear();
+  failed_[object_id] = {Clock::now(), Status(s.code(), s.message() + " (a read of this file failed moments ago; "
+                                                       "it is tried again after a few seconds)",
+                                             s.where(), s.retryable())};
 }
 
 std::optional<BlockSlice> FileSystem::ReadSlice(uint64_t handle, uint64_t offset, uint64_t size) {

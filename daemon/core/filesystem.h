@@ -19,6 +19,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,12 @@ struct FileSystemOptions {
   std::chrono::milliseconds op_timeout{30000};
   std::string federation_id;  // e.g. the federation URL; part of every object id
   size_t implicit_open_limit = 1024;  // files ReadPath keeps open
+  // After a read of an object failed because the federation could not
+  // deliver it (kUnavailable, kDeadlineExceeded), reads of that object fail
+  // at once for this long: the kernel cuts one read(2) into several FUSE
+  // requests, and the whole system call, not each request, must end within
+  // op_timeout.
+  std::chrono::milliseconds failure_memo{5000};
 };
 
 struct OpenFile {
@@ -83,6 +90,9 @@ class FileSystem {
 
   // The handle ReadPath uses for `path`, opening it if needed.
   Result<uint64_t> ImplicitHandle(const ObjectPath& path);
+  // The remembered failure of `object_id`, if recent (see failure_memo).
+  std::optional<Status> RecentFailure(const std::string& object_id);
+  void NoteResult(const std::string& object_id, const Status& s);
 
   std::atomic<uint64_t> next_handle_{1};
   mutable std::mutex mu_;
@@ -90,6 +100,8 @@ class FileSystem {
   // Protected by mu_: files opened by ReadPath, least recently read first.
   std::list<std::pair<std::string, uint64_t>> implicit_lru_;
   std::unordered_map<std::string, std::list<std::pair<std::string, uint64_t>>::iterator> implicit_;
+  // Protected by mu_: recent delivery failures by object id (bounded).
+  std::unordered_map<std::string, std::pair<Clock::time_point, Status>> failed_;
 };
 
 }  // namespace perch::core

@@ -172,7 +172,7 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
   // answers for the names it has.
   if (!path.IsRoot()) {
     std::optional<AttrEntry> parent_attr = FindAttr(path.Parent());
-    bool complete = parent_attr && parent_attr->exists && !parent_attr->attr.partial_listing;
+    bool complete = !(parent_attr && parent_attr->exists && parent_attr->attr.partial_listing);
     if (auto parent = FindList(path.Parent()); parent && parent->expires > now) {
       auto it = std::find_if(parent->entries.begin(), parent->entries.end(),
                              [&](const DirEntry& d) { return d.name == path.Name(); });

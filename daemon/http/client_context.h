@@ -25,6 +25,12 @@ struct FederationClientOptions {
   std::chrono::seconds server_penalty{30};         // a failed server sorts last this long
   std::chrono::seconds token_ttl{30};              // how long a found token is reused
   std::chrono::milliseconds connect_timeout{5000};
+  // A server whose answer has not begun within this time is left for the
+  // next one in the list (a stalled or overloaded cache): an adaptive
+  // multiple of the first-byte times seen, within these bounds. The last
+  // server of a list is waited for until the read's deadline.
+  std::chrono::milliseconds first_byte_min{1000};
+  std::chrono::milliseconds first_byte_max{10000};
   long low_speed_bytes = 1024;              // abort a transfer slower than this ...
   std::chrono::seconds low_speed_time{20};  // ... for this long
   int director_attempts = 4;                // for 429 and proxy errors

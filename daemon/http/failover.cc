@@ -1,5 +1,7 @@
 #include "daemon/http/failover.h"
 
+#include <algorithm>
+
 namespace perch::http {
 
 using core::Clock;
@@ -42,6 +44,16 @@ std::vector<size_t> ServerHealth::Order(const std::vector<std::string>& servers,
   }
   order.insert(order.end(), penalised.begin(), penalised.end());
   return order;
+}
+
+void FirstByteTimer::Observe(std::chrono::microseconds first_byte) {
+  double us = static_cast<double>(first_byte.count());
+  mean_us_ = mean_us_ == 0 ? us : 0.9 * mean_us_ + 0.1 * us;
+}
+
+std::chrono::milliseconds FirstByteTimer::Timeout() const {
+  auto adaptive = std::chrono::milliseconds(static_cast<int64_t>(8 * mean_us_ / 1000));
+  return std::clamp(adaptive, min_, max_);
 }
 
 void FailoverPlan::Begin(std::vector<size_t> order) {

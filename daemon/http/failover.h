@@ -59,6 +59,21 @@ class ServerHealth {
   std::map<std::string, core::Clock::time_point> until_;
 };
 
+// How long to wait for a server's first byte before moving on: an
+// exponentially weighted mean of the first-byte times seen, times 8, within
+// [min, max]. Fed by every answer that began.
+class FirstByteTimer {
+ public:
+  FirstByteTimer(std::chrono::milliseconds min, std::chrono::milliseconds max)
+      : min_(min), max_(max) {}
+  void Observe(std::chrono::microseconds first_byte);
+  std::chrono::milliseconds Timeout() const;
+
+ private:
+  std::chrono::milliseconds min_, max_;
+  double mean_us_ = 0;  // 0 until the first observation
+};
+
 // One read's walk down the server list.
 class FailoverPlan {
  public:
@@ -85,6 +100,9 @@ class FailoverPlan {
 
   // Records a deadline reached inside an attempt (Next() then reports it).
   void NoteDeadline(const core::Status& failure) { last_error_ = failure; }
+
+  // True if the server Next() last returned is not the last one to try.
+  bool HasNext() const { return next_ < order_.size(); }
 
   int attempts() const { return attempts_; }
   const core::Status& last_error() const { return last_error_; }

@@ -36,6 +36,10 @@ struct RangeReader::Op {
   std::vector<std::string> auth;
   std::map<std::string, std::string> etag_by_server;
   // Per attempt.
+  uint64_t attempt_seq = 0;       // tells a timer which attempt it was set for
+  uint64_t transfer = 0;          // the CurlLoop's id, for Cancel
+  Clock::time_point started;
+  bool first_byte_late = false;   // abandoned: no answer within the first-byte time
   std::string url;
   std::string server;
   uint64_t attempt_start = 0;
@@ -105,6 +109,9 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
   op->head_checked = false;
   op->head_error = Status();
   op->error_body.clear();
+  op->attempt_seq++;
+  op->started = Clock::now();
+  op->first_byte_late = false;
   auto self = shared_from_this();
   HttpRequest req;
   req.url = op->url;
@@ -114,8 +121,9 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
   if (op->head_done) {
     req.method = "HEAD";
     req.max_body = 64 << 10;
-    ctx_->loop.Submit(std::move(req),
-                      [self, op](Result<HttpResponse> r) { self->AttemptDone(op, std::move(r)); });
+    op->transfer = ctx_->loop.Submit(
+        std::move(req), [self, op](Result<HttpResponse> r) { self->AttemptDone(op, std::move(r)); });
+    WatchFirstByte(op);
     return;
   }
   if (!op->buffer.empty()) ctx_->counters.resumes++;
@@ -128,6 +136,8 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
   req.on_data = [self, op, last](const HttpHead& head, std::string_view chunk) -> bool {
     if (!op->head_checked) {
       op->head_checked = true;
+      self->first_byte_.Observe(std::chrono::duration_cast<std::chrono::microseconds>(
+          Clock::now() - op->started));
       if (!self->AcceptHead(*op, head, last)) return false;
     }
     if (head.status != 206 && head.status != 200) {
@@ -144,8 +154,24 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
     return true;
   };
   ctx_->counters.range_gets++;
-  ctx_->loop.Submit(std::move(req),
-                    [self, op](Result<HttpResponse> r) { self->AttemptDone(op, std::move(r)); });
+  op->transfer = ctx_->loop.Submit(
+      std::move(req), [self, op](Result<HttpResponse> r) { self->AttemptDone(op, std::move(r)); });
+  WatchFirstByte(op);
+}
+
+// A server that has not begun to answer within the first-byte time is left
+// for the next one (only when there is a next one: the last server is waited
+// for until the deadline). The abandoned transfer ends as kCancelled, which
+// AttemptDone then counts as the server's failure.
+void RangeReader::WatchFirstByte(std::shared_ptr<Op> op) {
+  if (!op->plan.HasNext()) return;
+  auto self = shared_from_this();
+  uint64_t seq = op->attempt_seq;
+  ctx_->loop.PostAfter(first_byte_.Timeout(), [self, op, seq] {
+    if (op->attempt_seq != seq || op->head_checked || (!op->done && !op->head_done)) return;
+    op->first_byte_late = true;
+    self->ctx_->loop.Cancel(op->transfer);
+  });
 }
 
 // Checks a response's head against what was asked; false (with head_error
@@ -187,6 +213,10 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
   long http_status = 0;
   if (!op->head_error.ok()) {
     failure = op->head_error;
+  } else if (op->first_byte_late && !r.ok()) {
+    failure = core::UnavailableError(op->server + ": no answer within " +
+                                         std::to_string(first_byte_.Timeout().count()) + " ms",
+                                     FailureSite::kCache);
   } else if (!r.ok()) {
     if (r.status().code() == StatusCode::kCancelled) {
       Finish(op, r.status());  // shutting down: no failover

@@ -33,7 +33,8 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
       : ctx_(std::move(ctx)),
         director_(std::move(director)),
         auth_(std::move(auth)),
-        health_(ctx_->options.server_penalty) {}
+        health_(ctx_->options.server_penalty),
+        first_byte_(ctx_->options.first_byte_min, ctx_->options.first_byte_max) {}
 
   // Yields exactly `range` (non-empty, within the object) of `fed_path`.
   void Read(const core::ObjectPath& fed_path, const core::ObjectVersion& version,
@@ -61,6 +62,7 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   void Attempt(std::shared_ptr<Op> op);
   bool AcceptHead(Op& op, const HttpHead& head, uint64_t last);
   void HeadDone(std::shared_ptr<Op> op, const HttpResponse& r);
+  void WatchFirstByte(std::shared_ptr<Op> op);
   void AttemptDone(std::shared_ptr<Op> op, core::Result<HttpResponse> r);
   void Finish(std::shared_ptr<Op> op, core::Result<core::Bytes> r);
   void NoteServer(const std::string& fed_path, const std::string& server);
@@ -69,6 +71,7 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   std::shared_ptr<DirectorClient> director_;
   std::shared_ptr<NamespaceAuth> auth_;
   ServerHealth health_;  // loop thread
+  FirstByteTimer first_byte_;  // loop thread
   std::function<void(const std::string&, uint64_t)> progress_hook_;  // loop thread
 
   mutable std::mutex served_mu_;

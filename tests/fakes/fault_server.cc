@@ -183,6 +183,11 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
   if (behaviour == "wrongsize") {
     cr = "bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" + std::to_string(object.size() + 1);
   }
+  if (behaviour == "silent") {
+    // Accepted, never answered (a SIGSTOPped cache: the kernel still accepts).
+    for (int i = 0; i < 200 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return false;
+  }
   if (behaviour == "stall" || behaviour == "short") {
     std::string head = "HTTP/1.1 206 Partial Content\r\nContent-Range: " + cr +
                        "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";

@@ -7,7 +7,8 @@
 //                                             behaviours set by SetLinks()
 //   GET /srv/<behaviour>/ns/<name>            a data server behaving as asked
 //
-// Behaviours: ok, 500, 404, 403, stall (headers then silence), short (closes
+// Behaviours: ok, 500, 404, 403, silent (accepts, never answers), stall
+// (headers then silence), short (closes
 // after half the body), badrange (wrong Content-Range start), wrongsize
 // (Content-Range total off by one), norange (200 with the whole object),
 // refuse (no such server: the port is closed).

@@ -177,5 +177,23 @@ TEST_F(FileSystemTest, DeadlineBoundsEveryCall) {
   origin_.Release();
 }
 
+TEST_F(FileSystemTest, OneSystemCallWaitsForAnUnreachableFederationOnlyOnce) {
+  auto h = fs_->Open(P("/d/a.bin"));
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  origin_.Hold(true);  // the federation takes every request and never answers
+  auto start = Clock::now();
+  auto first = fs_->Read(*h, 0, 1000);
+  EXPECT_EQ(first.status().code(), StatusCode::kDeadlineExceeded) << first.status().ToString();
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(1900));
+  // The kernel's next request of the same read(2) is answered at once.
+  start = Clock::now();
+  auto second = fs_->Read(*h, 1000, 1000);
+  EXPECT_EQ(second.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(200));
+  origin_.Hold(false);
+  origin_.Release();
+  fs_->Release(*h);
+}
+
 }  // namespace
 }  // namespace perch::core

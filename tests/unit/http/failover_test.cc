@@ -30,6 +30,16 @@ TEST(ServerHealthTest, TrackingIsBounded) {
   EXPECT_FALSE(health.Penalized("http://s0", t0));  // dropped when the table filled
 }
 
+TEST(FirstByteTimerTest, AdaptsWithinBounds) {
+  FirstByteTimer t(std::chrono::milliseconds(1000), std::chrono::milliseconds(10000));
+  EXPECT_EQ(t.Timeout(), std::chrono::milliseconds(1000));  // nothing seen yet
+  for (int i = 0; i < 50; ++i) t.Observe(std::chrono::milliseconds(500));
+  EXPECT_GT(t.Timeout(), std::chrono::milliseconds(3500));  // about 8 x 500 ms
+  EXPECT_LE(t.Timeout(), std::chrono::milliseconds(4000));
+  for (int i = 0; i < 50; ++i) t.Observe(std::chrono::seconds(30));
+  EXPECT_EQ(t.Timeout(), std::chrono::milliseconds(10000));
+}
+
 TEST(FailoverPlanTest, ServerFaultsWalkTheListThenAskTheDirectorOnceThenFail) {
   FailoverPlan plan;
   auto now = Clock::now();

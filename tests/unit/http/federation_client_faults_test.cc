@@ -79,6 +79,25 @@ TEST_F(FaultsTest, StalledServerIsAbandoned) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
+TEST_F(FaultsTest, ASilentServerIsLeftAfterTheFirstByteTimeNotTheLowSpeedLimit) {
+  // Accepted but never answered (a SIGSTOPped cache); low-speed limit 20 s.
+  FederationClientOptions opts;
+  client_ = std::make_unique<FederationClient>(loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
+  server_.SetLinks({"silent", "ok"});
+  auto start = std::chrono::steady_clock::now();
+  auto r = Read(0, 4096);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(*r == object_.substr(0, 4096));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(client_->counters().failovers.load(), 1u);
+  // The silent server now sorts last: the next read goes straight to the good one.
+  start = std::chrono::steady_clock::now();
+  r = Read(4096, 4096);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(900));
+  EXPECT_EQ(client_->counters().failovers.load(), 1u);
+}
+
 TEST_F(FaultsTest, ExhaustedListIsUnavailableAndNamesTheLastError) {
   server_.SetLinks({"500", "refuse"});
   auto r = Read(0, 10);
