@@ -87,7 +87,7 @@ struct Fd {
 }  // namespace
 
 FileBlockStore::FileBlockStore(std::string root)
-    : root_(std::move(root)), created_at_(std::filesystem::file_time_type::clock::now()) {}
+    : root_(std::move(root)), tmp_prefix_(kTmpPrefix + std::to_string(std::random_device{}()) + ".") {}
 
 std::string FileBlockStore::PathOf(const core::BlockKey& key) const {
   std::string shard = key.object_id.size() >= 2 ? key.object_id.substr(0, 2) : "00";
@@ -209,13 +209,13 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   const std::string path = PathOf(key);
   const std::string dir = path.substr(0, path.rfind('/'));
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  const std::string tmp = dir + "/" + kTmpPrefix + std::to_string(rng());
+  const std::string tmp = dir + "/" + tmp_prefix_ + std::to_string(rng());
   Fd f;
   f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (f.fd < 0 && errno == ENOENT) {
     // First block of this shard. Directories are private to the daemon
     // (0700), whatever the umask.
-    for (const std::string& d : {root_ + "/blocks", dir}) {
+    for (const std::string& d : {root_, root_ + "/blocks", dir}) {
       if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d, errno);
     }
     f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -285,10 +285,9 @@ Result<core::BlockScan> FileBlockStore::ForEachBlock(
       if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       const uint64_t size = static_cast<uint64_t>(st.st_size);
       if (name.starts_with(kTmpPrefix)) {
-        // A write of this process may be under way: only older temp files
-        // are leftovers of a process that died mid-write.
-        std::error_code ec3;
-        if (fs::last_write_time(p, ec3) < created_at_ && !ec3) remove(p, size);
+        // A write of this object may be under way; other temp files are
+        // leftovers of a process that died mid-write.
+        if (!name.starts_with(tmp_prefix_)) remove(p, size);
         continue;
       }
       const size_t dot = name.rfind('.');

@@ -45,13 +45,15 @@ class FileBlockStore : public core::BlockStore {
   core::Status Write(const core::BlockKey& key, std::string_view data) override;
   core::Status Remove(const core::BlockKey& key) override;
   core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset, uint64_t length) override;
-  // Temp files older than this object are leftovers of a process that died
-  // mid-write (removed); newer ones may be writes under way (kept).
+  // Temp files not named by this object are leftovers of a process that
+  // died mid-write (removed); its own may be writes under way (kept).
   core::Result<core::BlockScan> ForEachBlock(
       const std::function<void(const core::BlockKey&, uint64_t)>& fn) override;
 
   // The file that holds block `key` (exposed for tests and tools).
   std::string PathOf(const core::BlockKey& key) const;
+  // How this object's temp files start (exposed for tests).
+  const std::string& TempPrefix() const { return tmp_prefix_; }
 
  private:
   struct FileId {
@@ -67,7 +69,7 @@ class FileBlockStore : public core::BlockStore {
   void Forget(const std::string& path);
 
   const std::string root_;
-  const std::filesystem::file_time_type created_at_;
+  const std::string tmp_prefix_;  // ".tmp.<random per object>.": whose temp files are whose
   std::mutex mu_;
   std::unordered_map<std::string, FileId> verified_;  // Protected by mu_
 };
