@@ -113,10 +113,12 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   ThreadPoolExecutor jobs(4);
   core::PrefetchOptions popts;
   popts.sequential = popts.directories = cfg.prefetch;
-  // Nothing is fetched ahead so far that it would push out what is being read.
-  popts.max_window_bytes = std::min(cfg.readahead, cfg.cache_size / 8);
+  // Nothing is fetched ahead so far that it would push out what is being read
+  // (of the quota as the filesystem caps it: a small disk prefetches less).
+  const uint64_t quota = catalog.capacity_bytes();
+  popts.max_window_bytes = std::min(cfg.readahead, quota / 8);
   popts.dir_max_entries = cfg.prefetch_dir_max_entries;
-  popts.dir_max_bytes = cfg.cache_size / 8;  // never let one directory's prefetch flush the cache
+  popts.dir_max_bytes = quota / 8;  // never let one directory's prefetch flush the cache
   popts.hint_window = cfg.hint_window;
   core::Prefetcher prefetcher(names, reader, jobs, popts, [fed = url->ToString()](const core::ObjectPath& p, const core::FileAttr& a) {
     return core::ObjectIdFor(fed, p, a);

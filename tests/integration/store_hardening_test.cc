@@ -103,6 +103,9 @@ class StoreHardeningTest : public MountedFederation {
 
 TEST_F(StoreHardeningTest, NobodyCanListOrReadTheCacheDirectory) {
   StartFederation("store-private", MixedTree(12, 1, 5 << 20));
+  // As a package or an admin may have made it: readable by all.
+  fs::create_directories(Cache());
+  fs::permissions(Cache(), fs::perms(0755));
   Mount();
   ReadAll();
   json s = StatsWhen([&](const json& s) { return s["cached_bytes"] > 0u && s["inflight_requests"] == 0u; });
@@ -150,7 +153,7 @@ TEST_F(StoreHardeningTest, ADiskSmallerThanTheQuotaServesEveryReadAndShowsStoreE
   const uint64_t read = ReadAll();  // byte-exact, checked inside
   s = StatsWhen([](const json& s) { return s["inflight_requests"] == 0u; });
   EXPECT_GT(read, 64u << 20);
-  EXPECT_LE(s["bytes_from_network"].get<uint64_t>(), read * 11 / 10) << s.dump();
+  EXPECT_LE(s["bytes_from_network"].get<uint64_t>(), read * 11 / 10) << s.dump() << perchd_.Log();
   EXPECT_GT(s["store_errors"].get<uint64_t>(), 0u) << s.dump();
   EXPECT_LT(s["capacity_bytes"].get<uint64_t>(), 28u << 20) << s.dump();
   EXPECT_LE(s["cached_bytes"].get<uint64_t>(), s["capacity_bytes"].get<uint64_t>());
@@ -201,7 +204,8 @@ TEST_F(StoreHardeningTest, ACorruptIndexIsMovedAsideAndTheCacheServes) {
 }
 
 TEST_F(StoreHardeningTest, TwentySigkillsDuringWarmsLeaveAConsistentCache) {
-  StartFederation("store-crash", MixedTree(30, 2, 5 << 20));
+  StartFederation("store-crash", MixedTree(150, 4, 6 << 20));
+  int recovered = 0;  // restarts that found something to repair
   std::mt19937 rng(11);
   auto start = std::chrono::steady_clock::now();
   for (int cycle = 0; cycle <= 20; ++cycle) {
@@ -215,21 +219,23 @@ TEST_F(StoreHardeningTest, TwentySigkillsDuringWarmsLeaveAConsistentCache) {
     ASSERT_EQ(s["cached_bytes"], d.block_bytes) << "cycle " << cycle << "\n" << perchd_.Log();
     ASSERT_EQ(s["cached_blocks"], d.block_files) << "cycle " << cycle;
     ASSERT_EQ(d.temp_files, 0u) << "cycle " << cycle;
+    recovered += perchd_.Log().find("adopted") != std::string::npos;
     // Every cached byte is right (a bad block would be dropped and counted).
     ReadAll();
     ASSERT_EQ(Stats()["corrupt_blocks"], 0u) << "cycle " << cycle;
     if (::testing::Test::HasFailure() || cycle == 20) break;
-    // Half the time start from empty, else from what is cached; warm, and
-    // kill perchd somewhere in the middle.
-    if (cycle % 2 == 0) {
+    // Two times in three start from empty, else from what is cached; warm,
+    // and kill perchd somewhere in the middle.
+    if (cycle % 3 != 2) {
       ASSERT_EQ(Ctl({"evict", mnt_.string()}).exit_code, 0);
     }
     std::thread warm([&] { Ctl({"warm", mnt_.string(), "--wait"}); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(20, 400)(rng)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(5, 150)(rng)));
     perchd_.Kill();
     warm.join();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
+  std::cerr << recovered << " of 20 restarts adopted block files written before their record\n";
 }
 
 }  // namespace
