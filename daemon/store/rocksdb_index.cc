@@ -91,7 +91,13 @@ core::Status RocksDbIndex::Apply(const std::vector<Write>& batch) {
   }
   rocksdb::WriteOptions wo;
   wo.sync = false;
-  return Convert(db_->Write(wo, &wb), "index write");
+  rocksdb::Status s = db_->Write(wo, &wb);
+  if (s.IsNoSpace() || s.IsIOError()) {
+    // A full disk puts RocksDB in a stopped state that every later write
+    // would report; the catalog has evicted by now, so ask it to go on.
+    if (db_->Resume().ok()) s = db_->Write(wo, &wb);
+  }
+  return Convert(s, "index write");
 }
 
 core::Status RocksDbIndex::Scan(std::string_view prefix,

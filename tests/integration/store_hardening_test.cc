@@ -203,6 +203,29 @@ TEST_F(StoreHardeningTest, ACorruptIndexIsMovedAsideAndTheCacheServes) {
   EXPECT_EQ(s["cached_bytes"], Walk(Cache()).block_bytes);
 }
 
+TEST_F(StoreHardeningTest, AColdReadIsNotCountedAsCacheBytesAndLeftoversGoAtStart) {
+  StartFederation("store-hits", {{"big", 64 << 20}});
+  Mount();
+  ASSERT_EQ(ReadFile("big"), Original("big"));  // one cold `cat`
+  json s = StatsWhen([](const json& s) { return s["cached_bytes"] == 64u << 20; });
+  // Every byte came over the network once; hits count the parts read, not
+  // whole blocks (this was 900 MiB "from cache" for a 64 MiB file).
+  EXPECT_EQ(s["bytes_from_network"], 64u << 20);
+  EXPECT_LE(s["bytes_from_cache"].get<uint64_t>(), 64u << 20) << s.dump();
+  ASSERT_EQ(perchd_.Stop(), 0);
+  // What a daemon killed mid-write leaves: a half-written temp file, outside
+  // the quota until now.
+  fs::path shard;
+  for (auto& e : fs::directory_iterator(Cache() / "blocks")) shard = e.path();
+  ASSERT_FALSE(shard.empty());
+  { std::ofstream(shard / ".tmp.1.2", std::ios::binary) << std::string(3 << 20, 't'); }
+  Mount();
+  s = StatsWhen([&](const json&) { return Walk(Cache()).temp_files == 0; });
+  EXPECT_EQ(Walk(Cache()).temp_files, 0u);
+  EXPECT_EQ(s["cached_bytes"], Walk(Cache()).block_bytes);
+  EXPECT_NE(perchd_.Log().find("removed 1 leftover files"), std::string::npos) << perchd_.Log();
+}
+
 TEST_F(StoreHardeningTest, TwentySigkillsDuringWarmsLeaveAConsistentCache) {
   StartFederation("store-crash", MixedTree(150, 4, 6 << 20));
   int recovered = 0;  // restarts that found something to repair
