@@ -410,7 +410,8 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   std::sort(lru.begin(), lru.end());
   // Take the oldest blocks until enough bytes would be freed, then remove them.
   std::vector<BlockKey> victims;
-  uint64_t to_free = cached_bytes_.load() - low;
+  const uint64_t cached = cached_bytes_.load();  // may have dropped since the check above
+  const uint64_t to_free = cached > low ? cached - low : 0;
   uint64_t planned = 0;
   for (const auto& [seq, key] : lru) {
     if (planned >= to_free) break;
@@ -456,14 +457,13 @@ void CacheCatalog::UpdateCapacity() {
   MaybeScheduleEviction();
 }
 
-void CacheCatalog::StoreFailed(const BlockKey& key, uint64_t length, const Status& why) {
+void CacheCatalog::StoreFailed(const BlockKey& /*key*/, uint64_t length, const Status& why) {
   store_errors_++;
   {
     std::lock_guard<std::mutex> l(mu_);
     last_store_error_ = why.message();
     last_store_error_at_ = Clock::now();
   }
-  (void)key;
   if (why.code() != StatusCode::kNoSpace) return;
   // The disk is fuller than the quota thought: cap it, and make room for the
   // next block now rather than failing every write until a pass comes.

@@ -196,6 +196,16 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   { std::ofstream(shard / (before_tmp + "123"), std::ios::binary) << std::string(777, 'x'); }
   fs::copy_file(probe.PathOf(BlockKey{"aa11", 0}), shard / "aa11.7");
   fs::resize_file(probe.PathOf(BlockKey{"aa11", 1}), 100);
+  // Hostile headers: huge id and data lengths, and a file of only a magic.
+  for (uint64_t huge : std::initializer_list<uint64_t>{~0ULL, 1ULL << 40, 4097}) {
+    std::string h = "PERCHBLK";
+    for (uint64_t v : std::initializer_list<uint64_t>{1, 64, 0, huge, 0, huge}) {
+      for (int i = 0; i < 8; ++i) h.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
+    h.resize(64 + 100, 'z');
+    std::ofstream(shard / ("aa" + std::to_string(huge) + ".0"), std::ios::binary) << h;
+  }
+  { std::ofstream(shard / "aa22.0", std::ios::binary) << "PERCHBLK"; }
 
   FileBlockStore store(root.string());  // a later process
   // A write of this process under way: its temp file is kept.
@@ -206,7 +216,7 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   ASSERT_TRUE(scan.ok()) << scan.status().ToString();
   EXPECT_EQ(seen, (std::map<BlockKey, uint64_t>{{BlockKey{"aa11", 0}, 5000}}));
   EXPECT_EQ(scan->blocks, 1u);
-  EXPECT_EQ(scan->leftovers_removed, 3u);
+  EXPECT_EQ(scan->leftovers_removed, 7u);
   EXPECT_FALSE(fs::exists(shard / (before_tmp + "123")));
   EXPECT_FALSE(fs::exists(shard / "aa11.7"));
   EXPECT_FALSE(fs::exists(store.PathOf(BlockKey{"aa11", 1})));
