@@ -257,6 +257,9 @@ void PrintStats(const v1::Stats& s) {
   for (const auto& e : s.errors()) {
     if (e.count() > 0) errs += (errs.empty() ? "" : ", ") + e.error_class() + " " + Count(e.count());
   }
+  // Blocks served but not cached (full disk) and dropped for failing their check.
+  if (s.store_errors() > 0) errs += (errs.empty() ? "" : ", ") + std::string("store ") + Count(s.store_errors());
+  if (s.corrupt_blocks() > 0) errs += (errs.empty() ? "" : ", ") + std::string("corrupt blocks ") + Count(s.corrupt_blocks());
   std::cout << "errors    " << (errs.empty() ? "none" : errs) << "\n";
   const v1::Histogram* read = nullptr;
   for (const auto& o : s.fuse_ops()) {
@@ -513,6 +516,7 @@ int Health(Client& c, bool as_json) {
                       {"disk_total_bytes", h.disk_total_bytes()},
                       {"disk_free_bytes", h.disk_free_bytes()},
                       {"disk_error", h.disk_error()},
+                      {"store_error", h.store_error()},
                       {"version", h.version()},
                       {"pid", h.pid()},
                       {"control_address", h.control_address()},
@@ -534,6 +538,7 @@ int Health(Client& c, bool as_json) {
                     Size(h.cache_used_bytes()) + " of " + Size(h.cache_capacity_bytes()) + " used; disk " +
                         (h.disk_error().empty() ? Size(h.disk_free_bytes()) + " free of " + Size(h.disk_total_bytes())
                                                 : "ERROR " + h.disk_error())});
+    if (!h.store_error().empty()) rows.push_back({"store", "DEGRADED", h.store_error()});
     rows.push_back({"control", h.control_address(), ""});
     if (!h.metrics_address().empty()) rows.push_back({"metrics", "http://" + h.metrics_address() + "/metrics", ""});
     for (auto& r : rows) {

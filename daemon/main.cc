@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -74,17 +75,35 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   http::FederationClient client(loop, *url, client_opts);
 
   ThreadPoolExecutor disk(2);
+  auto disk_space = [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {
+    struct statvfs st {};
+    if (::statvfs(dir.c_str(), &st) != 0) return core::InternalError(std::string("statvfs: ") + std::strerror(errno));
+    *total = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
+    *free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+    return core::Status::Ok();
+  };
   std::atomic<core::BlockReader*> reader_ptr{nullptr};  // set below; the catalog asks it what is in use
-  core::CacheCatalog catalog(**index, blocks, disk,
-                             core::CatalogOptions{cfg.cache_size, cfg.high_watermark, cfg.low_watermark, 1024},
-                             [&reader_ptr](const core::BlockKey& k) {
-                               core::BlockReader* r = reader_ptr.load();
-                               return r != nullptr && r->InUse(k);
-                             });
-  if (core::Status s = catalog.Load(); !s.ok()) {
-    spdlog::error("cannot read the cache index: {}", s.ToString());
+  core::CacheCatalog catalog(
+      **index, blocks, disk,
+      core::CatalogOptions{cfg.cache_size, cfg.high_watermark, cfg.low_watermark, 1024, disk_space},
+      [&reader_ptr](const core::BlockKey& k) {
+        core::BlockReader* r = reader_ptr.load();
+        return r != nullptr && r->InUse(k);
+      });
+  core::Status loaded = catalog.Load();
+  if (loaded.code() == core::StatusCode::kCorrupt) {
+    // Corruption found past Open: a new index; Reconcile re-adopts the blocks.
+    if (core::Status s = (*index)->Reset(loaded); !s.ok()) {
+      spdlog::error("{}", s.message());
+      return kExitFailure;
+    }
+    loaded = catalog.Load();
+  }
+  if (!loaded.ok()) {
+    spdlog::error("cannot read the cache index: {}", loaded.ToString());
     return kExitFailure;
   }
+  catalog.Reconcile();  // background: orphans, leftovers, records without files
   core::NamespaceCache names(client, **index,
                              core::NamespaceOptions{cfg.file_ttl, cfg.dir_ttl, cfg.negative_ttl});
   core::FetchScheduler scheduler(core::SchedulerOptions{cfg.max_requests_in_flight, cfg.max_bytes_in_flight, 0.75});
@@ -96,10 +115,12 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   ThreadPoolExecutor jobs(4);
   core::PrefetchOptions popts;
   popts.sequential = popts.directories = cfg.prefetch;
-  // Nothing is fetched ahead so far that it would push out what is being read.
-  popts.max_window_bytes = std::min(cfg.readahead, cfg.cache_size / 8);
+  // Nothing is fetched ahead so far that it would push out what is being read
+  // (of the quota as the filesystem caps it: a small disk prefetches less).
+  const uint64_t quota = catalog.capacity_bytes();
+  popts.max_window_bytes = std::min(cfg.readahead, quota / 8);
   popts.dir_max_entries = cfg.prefetch_dir_max_entries;
-  popts.dir_max_bytes = cfg.cache_size / 8;  // never let one directory's prefetch flush the cache
+  popts.dir_max_bytes = quota / 8;  // never let one directory's prefetch flush the cache
   popts.hint_window = cfg.hint_window;
   core::Prefetcher prefetcher(names, reader, jobs, popts, [fed = url->ToString()](const core::ObjectPath& p, const core::FileAttr& a) {
     return core::ObjectIdFor(fed, p, a);
@@ -189,13 +210,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
         n.resumes = c.resumes.load();
         return n;
       },
-      [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {
-        struct statvfs st {};
-        if (::statvfs(dir.c_str(), &st) != 0) return core::InternalError(std::string("statvfs: ") + std::strerror(errno));
-        *total = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
-        *free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
-        return core::Status::Ok();
-      },
+      disk_space,
       [&server] { return server.mounted(); }, [&fs] { return fs.offline(); }, &scheduler, prefetch);
   control::MetricsServer metrics(node);
   if (!cfg.metrics_address.empty()) {
@@ -226,6 +241,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   flush_loop = [&] {
     if (stopping) return;
     catalog.Flush().IgnoreError();
+    catalog.UpdateCapacity();  // the disk may be filling with other things
     disk.PostAfter(std::chrono::seconds(5), flush_loop);
   };
   disk.PostAfter(std::chrono::seconds(5), flush_loop);
@@ -257,6 +273,9 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
 }  // namespace perch
 
 int main(int argc, char** argv) {
+  // Everything perchd creates (block files, the index, sockets' directories)
+  // is private to it: cached paths of protected namespaces must not leak.
+  ::umask(077);
   using perch::ConfigError;
   perch::DaemonConfig cfg;
   CLI::App app{"perchd: mount a Pelican/OSDF federation namespace read-only, with a persistent node cache.\n"

@@ -360,6 +360,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
       reply->set_disk_total_bytes(h.disk_total_bytes);
       reply->set_disk_free_bytes(h.disk_free_bytes);
       reply->set_disk_error(h.disk_error);
+      reply->set_store_error(h.store_error);
       reply->set_version(options_.version);
       reply->set_control_address(options_.address);
       reply->set_metrics_address(options_.metrics_address);
@@ -424,7 +425,11 @@ core::Status ControlServer::Start(const ControlOptions& options) {
       return core::InvalidArgumentError("--control unix:PATH needs a path shorter than 108 bytes");
     }
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(socket_path_).parent_path(), ec);
+    const auto parent = std::filesystem::path(socket_path_).parent_path();
+    // perchd runs with umask 077; the socket's group must reach it (0660).
+    if (std::filesystem::create_directories(parent, ec)) {
+      std::filesystem::permissions(parent, std::filesystem::perms(0755), ec);
+    }
     if (ec) {
       return core::InvalidArgumentError("cannot create the directory of control socket " + socket_path_ + ": " +
                                         ec.message());

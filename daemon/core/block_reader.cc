@@ -95,7 +95,7 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
       store_.Remove(key).IgnoreError();
       if (listener_) listener_->Dropped(key);
     }
-    Fetch(path, version, key, block_len, deadline, cls,
+    Fetch(path, version, key, block_len, to - from, deadline, cls,
           [assembly, slot, from, to](Result<std::shared_ptr<const Bytes>> block) {
             if (!block.ok()) {
               assembly->Complete(slot, block.status());
@@ -150,7 +150,8 @@ bool BlockReader::InUse(const BlockKey& key) {
 }
 
 void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
-                        uint64_t block_len, Deadline deadline, const FetchClass& cls, BlockCallback done) {
+                        uint64_t block_len, uint64_t part_len, Deadline deadline, const FetchClass& cls,
+                        BlockCallback done) {
   std::shared_ptr<const Bytes> fresh;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -158,7 +159,9 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
   }
   if (fresh) {
     if (done) {
-      CountHit(path, fresh->size());
+      // Served from memory without a fetch: a hit, of the part the reader
+      // wants (counting the whole block inflated bytes_from_cache).
+      CountHit(path, part_len);
       done(std::move(fresh));
     }
     return;
@@ -228,11 +231,19 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path, const Ob
     // Persist on the disk executor; the waiters need not wait for the disk.
     disk_.Post([this, key, copy, path, version] {
       Status s = store_.Write(key, *copy);
-      if (s.ok() && listener_) listener_->Stored(key, copy->size(), path, version);
       if (!s.ok()) {
         stats_.store_errors++;
-        spdlog::warn("cache: block {}#{} served but not cached: {}", key.object_id, key.index, s.ToString());
+        uint64_t more = 0;
+        if (store_warnings_.Allow(&more)) {
+          spdlog::warn("cache: block {}#{} served but not cached: {} ({} more since the last warning)",
+                       key.object_id, key.index, s.ToString(), more);
+        }
+        if (listener_ != nullptr) listener_->StoreFailed(key, copy->size(), s);
+        // A full disk: the listener has made room; one more try keeps the
+        // next reader of this block off the network.
+        if (s.code() == StatusCode::kNoSpace) s = store_.Write(key, *copy);
       }
+      if (s.ok() && listener_) listener_->Stored(key, copy->size(), path, version);
       std::lock_guard<std::mutex> l(mu_);
       unwritten_.erase(key);
     });
@@ -247,8 +258,8 @@ void BlockReader::Prefetch(const ObjectPath& path, const ObjectVersion& version,
   if (block * bs >= version.size) return;
   BlockKey key{object_id, block};
   if (listener_ != nullptr && listener_->Contains(key)) return;
-  Fetch(path, version, key, std::min(bs, version.size - block * bs), DeadlineAfter(options_.prefetch_timeout), cls,
-        nullptr);
+  const uint64_t block_len = std::min(bs, version.size - block * bs);
+  Fetch(path, version, key, block_len, block_len, DeadlineAfter(options_.prefetch_timeout), cls, nullptr);
 }
 
 bool BlockReader::CancelPrefetch(const BlockKey& key) {

@@ -8,7 +8,9 @@
 // when the bytes arrive they are handed to every waiter at once and written
 // to the store on the disk executor, never on the net loop. A store that
 // cannot write (full disk) does not fail the read: the bytes are served
-// uncached and the failure is counted.
+// uncached and the failure is counted; the listener (the catalog) is told,
+// makes room, and the write is tried once more. The warning is logged at most
+// once a minute, with the count of those suppressed.
 //
 // Thread-safety: Read is safe from any thread. Callbacks run on the thread
 // that completed the last block: the caller's (all hits), the Origin's or the
@@ -50,10 +52,10 @@ struct FetchClass {
 };
 
 struct BlockReaderStats {
-  std::atomic<uint64_t> hits{0};               // blocks served from the store
+  std::atomic<uint64_t> hits{0};               // parts of blocks served without a fetch
   std::atomic<uint64_t> misses{0};             // blocks fetched from the origin
   std::atomic<uint64_t> shared_fetches{0};     // misses that joined a fetch in flight
-  std::atomic<uint64_t> bytes_from_cache{0};
+  std::atomic<uint64_t> bytes_from_cache{0};   // bytes of those parts (not of whole blocks)
   std::atomic<uint64_t> bytes_from_network{0};
   std::atomic<uint64_t> corrupt_blocks{0};     // dropped after a failed check, refetched
   std::atomic<uint64_t> store_errors{0};       // blocks served but not cached
@@ -113,9 +115,11 @@ class BlockReader {
   // A block failed its check (the store already removed it): count, log, forget.
   void NoteCorrupt(const BlockKey& key, const Status& why);
   void CountHit(const ObjectPath& path, uint64_t bytes);
-  // `done` may be null (a prefetch).
+  // `done` may be null (a prefetch). `part_len`: how much of the block the
+  // reader wants (what a hit on a block already in memory counts).
   void Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
-             uint64_t block_len, Deadline deadline, const FetchClass& cls, BlockCallback done);
+             uint64_t block_len, uint64_t part_len, Deadline deadline, const FetchClass& cls,
+             BlockCallback done);
   void Complete(const BlockKey& key, const ObjectPath& path, const ObjectVersion& version, ReadCounters& ns,
                 Result<Bytes> r);
   struct Inflight {
@@ -136,6 +140,7 @@ class BlockReader {
   BlockReaderStats stats_;
   CounterFamily<ReadCounters> by_namespace_;
   LatencyHistogram fetch_latency_;
+  WarningLimiter store_warnings_{std::chrono::seconds(60)};  // a full disk fails every block
 
   std::mutex mu_;
   // Protected by mu_: each block being fetched (or queued to be).

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -53,6 +54,13 @@ class BlockSlice {
   uint64_t length_;
 };
 
+// What ForEachBlock found.
+struct BlockScan {
+  uint64_t blocks = 0;             // complete blocks listed
+  uint64_t leftovers_removed = 0;  // partial writes and non-blocks removed
+  uint64_t leftover_bytes = 0;
+};
+
 class BlockStore {
  public:
   virtual ~BlockStore() = default;
@@ -75,6 +83,16 @@ class BlockStore {
   virtual Result<BlockSlice> Slice(const BlockKey& key, uint64_t offset, uint64_t length) {
     (void)key, (void)offset, (void)length;
     return InvalidArgumentError("this block store has no files to splice from");
+  }
+
+  // Calls `fn(key, length)` for every complete block in the store, checking
+  // each one's header (not its checksum), and removes what is not a block:
+  // temp files of writes that a previous process never finished and files
+  // whose header is unreadable. Slow (it walks the whole store): meant for
+  // one background pass at start. Stores with nothing to walk list nothing.
+  virtual Result<BlockScan> ForEachBlock(const std::function<void(const BlockKey&, uint64_t length)>& fn) {
+    (void)fn;
+    return BlockScan{};
   }
 };
 

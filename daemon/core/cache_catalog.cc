@@ -12,7 +12,26 @@ namespace perch::core {
 
 CacheCatalog::CacheCatalog(Index& index, BlockStore& store, Executor& disk, CatalogOptions options,
                            std::function<bool(const BlockKey&)> in_use)
-    : index_(index), store_(store), disk_(disk), options_(options), in_use_(std::move(in_use)) {}
+    : index_(index),
+      store_(store),
+      disk_(disk),
+      options_(std::move(options)),
+      in_use_(std::move(in_use)),
+      capacity_(options_.capacity_bytes) {}
+
+bool WarningLimiter::Allow(uint64_t* suppressed) {
+  std::lock_guard<std::mutex> l(mu_);
+  const Clock::time_point now = Clock::now();
+  if (logged_ && now - last_ < period_) {
+    dropped_++;
+    return false;
+  }
+  logged_ = true;
+  last_ = now;
+  *suppressed = dropped_;
+  dropped_ = 0;
+  return true;
+}
 
 std::string CacheCatalog::Key(const BlockKey& key) {
   char idx[17];
@@ -111,7 +130,7 @@ Status CacheCatalog::Load() {
     cached_bytes_ = total;
   }
   spdlog::info("cache: {} blocks, {} bytes of {} capacity", count, total, options_.capacity_bytes);
-  MaybeScheduleEviction();  // not under mu_: eviction takes it
+  UpdateCapacity();  // not under mu_: eviction takes it
   return Status::Ok();
 }
 
@@ -143,7 +162,11 @@ void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath
     batch.push_back({Key(key), Encode(it->second)});
   }
   Status s = index_.Apply(batch);
-  if (!s.ok()) spdlog::warn("cache: could not record block {}#{}: {}", key.object_id, key.index, s.ToString());
+  uint64_t more = 0;
+  if (!s.ok() && index_warnings_.Allow(&more)) {
+    spdlog::warn("cache: could not record block {}#{}: {} ({} more since the last warning)", key.object_id,
+                 key.index, s.ToString(), more);
+  }
   MaybeScheduleEviction();
 }
 
@@ -350,7 +373,7 @@ size_t CacheCatalog::blocks() const {
 }
 
 void CacheCatalog::MaybeScheduleEviction() {
-  if (cached_bytes_.load() <= options_.capacity_bytes * options_.high_watermark) return;
+  if (cached_bytes_.load() <= capacity_.load() * options_.high_watermark) return;
   if (eviction_scheduled_.exchange(true)) return;
   disk_.Post([this] {
     size_t evicted = EvictIfNeeded();
@@ -358,7 +381,7 @@ void CacheCatalog::MaybeScheduleEviction() {
     // Blocks in use were skipped. If that left the cache over its high
     // watermark and nothing else triggers a pass (no more blocks arrive),
     // look again shortly, a bounded number of times without progress.
-    const bool over = cached_bytes_.load() > options_.capacity_bytes * options_.high_watermark;
+    const bool over = cached_bytes_.load() > capacity_.load() * options_.high_watermark;
     if (evicted > 0 || !over) eviction_retries_ = 0;
     if (over && eviction_retries_++ < 40) {
       disk_.PostAfter(std::chrono::milliseconds(250), [this] { MaybeScheduleEviction(); });
@@ -366,10 +389,12 @@ void CacheCatalog::MaybeScheduleEviction() {
   });
 }
 
-size_t CacheCatalog::EvictIfNeeded() {
-  const uint64_t high = static_cast<uint64_t>(options_.capacity_bytes * options_.high_watermark);
-  const uint64_t low = static_cast<uint64_t>(options_.capacity_bytes * options_.low_watermark);
-  if (cached_bytes_.load() <= high) return 0;
+size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
+  const uint64_t capacity = capacity_.load();
+  const uint64_t high = static_cast<uint64_t>(capacity * options_.high_watermark);
+  const uint64_t low_mark = static_cast<uint64_t>(capacity * options_.low_watermark);
+  const uint64_t low = low_mark > room ? low_mark - room : 0;
+  if (cached_bytes_.load() + room <= high || cached_bytes_.load() <= low) return 0;
   std::vector<std::pair<uint64_t, BlockKey>> lru;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -385,7 +410,8 @@ size_t CacheCatalog::EvictIfNeeded() {
   std::sort(lru.begin(), lru.end());
   // Take the oldest blocks until enough bytes would be freed, then remove them.
   std::vector<BlockKey> victims;
-  uint64_t to_free = cached_bytes_.load() - low;
+  const uint64_t cached = cached_bytes_.load();  // may have dropped since the check above
+  const uint64_t to_free = cached > low ? cached - low : 0;
   uint64_t planned = 0;
   for (const auto& [seq, key] : lru) {
     if (planned >= to_free) break;
@@ -399,13 +425,124 @@ size_t CacheCatalog::EvictIfNeeded() {
   EvictResult result;
   RemoveBlocks(victims, &result);
   if (result.blocks > 0) {
-    spdlog::info("cache: evicted {} blocks; {} of {} bytes used", result.blocks, cached_bytes_.load(),
-                 options_.capacity_bytes);
+    spdlog::info("cache: evicted {} blocks; {} of {} bytes used", result.blocks, cached_bytes_.load(), capacity);
   } else if (planned < to_free) {
     spdlog::warn("cache: over the high watermark but nothing more can be evicted ({} bytes pinned or in use)",
                  cached_bytes_.load());
   }
   return result.blocks;
+}
+
+void CacheCatalog::UpdateCapacity() {
+  if (options_.disk_space) {
+    uint64_t total = 0, free = 0;
+    if (Status s = options_.disk_space(&total, &free); !s.ok()) {
+      spdlog::warn("cache: cannot read the cache filesystem's free space: {}", s.message());
+    } else {
+      constexpr uint64_t kMinReserve = 8ULL << 20, kMaxReserve = 1ULL << 30;
+      const uint64_t reserve = std::clamp(total / 50, kMinReserve, kMaxReserve);
+      const uint64_t room = cached_bytes_.load() + free;
+      const uint64_t holds = room > reserve ? room - reserve : 0;
+      const uint64_t cap = std::min(options_.capacity_bytes, holds);
+      const uint64_t old = capacity_.exchange(cap);
+      // Transitions only: the cap moves a little with every block.
+      if (cap < options_.capacity_bytes && old == options_.capacity_bytes) {
+        spdlog::warn("cache: the filesystem of the cache holds only {} bytes for it; quota capped from {} to {}",
+                     holds, options_.capacity_bytes, cap);
+      } else if (cap == options_.capacity_bytes && old < cap) {
+        spdlog::info("cache: the filesystem has room again; quota back to {} bytes", cap);
+      }
+    }
+  }
+  MaybeScheduleEviction();
+}
+
+void CacheCatalog::StoreFailed(const BlockKey& /*key*/, uint64_t length, const Status& why) {
+  store_errors_++;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    last_store_error_ = why.message();
+    last_store_error_at_ = Clock::now();
+  }
+  if (why.code() != StatusCode::kNoSpace) return;
+  // The disk is fuller than the quota thought: cap it, and make room for the
+  // next block now rather than failing every write until a pass comes.
+  UpdateCapacity();
+  EvictIfNeeded(length);
+}
+
+std::string CacheCatalog::StoreProblem() const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (store_errors_.load() == 0 || Clock::now() - last_store_error_at_ > std::chrono::minutes(5)) return "";
+  auto ago = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - last_store_error_at_);
+  std::string out = std::to_string(store_errors_.load()) + " block writes failed, the last " +
+                    std::to_string(ago.count()) + " s ago: " + last_store_error_;
+  if (capacity_.load() < options_.capacity_bytes) {
+    out += "; quota capped to " + std::to_string(capacity_.load()) + " of " +
+           std::to_string(options_.capacity_bytes) + " bytes by the filesystem";
+  }
+  return out;
+}
+
+bool CacheCatalog::Adopt(const BlockKey& key, uint64_t length) {
+  Record r{length, 0};  // seq 0: its last use is unknown, so it goes first
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!records_.emplace(key, r).second) return false;
+    cached_bytes_ += length;
+    if (auto o = objects_.find(key.object_id); o != objects_.end()) {
+      o->second.cached_bytes += length;
+      o->second.blocks++;
+    }
+  }
+  index_.Apply({{Key(key), Encode(r)}}).IgnoreError();  // without it, the next start adopts it again
+  return true;
+}
+
+void CacheCatalog::Reconcile() {
+  disk_.Post([this] { ReconcileNow(); });
+}
+
+void CacheCatalog::ReconcileNow() {
+  std::set<BlockKey> unseen;  // records whose file the walk has not found (yet)
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [k, r] : records_) unseen.insert(unseen.end(), k);
+  }
+  uint64_t adopted = 0, adopted_bytes = 0;
+  auto scan = store_.ForEachBlock([&](const BlockKey& key, uint64_t length) {
+    if (unseen.erase(key) > 0) return;
+    // A block being written now gets its record from Stored().
+    if (in_use_ && in_use_(key)) return;
+    if (Adopt(key, length)) {
+      adopted++;
+      adopted_bytes += length;
+    }
+  });
+  if (!scan.ok()) {
+    spdlog::warn("cache: start-up walk of the block store failed: {}", scan.status().ToString());
+    reconciled_ = true;
+    return;
+  }
+  // Records without a file (or whose file came after the walk passed: checked again).
+  std::vector<Index::Write> batch;
+  uint64_t dropped = 0;
+  for (const BlockKey& key : unseen) {
+    if (in_use_ && in_use_(key)) continue;
+    auto r = store_.Read(key, 0, 0);
+    if (r.ok() || r.status().code() != StatusCode::kNotFound) continue;
+    if (Forget(key, &batch)) dropped++;
+  }
+  if (!batch.empty()) index_.Apply(batch).IgnoreError();
+  if (adopted > 0 || dropped > 0 || scan->leftovers_removed > 0) {
+    spdlog::warn("cache: start-up walk of {} block files: adopted {} blocks without a record ({} bytes), "
+                 "removed {} leftover files ({} bytes), dropped {} records without a file",
+                 scan->blocks, adopted, adopted_bytes, scan->leftovers_removed, scan->leftover_bytes, dropped);
+  } else {
+    spdlog::info("cache: start-up walk of {} block files: index and files agree", scan->blocks);
+  }
+  reconciled_ = true;
+  MaybeScheduleEviction();
 }
 
 }  // namespace perch::core

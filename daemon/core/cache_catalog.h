@@ -2,10 +2,24 @@
 //
 // Design. Every stored block has an index record "b/<object_id>/<index>" with
 // its length and a last-access sequence number; the catalog loads these at
-// start (an index scan, never a walk of the cache tree) and keeps the total.
+// start (an index scan, so start stays fast) and keeps the total.
 // Commit order is data first: the block file is renamed into place by the
 // BlockStore *before* Stored() writes its record, so a crash leaves at worst
-// an orphan file (adopted on its next hit), never a record without data.
+// an orphan file, never a record without data.
+//
+// Reconcile() then walks the store once in the background (disk executor):
+// block files without a record (a crash between rename and record, or an
+// index that was lost to corruption) are adopted from their headers, as the
+// oldest blocks, so that they count against the quota and can be evicted;
+// records whose file is gone (a crash inside an eviction) are dropped; the
+// store removes temp files of writes a killed process never finished.
+//
+// Quota. The effective capacity is the configured one capped to what the
+// filesystem can hold: bytes cached + bytes free - a reserve (2 % of the
+// filesystem, 8 MiB to 1 GiB, for the index and the filesystem's own
+// overhead). UpdateCapacity() re-reads the free space (the daemon calls it
+// every few seconds) and StoreFailed() does so at once when a write finds
+// the disk full, then evicts on the calling (disk) thread to make room.
 //
 // Access times are debounced: hits bump an in-memory sequence number and the
 // dirty records are written in one batch every `flush_every` hits or on
@@ -31,6 +45,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -53,6 +68,11 @@ class BlockListener {
                       const ObjectVersion& version) = 0;
   virtual void Touched(const BlockKey& key, uint64_t length) = 0;
   virtual void Dropped(const BlockKey& key) = 0;
+  // Writing block `key` (`length` bytes) failed with `why` (kNoSpace: the
+  // disk is full). Runs on the disk executor; may evict before returning.
+  virtual void StoreFailed(const BlockKey& key, uint64_t length, const Status& why) {
+    (void)key, (void)length, (void)why;
+  }
   // True if block `key` is known to be in the store (prefetch skips it).
   virtual bool Contains(const BlockKey& key) const = 0;
 };
@@ -62,6 +82,27 @@ struct CatalogOptions {
   double high_watermark = 0.95;
   double low_watermark = 0.85;
   size_t flush_every = 1024;
+  // Size and free space of the cache's filesystem; null: the configured
+  // capacity is never capped.
+  std::function<Status(uint64_t* total, uint64_t* free)> disk_space;
+};
+
+// Lets one warning through per `period` and counts the others, so that a
+// failure that hits every block (a full disk) logs a line a minute, not one
+// per block. Thread-safe.
+class WarningLimiter {
+ public:
+  explicit WarningLimiter(std::chrono::seconds period) : period_(period) {}
+  // True if this warning is to be logged; then `*suppressed` is how many
+  // were dropped since the last one logged.
+  bool Allow(uint64_t* suppressed);
+
+ private:
+  const std::chrono::seconds period_;
+  std::mutex mu_;
+  bool logged_ = false;         // Protected by mu_
+  Clock::time_point last_;      // Protected by mu_
+  uint64_t dropped_ = 0;        // Protected by mu_
 };
 
 // One cached object, as ListCached shows it.
@@ -95,11 +136,30 @@ class CacheCatalog : public BlockListener {
               const ObjectVersion& version) override;
   void Touched(const BlockKey& key, uint64_t length) override;
   void Dropped(const BlockKey& key) override;
+  void StoreFailed(const BlockKey& key, uint64_t length, const Status& why) override;
+
+  // Walks the store on the disk executor (see Design) and logs what it found,
+  // once. REQUIRES: after Load().
+  void Reconcile();
+  // True once the walk of Reconcile() has finished.
+  bool reconciled() const { return reconciled_.load(); }
+
+  // Re-reads the filesystem's free space and caps the effective capacity
+  // (see Design); schedules an eviction if that leaves the cache over it.
+  void UpdateCapacity();
+
+  // "" when the store is fine; else why it is degraded (a write failed in the
+  // last five minutes), for health reports.
+  std::string StoreProblem() const;
+  // Block writes that failed since start.
+  uint64_t store_errors() const { return store_errors_.load(); }
 
   // Writes pending access times.
   Status Flush();
-  // Evicts now if above the high watermark; returns the number of blocks evicted.
-  size_t EvictIfNeeded();
+  // Evicts now if above the high watermark (with `room` bytes more to come:
+  // evicts down to the low watermark less `room`); returns the number of
+  // blocks evicted.
+  size_t EvictIfNeeded(uint64_t room = 0);
 
   // Pins `prefix` (persisted); pinning a pinned prefix is OK.
   Status Pin(const ObjectPath& prefix);
@@ -122,7 +182,9 @@ class CacheCatalog : public BlockListener {
 
   uint64_t cached_bytes() const { return cached_bytes_.load(); }
   uint64_t pinned_bytes() const;
-  uint64_t capacity_bytes() const { return options_.capacity_bytes; }
+  // The effective capacity: the configured one, capped to what the filesystem holds.
+  uint64_t capacity_bytes() const { return capacity_.load(); }
+  uint64_t configured_capacity_bytes() const { return options_.capacity_bytes; }
   uint64_t evictions() const { return evictions_.load(); }
   size_t blocks() const;
 
@@ -151,6 +213,10 @@ class CacheCatalog : public BlockListener {
   // Removes `keys` (file first, then record), skipping blocks in use. Not under mu_.
   void RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* result);
   bool IsPinnedLocked(const ObjectPath& path) const;  // REQUIRES: mu_ held
+  // Records block `key` found in the store without a record, as the oldest
+  // block. False if it has a record by now.
+  bool Adopt(const BlockKey& key, uint64_t length);
+  void ReconcileNow();
 
   // Constant after construction.
   Index& index_;
@@ -159,6 +225,10 @@ class CacheCatalog : public BlockListener {
   const CatalogOptions options_;
   const std::function<bool(const BlockKey&)> in_use_;
 
+  std::atomic<uint64_t> capacity_;  // effective; see UpdateCapacity
+  std::atomic<bool> reconciled_{false};
+  std::atomic<uint64_t> store_errors_{0};
+  WarningLimiter index_warnings_{std::chrono::seconds(60)};
   std::atomic<uint64_t> cached_bytes_{0};
   std::atomic<uint64_t> evictions_{0};
   std::atomic<bool> eviction_scheduled_{false};
@@ -171,6 +241,8 @@ class CacheCatalog : public BlockListener {
   std::map<std::string, std::set<std::string>> ids_by_path_;   // Protected by mu_
   std::set<ObjectPath> pins_;                                  // Protected by mu_
   uint64_t next_seq_ = 1;               // Protected by mu_
+  std::string last_store_error_;        // Protected by mu_
+  Clock::time_point last_store_error_at_;  // Protected by mu_
 };
 
 }  // namespace perch::core

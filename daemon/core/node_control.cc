@@ -162,6 +162,7 @@ void NodeControl::Health(std::chrono::milliseconds timeout, std::function<void(H
     Status s = disk_(&base.disk_total_bytes, &base.disk_free_bytes);
     if (!s.ok()) base.disk_error = s.message();
   }
+  base.store_error = catalog_.StoreProblem();
 
   std::vector<ObjectPath> probes = {ObjectPath()};
   reader_.namespace_stats().ForEach([&](const std::string& name, const ReadCounters&) {
@@ -196,7 +197,7 @@ void NodeControl::Health(std::chrono::milliseconds timeout, std::function<void(H
         if (!r.ok()) h.error = r.status().ToString();
         if (--pending->remaining > 0) return;
         HealthReport& rep = pending->report;
-        rep.healthy = rep.mounted && rep.disk_error.empty() && rep.disk_free_bytes > 0;
+        rep.healthy = rep.mounted && rep.disk_error.empty() && rep.disk_free_bytes > 0 && rep.store_error.empty();
         for (const NamespaceHealth& n : rep.namespaces) rep.healthy = rep.healthy && n.reachable;
         out = std::move(rep);
         finish = std::move(pending->done);

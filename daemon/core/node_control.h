@@ -96,7 +96,8 @@ struct HealthReport {
   uint64_t disk_total_bytes = 0;
   uint64_t disk_free_bytes = 0;
   std::string disk_error;  // "" when statvfs worked
-  bool healthy = false;    // mounted, every namespace reachable, disk readable with free space
+  std::string store_error;  // "" unless block writes failed lately (CacheCatalog::StoreProblem)
+  bool healthy = false;    // mounted, every namespace reachable, disk readable with free space, store fine
 };
 
 struct NodeInfo {

@@ -15,8 +15,11 @@ core::Result<CacheDirLock> CacheDirLock::Acquire(const std::string& root) {
   if (!std::filesystem::exists(root, ec)) {
     std::filesystem::create_directories(root, ec);
     if (ec) return core::InternalError("cannot create cache directory " + root + ": " + ec.message());
-    std::filesystem::permissions(root, std::filesystem::perms::owner_all, ec);
   }
+  // Private to the daemon, also when an older perchd or an admin made it
+  // with a wider mode: nobody else may list or read what is cached.
+  std::filesystem::permissions(root, std::filesystem::perms::owner_all, ec);
+  if (ec) return core::InternalError("cannot make cache directory " + root + " private: " + ec.message());
   const std::string path = root + "/lock";
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return core::InternalError("cannot open " + path + ": " + std::strerror(errno));

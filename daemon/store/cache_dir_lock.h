@@ -13,7 +13,7 @@ namespace perch::store {
 
 class CacheDirLock {
  public:
-  // Creates `root` (0700) if missing and locks it. kUnavailable naming the
+  // Creates `root` if missing, sets its mode to 0700 and locks it. kUnavailable naming the
   // holder's pid if another process has it; kInternal for other errors.
   static core::Result<CacheDirLock> Acquire(const std::string& root);
 

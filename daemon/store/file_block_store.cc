@@ -22,6 +22,7 @@ using core::Status;
 
 constexpr char kMagic[8] = {'P', 'E', 'R', 'C', 'H', 'B', 'L', 'K'};
 constexpr uint64_t kFormat = 1;
+constexpr char kTmpPrefix[] = ".tmp.";
 constexpr size_t kFixedHeader = 8 + 6 * 8;  // magic + format, header_len, index, length, crc, id_len
 
 Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
@@ -85,12 +86,61 @@ struct Fd {
 
 }  // namespace
 
-FileBlockStore::FileBlockStore(std::string root) : root_(std::move(root)) {}
+FileBlockStore::FileBlockStore(std::string root)
+    : root_(std::move(root)), tmp_prefix_(kTmpPrefix + std::to_string(std::random_device{}()) + ".") {}
 
 std::string FileBlockStore::PathOf(const core::BlockKey& key) const {
   std::string shard = key.object_id.size() >= 2 ? key.object_id.substr(0, 2) : "00";
   return root_ + "/blocks/" + shard + "/" + key.object_id + "." + std::to_string(key.index);
 }
+
+namespace {
+
+// What a block file's header says. Empty `why` when it is well formed.
+struct ParsedHeader {
+  uint64_t header_len = 0, index = 0, data_len = 0, crc = 0;
+  std::string id;
+  std::string why;   // "" when the header checks out
+  int read_errno = 0;  // nonzero: the file could not be read (not a corruption)
+};
+
+ParsedHeader ParseHeader(int fd, uint64_t file_size) {
+  ParsedHeader h;
+  std::string head(kFixedHeader, '\0');
+  if (!PreadAll(fd, head.data(), head.size(), 0)) {
+    h.read_errno = errno;
+    h.why = "shorter than its header";
+    return h;
+  }
+  if (std::memcmp(head.data(), kMagic, sizeof(kMagic)) != 0) {
+    h.why = "bad magic";
+    return h;
+  }
+  core::codec::Reader r(std::string_view(head).substr(sizeof(kMagic)));
+  uint64_t format = 0, id_len = 0;
+  r.GetU64(&format);
+  r.GetU64(&h.header_len);
+  r.GetU64(&h.index);
+  r.GetU64(&h.data_len);
+  r.GetU64(&h.crc);
+  r.GetU64(&id_len);
+  if (format != kFormat) {
+    h.why = "unknown format " + std::to_string(format);
+  } else if (id_len > 4096 || h.header_len < kFixedHeader + id_len || h.header_len > 4096) {
+    h.why = "bad header length";
+  } else if (h.data_len > file_size || file_size != h.header_len + h.data_len) {
+    h.why = "size " + std::to_string(file_size) + " does not match its header";
+  } else {
+    h.id.assign(id_len, '\0');
+    if (!PreadAll(fd, h.id.data(), id_len, static_cast<off_t>(kFixedHeader))) {
+      h.read_errno = errno;
+      h.why = "truncated header";
+    }
+  }
+  return h;
+}
+
+}  // namespace
 
 Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint64_t* data_offset,
                                    uint64_t* data_len_out) {
@@ -108,28 +158,11 @@ Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint6
   };
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
-  std::string head(kFixedHeader, '\0');
-  if (!PreadAll(f.fd, head.data(), head.size(), 0)) {
-    if (errno != 0) return ErrnoStatus("read", path, errno);
-    return corrupt("shorter than its header");
-  }
-  if (std::memcmp(head.data(), kMagic, sizeof(kMagic)) != 0) return corrupt("bad magic");
-  core::codec::Reader r(std::string_view(head).substr(sizeof(kMagic)));
-  uint64_t format = 0, header_len = 0, index = 0, data_len = 0, crc = 0, id_len = 0;
-  r.GetU64(&format);
-  r.GetU64(&header_len);
-  r.GetU64(&index);
-  r.GetU64(&data_len);
-  r.GetU64(&crc);
-  r.GetU64(&id_len);
-  if (format != kFormat) return corrupt("unknown format " + std::to_string(format));
-  if (header_len < kFixedHeader + id_len || header_len > 4096) return corrupt("bad header length");
-  if (static_cast<uint64_t>(st.st_size) != header_len + data_len) {
-    return corrupt("size " + std::to_string(st.st_size) + " does not match its header");
-  }
-  std::string id(id_len, '\0');
-  if (!PreadAll(f.fd, id.data(), id_len, static_cast<off_t>(kFixedHeader))) return corrupt("truncated header");
-  if (index != key.index || id != key.object_id) return corrupt("header names another block");
+  ParsedHeader h = ParseHeader(f.fd, static_cast<uint64_t>(st.st_size));
+  if (h.read_errno != 0) return ErrnoStatus("read", path, h.read_errno);
+  if (!h.why.empty()) return corrupt(h.why);
+  if (h.index != key.index || h.id != key.object_id) return corrupt("header names another block");
+  const uint64_t header_len = h.header_len, data_len = h.data_len, crc = h.crc;
   FileId fid{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
              static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
   if (!Verified(path, fid)) {
@@ -175,13 +208,18 @@ Result<core::BlockSlice> FileBlockStore::Slice(const core::BlockKey& key, uint64
 Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   const std::string path = PathOf(key);
   const std::string dir = path.substr(0, path.rfind('/'));
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return ErrnoStatus("mkdir", dir, ec.value());
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  const std::string tmp = dir + "/.tmp." + std::to_string(rng());
+  const std::string tmp = dir + "/" + tmp_prefix_ + std::to_string(rng());
   Fd f;
   f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (f.fd < 0 && errno == ENOENT) {
+    // First block of this shard. Directories are private to the daemon
+    // (0700), whatever the umask.
+    for (const std::string& d : {root_, root_ + "/blocks", dir}) {
+      if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d, errno);
+    }
+    f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  }
   if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
   std::string header = Header(key, data.size(), Crc32c(data));
   if (!WriteAll(f.fd, header.data(), header.size()) || !WriteAll(f.fd, data.data(), data.size()) ||
@@ -222,6 +260,55 @@ Status FileBlockStore::Remove(const core::BlockKey& key) {
   Forget(path);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("remove", path, errno);
   return Status::Ok();
+}
+
+Result<core::BlockScan> FileBlockStore::ForEachBlock(
+    const std::function<void(const core::BlockKey&, uint64_t)>& fn) {
+  namespace fs = std::filesystem;
+  core::BlockScan scan;
+  std::error_code ec;
+  const fs::path blocks = fs::path(root_) / "blocks";
+  if (!fs::exists(blocks, ec)) return scan;
+  auto remove = [&](const fs::path& p, uint64_t size) {
+    if (::unlink(p.c_str()) == 0) {
+      scan.leftovers_removed++;
+      scan.leftover_bytes += size;
+    }
+  };
+  for (fs::directory_iterator shard(blocks, ec), end; !ec && shard != end; shard.increment(ec)) {
+    if (!shard->is_directory(ec)) continue;
+    std::error_code ec2;
+    for (fs::directory_iterator it(shard->path(), ec2); !ec2 && it != end; it.increment(ec2)) {
+      const fs::path p = it->path();
+      const std::string name = p.filename().string();
+      struct stat st {};
+      if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      const uint64_t size = static_cast<uint64_t>(st.st_size);
+      if (name.starts_with(kTmpPrefix)) {
+        // A write of this object may be under way; other temp files are
+        // leftovers of a process that died mid-write.
+        if (!name.starts_with(tmp_prefix_)) remove(p, size);
+        continue;
+      }
+      const size_t dot = name.rfind('.');
+      Fd f;
+      f.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+      if (f.fd < 0) continue;  // went meanwhile (evicted)
+      ParsedHeader h = ParseHeader(f.fd, size);
+      if (h.read_errno != 0) continue;
+      if (!h.why.empty() || dot == std::string::npos ||
+          name.substr(0, dot) != h.id || name.substr(dot + 1) != std::to_string(h.index) ||
+          p.string() != PathOf(core::BlockKey{h.id, h.index})) {
+        Forget(p.string());
+        remove(p, size);
+        continue;
+      }
+      scan.blocks++;
+      fn(core::BlockKey{h.id, h.index}, h.data_len);
+    }
+  }
+  if (ec) return ErrnoStatus("list", blocks.string(), ec.value());
+  return scan;
 }
 
 }  // namespace perch::store

@@ -7,6 +7,9 @@
 // index, data length, CRC32C of the data, the object id. Blocks are regular
 // files so that a hit can later be spliced or passed through to the kernel.
 //
+// Directories are created 0700 and files 0600: the cache is private to the
+// daemon (paths of protected namespaces must not leak to other users).
+//
 // Write: temp file in the same directory -> write -> fsync -> rename. The
 // directory is not fsynced: after a power loss a block may be missing (it is
 // refetched) but never partial, and the index record is written only after
@@ -24,6 +27,8 @@
 // under mu_ (a leaf lock, never held across I/O).
 #pragma once
 
+#include <filesystem>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -40,9 +45,15 @@ class FileBlockStore : public core::BlockStore {
   core::Status Write(const core::BlockKey& key, std::string_view data) override;
   core::Status Remove(const core::BlockKey& key) override;
   core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset, uint64_t length) override;
+  // Temp files not named by this object are leftovers of a process that
+  // died mid-write (removed); its own may be writes under way (kept).
+  core::Result<core::BlockScan> ForEachBlock(
+      const std::function<void(const core::BlockKey&, uint64_t)>& fn) override;
 
   // The file that holds block `key` (exposed for tests and tools).
   std::string PathOf(const core::BlockKey& key) const;
+  // How this object's temp files start (exposed for tests).
+  const std::string& TempPrefix() const { return tmp_prefix_; }
 
  private:
   struct FileId {
@@ -58,6 +69,7 @@ class FileBlockStore : public core::BlockStore {
   void Forget(const std::string& path);
 
   const std::string root_;
+  const std::string tmp_prefix_;  // ".tmp.<random per object>.": whose temp files are whose
   std::mutex mu_;
   std::unordered_map<std::string, FileId> verified_;  // Protected by mu_
 };

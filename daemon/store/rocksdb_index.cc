@@ -1,6 +1,9 @@
 #include "daemon/store/rocksdb_index.h"
 
 #include <rocksdb/db.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
@@ -18,10 +21,43 @@ core::Status Convert(const rocksdb::Status& s, const std::string& what) {
 
 }  // namespace
 
-RocksDbIndex::RocksDbIndex(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+RocksDbIndex::RocksDbIndex(std::string dir, std::unique_ptr<rocksdb::DB> db)
+    : dir_(std::move(dir)), db_(std::move(db)) {}
 RocksDbIndex::~RocksDbIndex() = default;
 
 core::Result<std::unique_ptr<RocksDbIndex>> RocksDbIndex::Open(const std::string& dir) {
+  auto db = OpenDb(dir);
+  if (!db.ok() && db.status().code() == core::StatusCode::kCorrupt) {
+    PERCH_RETURN_IF_ERROR(MoveAside(dir, db.status()));
+    db = OpenDb(dir);
+  }
+  if (!db.ok()) return db.status();
+  return std::unique_ptr<RocksDbIndex>(new RocksDbIndex(dir, *std::move(db)));
+}
+
+core::Status RocksDbIndex::Reset(const core::Status& why) {
+  db_.reset();  // closes it (and releases its lock) before the rename
+  PERCH_RETURN_IF_ERROR(MoveAside(dir_, why));
+  auto db = OpenDb(dir_);
+  if (!db.ok()) return db.status();
+  db_ = *std::move(db);
+  return core::Status::Ok();
+}
+
+core::Status RocksDbIndex::MoveAside(const std::string& dir, const core::Status& why) {
+  const std::string aside = dir + ".corrupt";
+  std::error_code ec;
+  std::filesystem::remove_all(aside, ec);  // only the latest is kept, for a post-mortem
+  std::filesystem::rename(dir, aside, ec);
+  if (ec) return core::InternalError("cannot move corrupt cache index " + dir + " aside: " + ec.message());
+  // Once per corruption: the rest of the start-up goes on with a new index.
+  spdlog::error("cache index {} is corrupt ({}); moved it to {} and started a new one (cached blocks are "
+                "re-adopted from their files in the background)",
+                dir, why.message(), aside);
+  return core::Status::Ok();
+}
+
+core::Result<std::unique_ptr<rocksdb::DB>> RocksDbIndex::OpenDb(const std::string& dir) {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.max_open_files = 256;
@@ -36,7 +72,7 @@ core::Result<std::unique_ptr<RocksDbIndex>> RocksDbIndex::Open(const std::string
     }
     return Convert(s, "open cache index " + dir);
   }
-  return std::unique_ptr<RocksDbIndex>(new RocksDbIndex(std::unique_ptr<rocksdb::DB>(raw)));
+  return std::unique_ptr<rocksdb::DB>(raw);
 }
 
 core::Result<std::optional<std::string>> RocksDbIndex::Get(std::string_view key) {
@@ -55,7 +91,13 @@ core::Status RocksDbIndex::Apply(const std::vector<Write>& batch) {
   }
   rocksdb::WriteOptions wo;
   wo.sync = false;
-  return Convert(db_->Write(wo, &wb), "index write");
+  rocksdb::Status s = db_->Write(wo, &wb);
+  if (s.IsNoSpace() || s.IsIOError()) {
+    // A full disk puts RocksDB in a stopped state that every later write
+    // would report; the catalog has evicted by now, so ask it to go on.
+    if (db_->Resume().ok()) s = db_->Write(wo, &wb);
+  }
+  return Convert(s, "index write");
 }
 
 core::Status RocksDbIndex::Scan(std::string_view prefix,

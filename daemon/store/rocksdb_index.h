@@ -4,7 +4,14 @@
 // access-time updates, never a record for a block whose file is incomplete
 // (files are renamed into place before their record is written).
 //
-// Thread-safety: RocksDB's DB is thread-safe; so is this class.
+// Corruption never stops the daemon: a database RocksDB calls corrupt is
+// moved aside to <dir>.corrupt (the previous one there is removed) and a new,
+// empty one takes its place; the cache catalog then re-adopts the block files
+// from their headers. Logged once, as an error.
+//
+// Files are created with the process umask (perchd sets 077).
+//
+// Thread-safety: RocksDB's DB is thread-safe; so is this class, except Reset.
 #pragma once
 
 #include <memory>
@@ -20,9 +27,15 @@ namespace perch::store {
 
 class RocksDbIndex : public core::Index {
  public:
-  // Opens or creates the database in `dir`. kUnavailable if another process
-  // holds it, kCorrupt if RocksDB reports corruption, kInternal otherwise.
+  // Opens or creates the database in `dir`; a corrupt one is moved aside and
+  // replaced by an empty one. kUnavailable if another process holds it,
+  // kInternal otherwise.
   static core::Result<std::unique_ptr<RocksDbIndex>> Open(const std::string& dir);
+
+  // For corruption found after Open (e.g. by the first scan): moves the
+  // database aside (logging `why`) and continues with an empty one.
+  // REQUIRES: no other call on this index in flight or later concurrent.
+  core::Status Reset(const core::Status& why);
   ~RocksDbIndex() override;
 
   core::Result<std::optional<std::string>> Get(std::string_view key) override;
@@ -31,7 +44,11 @@ class RocksDbIndex : public core::Index {
                     const std::function<bool(std::string_view, std::string_view)>& fn) override;
 
  private:
-  explicit RocksDbIndex(std::unique_ptr<rocksdb::DB> db);
+  RocksDbIndex(std::string dir, std::unique_ptr<rocksdb::DB> db);
+  static core::Result<std::unique_ptr<rocksdb::DB>> OpenDb(const std::string& dir);
+  static core::Status MoveAside(const std::string& dir, const core::Status& why);
+
+  const std::string dir_;
   std::unique_ptr<rocksdb::DB> db_;
 };
 

@@ -7,6 +7,7 @@ core::Result<core::Bytes> MemBlockStore::Read(const core::BlockKey& key, uint64_
   auto it = blocks_.find(key);
   if (it == blocks_.end()) return core::NotFoundError("no block", core::FailureSite::kLocal);
   if (corrupt_.erase(key)) {
+    used_ -= it->second.size();
     blocks_.erase(it);
     return core::CorruptError("checksum mismatch", core::FailureSite::kLocal);
   }
@@ -17,14 +18,23 @@ core::Result<core::Bytes> MemBlockStore::Read(const core::BlockKey& key, uint64_
 core::Status MemBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   std::lock_guard<std::mutex> l(mu_);
   if (full_) return core::Status(core::StatusCode::kNoSpace, "disk full");
+  auto old = blocks_.find(key);
+  const uint64_t replaced = old == blocks_.end() ? 0 : old->second.size();
+  if (capacity_ != 0 && used_ - replaced + data.size() > capacity_) {
+    return core::Status(core::StatusCode::kNoSpace, "disk full (capacity)");
+  }
   writes++;
+  used_ += data.size() - replaced;
   blocks_[key] = std::string(data);
   return core::Status::Ok();
 }
 
 core::Status MemBlockStore::Remove(const core::BlockKey& key) {
   std::lock_guard<std::mutex> l(mu_);
-  blocks_.erase(key);
+  auto it = blocks_.find(key);
+  if (it == blocks_.end()) return core::Status::Ok();
+  used_ -= it->second.size();
+  blocks_.erase(it);
   return core::Status::Ok();
 }
 
@@ -46,6 +56,31 @@ bool MemBlockStore::Has(const core::BlockKey& key) {
 size_t MemBlockStore::Size() {
   std::lock_guard<std::mutex> l(mu_);
   return blocks_.size();
+}
+
+core::Result<core::BlockScan> MemBlockStore::ForEachBlock(
+    const std::function<void(const core::BlockKey&, uint64_t)>& fn) {
+  std::map<core::BlockKey, uint64_t> copy;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [k, v] : blocks_) copy.emplace(k, v.size());
+  }
+  core::BlockScan scan;
+  for (const auto& [k, n] : copy) {
+    scan.blocks++;
+    fn(k, n);
+  }
+  return scan;
+}
+
+void MemBlockStore::SetCapacity(uint64_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  capacity_ = bytes;
+}
+
+uint64_t MemBlockStore::UsedBytes() {
+  std::lock_guard<std::mutex> l(mu_);
+  return used_;
 }
 
 }  // namespace perch::testing

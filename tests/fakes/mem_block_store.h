@@ -11,6 +11,7 @@
 #include "daemon/core/executor.h"
 
 #include <functional>
+#include <vector>
 
 namespace perch::testing {
 
@@ -20,7 +21,14 @@ class MemBlockStore : public core::BlockStore {
   core::Status Write(const core::BlockKey& key, std::string_view data) override;
   core::Status Remove(const core::BlockKey& key) override;
 
+  core::Result<core::BlockScan> ForEachBlock(
+      const std::function<void(const core::BlockKey&, uint64_t)>& fn) override;
+
   void SetFull(bool full);
+  // Writes that would take the stored bytes past `bytes` fail with kNoSpace
+  // (a disk of that size); 0 = no limit.
+  void SetCapacity(uint64_t bytes);
+  uint64_t UsedBytes();
   void Corrupt(const core::BlockKey& key);
   bool Has(const core::BlockKey& key);
   size_t Size();
@@ -32,6 +40,38 @@ class MemBlockStore : public core::BlockStore {
   std::map<core::BlockKey, core::Bytes> blocks_;  // Protected by mu_
   std::map<core::BlockKey, bool> corrupt_;        // Protected by mu_
   bool full_ = false;                             // Protected by mu_
+  uint64_t capacity_ = 0;                         // Protected by mu_
+  uint64_t used_ = 0;                             // Protected by mu_
+};
+
+// Runs nothing until told: tasks queue up and RunAll() runs them (and what
+// they post) on the calling thread. PostAfter ignores the delay.
+class QueuedExecutor : public core::Executor {
+ public:
+  void Post(std::function<void()> task) override {
+    std::lock_guard<std::mutex> l(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override { Post(std::move(task)); }
+  // Runs queued tasks until none is left; returns how many ran.
+  size_t RunAll() {
+    size_t n = 0;
+    for (;;) {
+      std::function<void()> t;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (tasks_.empty()) return n;
+        t = std::move(tasks_.front());
+        tasks_.erase(tasks_.begin());
+      }
+      t();
+      ++n;
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::function<void()>> tasks_;  // Protected by mu_
 };
 
 // Runs tasks on the posting thread, at once (PostAfter too): deterministic.

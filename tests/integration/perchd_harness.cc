@@ -123,6 +123,15 @@ std::string PerchdProcess::Start(const std::vector<std::string>& args, const fs:
   return "perchd did not mount within 60 s:\n" + Log();
 }
 
+void PerchdProcess::Kill() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    WaitExit(pid_, std::chrono::seconds(10));
+    pid_ = -1;
+  }
+  Stop();  // the unmount
+}
+
 int PerchdProcess::Stop() {
   int code = 0;
   if (pid_ > 0) {

@@ -45,6 +45,9 @@ class PerchdProcess {
                     const std::filesystem::path& log);
   // Stops perchd cleanly (SIGTERM) and returns its exit code.
   int Stop();
+  // Kills perchd with SIGKILL (a crash: nothing is flushed) and removes its
+  // dead mount.
+  void Kill();
   std::string Log() const;
   // The control address perchd was given ("unix:/tmp/.../perchd-1.sock").
   const std::string& control() const { return control_; }

@@ -145,7 +145,7 @@ TEST_F(ControlCoreTest, EvictRemovesAPrefixButKeepsPins) {
 }
 
 TEST_F(ControlCoreTest, QuotaEvictionSparesPinnedObjects) {
-  Build(CatalogOptions{3500, 0.95, 0.5, 1024});
+  Build(CatalogOptions{3500, 0.95, 0.5, 1024, nullptr});
   ASSERT_TRUE(catalog_->Pin(P("/d/a.bin")).ok());
   ReadAll("/d/a.bin");
   for (int i = 0; i < 6; ++i) ReadAll("/big/x" + std::to_string(i));

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "daemon/store/cache_dir_lock.h"
@@ -177,6 +178,89 @@ TEST_F(StoreTest, CacheDirLockIsExclusive) {
       << second.status().message();
   { CacheDirLock released = std::move(*first); }
   EXPECT_TRUE(CacheDirLock::Acquire(root.string()).ok());
+}
+
+TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
+  fs::path root = dir_ / "cache";
+  std::string before_tmp;
+  {
+    FileBlockStore before(root.string());
+    ASSERT_TRUE(before.Write(BlockKey{"aa11", 0}, Data(5000)).ok());
+    ASSERT_TRUE(before.Write(BlockKey{"aa11", 1}, Data(300)).ok());
+    before_tmp = before.TempPrefix();
+  }
+  FileBlockStore probe(root.string());
+  const fs::path shard = fs::path(probe.PathOf(BlockKey{"aa11", 0})).parent_path();
+  // A killed writer's half-written temp file, an old one; a truncated block;
+  // a block file under another block's name.
+  { std::ofstream(shard / (before_tmp + "123"), std::ios::binary) << std::string(777, 'x'); }
+  fs::copy_file(probe.PathOf(BlockKey{"aa11", 0}), shard / "aa11.7");
+  fs::resize_file(probe.PathOf(BlockKey{"aa11", 1}), 100);
+  // Hostile headers: huge id and data lengths, and a file of only a magic.
+  for (uint64_t huge : std::initializer_list<uint64_t>{~0ULL, 1ULL << 40, 4097}) {
+    std::string h = "PERCHBLK";
+    for (uint64_t v : std::initializer_list<uint64_t>{1, 64, 0, huge, 0, huge}) {
+      for (int i = 0; i < 8; ++i) h.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
+    h.resize(64 + 100, 'z');
+    std::ofstream(shard / ("aa" + std::to_string(huge) + ".0"), std::ios::binary) << h;
+  }
+  { std::ofstream(shard / "aa22.0", std::ios::binary) << "PERCHBLK"; }
+
+  FileBlockStore store(root.string());  // a later process
+  // A write of this process under way: its temp file is kept.
+  const fs::path mine = shard / (store.TempPrefix() + "456");
+  { std::ofstream(mine, std::ios::binary) << std::string(10, 'y'); }
+  std::map<BlockKey, uint64_t> seen;
+  auto scan = store.ForEachBlock([&](const BlockKey& k, uint64_t n) { seen[k] = n; });
+  ASSERT_TRUE(scan.ok()) << scan.status().ToString();
+  EXPECT_EQ(seen, (std::map<BlockKey, uint64_t>{{BlockKey{"aa11", 0}, 5000}}));
+  EXPECT_EQ(scan->blocks, 1u);
+  EXPECT_EQ(scan->leftovers_removed, 7u);
+  EXPECT_FALSE(fs::exists(shard / (before_tmp + "123")));
+  EXPECT_FALSE(fs::exists(shard / "aa11.7"));
+  EXPECT_FALSE(fs::exists(store.PathOf(BlockKey{"aa11", 1})));
+  EXPECT_TRUE(fs::exists(mine));
+  EXPECT_EQ(*store.Read(BlockKey{"aa11", 0}, 0, 5000), Data(5000));
+}
+
+TEST_F(StoreTest, BlockDirectoriesAndFilesArePrivate) {
+  fs::path root = dir_ / "cache";
+  fs::create_directories(root);
+  fs::permissions(root, fs::perms(0755));  // as an older perchd left it
+  auto lock = CacheDirLock::Acquire(root.string());
+  ASSERT_TRUE(lock.ok());
+  EXPECT_EQ(fs::status(root).permissions() & fs::perms::all, fs::perms::owner_all);
+  FileBlockStore store(root.string());
+  ASSERT_TRUE(store.Write(BlockKey{"cc", 0}, Data(10)).ok());
+  fs::path file = store.PathOf(BlockKey{"cc", 0});
+  EXPECT_EQ(fs::status(file).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(fs::status(file.parent_path()).permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_EQ(fs::status(root / "blocks").permissions() & fs::perms::all, fs::perms::owner_all);
+}
+
+TEST_F(StoreTest, ACorruptIndexIsMovedAsideAndANewOneOpens) {
+  const std::string dir = (dir_ / "index").string();
+  {
+    auto index = RocksDbIndex::Open(dir);
+    ASSERT_TRUE(index.ok());
+    ASSERT_TRUE((*index)->Apply({{"b/x/1", "one"}}).ok());
+  }
+  // Every file of the database overwritten with garbage.
+  for (auto& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().filename() != "LOCK") {
+      std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << "garbage, not a database\n";
+    }
+  }
+  auto index = RocksDbIndex::Open(dir);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_TRUE(fs::exists(dir + ".corrupt"));
+  EXPECT_FALSE((*index)->Get("b/x/1")->has_value());
+  ASSERT_TRUE((*index)->Apply({{"b/x/2", "two"}}).ok());
+  // Corruption found later (a scan) is handled the same way by Reset.
+  ASSERT_TRUE((*index)->Reset(core::CorruptError("test", core::FailureSite::kLocal)).ok());
+  EXPECT_FALSE((*index)->Get("b/x/2")->has_value());
+  EXPECT_TRUE(fs::exists(dir + ".corrupt"));
 }
 
 }  // namespace
