@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,9 +102,13 @@ std::string FirstEntry(const std::string& dir) {
 
 core::Status PrepareMountpoint(const std::string& mountpoint, bool allow_nonempty) {
   const std::string dir = MountTablePath(mountpoint);
+  // statfs, not stat: the kernel answers stat of a FUSE mount's root from
+  // cached attributes even when the daemon is dead, but always asks the
+  // daemon for statfs (perchd answers it from memory). A crash may have left
+  // dead mounts stacked at `dir`: one per crash.
+  struct statfs sfs {};
   struct stat st {};
-  // A crash may have left dead mounts stacked at `dir`: one per crash.
-  for (int tries = 0; ::stat(dir.c_str(), &st) != 0; ++tries) {
+  for (int tries = 0; ::statfs(dir.c_str(), &sfs) != 0 || ::stat(dir.c_str(), &st) != 0; ++tries) {
     int err = errno;
     MountEntry entry = MountAt(dir);
     if (err != ENOTCONN || !entry.found || tries == 8) {

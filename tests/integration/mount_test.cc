@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -229,9 +230,10 @@ TEST_F(MountTest, RestartAfterSigkillMountsOverTheDeadMount) {
   Mount(perchd);
   ASSERT_EQ(ReadThrough(mnt_ / "small.txt"), ReadLocalFile(tree_->path() / "small.txt"));
   perchd.Kill();
-  struct stat st {};
-  ASSERT_NE(::stat(mnt_.c_str(), &st), 0);
+  struct statfs st {};
+  ASSERT_NE(::statfs(mnt_.c_str(), &st), 0);
   ASSERT_EQ(errno, ENOTCONN) << "a SIGKILLed perchd should leave a dead mount";
+  ASSERT_TRUE(IsMounted(mnt_));
 
   Mount(perchd);
   EXPECT_NE(perchd.Log().find("was a dead FUSE mount"), std::string::npos) << perchd.Log();

@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -114,9 +114,10 @@ std::string PerchdProcess::Start(const std::vector<std::string>& args, const fs:
   pid_ = Spawn(PERCHD_PATH, all, log);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < end) {
-    // Mounted and answering: a dead mount left by a killed perchd is not it.
-    struct stat st {};
-    if (IsMounted(mountpoint) && ::stat(mountpoint.c_str(), &st) == 0) return "";
+    // Mounted and answering: a dead mount left by a killed perchd is not it
+    // (statfs always reaches the daemon; stat may be answered from cache).
+    struct statfs st {};
+    if (IsMounted(mountpoint) && ::statfs(mountpoint.c_str(), &st) == 0) return "";
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
