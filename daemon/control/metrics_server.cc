@@ -1,6 +1,6 @@
 // MetricsServer: GET /metrics over plain HTTP/1.1 with Boost.Beast, on one
 // thread of its own. Every connection has a 5 s deadline, so a stuck scraper
-// cannot hold the thread, and a request is at most 16 KiB of headers and no
+// cannot hold the thread, and a request is at most 8 KiB of headers and no
 // body, so a client cannot make it allocate.
 #include <spdlog/spdlog.h>
 
@@ -64,7 +64,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   core::NodeControl& node_;
-  beast::flat_buffer buffer_{16 * 1024};  // the most a request may take
+  beast::flat_buffer buffer_{16 * 1024};  // Beast parses at most 8 KiB of request headers
   bhttp::request<bhttp::empty_body> request_;
   bhttp::response<bhttp::string_body> response_;
 };
