@@ -36,7 +36,9 @@ MountEntry MountAt(const std::string& dir) {
   mntent m{};
   char buf[8192];
   while (::getmntent_r(table, &m, buf, sizeof(buf)) != nullptr) {
-    if (dir == m.mnt_dir) out = MountEntry{true, m.mnt_fsname, m.mnt_type};  // later ones are on top
+    if (dir == m.mnt_dir) {
+      out = MountEntry{true, m.mnt_fsname, m.mnt_type};  // later ones are on top
+    }
   }
   ::endmntent(table);
   return out;
@@ -73,13 +75,14 @@ core::Status DetachDeadMount(const std::string& dir, const MountEntry& entry) {
   if (::umount2(dir.c_str(), MNT_DETACH) != 0) {
     int err = errno;
     if (err != EPERM || !FusermountLazy(dir)) {
-      return core::InvalidArgumentError("mountpoint " + dir + " is a dead FUSE mount (" + entry.fsname +
+      return core::InvalidArgumentError("mountpoint " + dir + " is a dead FUSE mount (" +
+                                        entry.fsname +
                                         ") that cannot be unmounted: " + std::strerror(err) +
                                         "; run fusermount3 -u -z " + dir + " as root");
     }
   }
-  spdlog::warn("mountpoint {} was a dead FUSE mount ({}, left by a daemon that died); unmounted it", dir,
-               entry.fsname);
+  spdlog::warn("mountpoint {} was a dead FUSE mount ({}, left by a daemon that died); unmounted it",
+               dir, entry.fsname);
   return core::Status::Ok();
 }
 
@@ -117,17 +120,21 @@ core::Status PrepareMountpoint(const std::string& mountpoint, bool allow_nonempt
     }
     if (core::Status s = DetachDeadMount(dir, entry); !s.ok()) return s;
   }
-  if (!S_ISDIR(st.st_mode)) return core::InvalidArgumentError("mountpoint " + mountpoint + " is not a directory");
+  if (!S_ISDIR(st.st_mode)) {
+    return core::InvalidArgumentError("mountpoint " + mountpoint + " is not a directory");
+  }
   if (MountEntry entry = MountAt(dir); entry.found && entry.type == "fuse.perch") {
-    return core::UnavailableError("mountpoint " + mountpoint + " is already a perch mount of " + entry.fsname +
-                                      ", served by another perchd; stop that one first (or fusermount3 -u " +
-                                      mountpoint + ")",
-                                  core::FailureSite::kLocal);
+    return core::UnavailableError(
+        "mountpoint " + mountpoint + " is already a perch mount of " + entry.fsname +
+            ", served by another perchd; stop that one first (or fusermount3 -u " + mountpoint +
+            ")",
+        core::FailureSite::kLocal);
   }
   if (std::string name = FirstEntry(dir); !name.empty() && !allow_nonempty) {
-    return core::InvalidArgumentError("mountpoint " + mountpoint + " is not empty (it holds '" + name +
-                                      "'), and the mount would hide what is there; choose an empty " +
-                                      "directory or pass --allow-nonempty-mountpoint");
+    return core::InvalidArgumentError(
+        "mountpoint " + mountpoint + " is not empty (it holds '" + name +
+        "'), and the mount would hide what is there; choose an empty " +
+        "directory or pass --allow-nonempty-mountpoint");
   }
   return core::Status::Ok();
 }

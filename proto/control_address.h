@@ -63,7 +63,8 @@ inline bool IsLoopbackHost(std::string_view host) {
 // the port is a number up to 65535 and an IPv6 host is bracketed.
 inline bool SplitHostPort(std::string_view address, std::string* host, unsigned* port) {
   size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos || colon + 1 == address.size() || colon + 6 < address.size()) {
+  if (colon == std::string_view::npos || colon + 1 == address.size() ||
+      colon + 6 < address.size()) {
     return false;
   }
   unsigned p = 0;
@@ -85,9 +86,9 @@ inline bool SplitHostPort(std::string_view address, std::string* host, unsigned*
 inline std::string CheckControlAddress(const std::string& address) {
   if (address.empty()) return "";
   if (address.starts_with("unix:")) {
-    return address.size() > 5
-               ? ""
-               : "bad control address 'unix:': give a socket path, e.g. unix:/run/perch/perchd.sock";
+    return address.size() > 5 ? ""
+                              : "bad control address 'unix:': give a socket path, e.g. "
+                                "unix:/run/perch/perchd.sock";
   }
   std::string host;
   unsigned port = 0;
@@ -138,8 +139,9 @@ inline bool LookupGroup(const std::string& name, gid_t* gid) {
   std::vector<char> buf(16384);
   group g{};
   group* found = nullptr;
-  if (::getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &found) != 0 || found == nullptr)
+  if (::getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
     return false;
+  }
   *gid = found->gr_gid;
   return true;
 }
@@ -149,8 +151,9 @@ inline std::string GroupName(gid_t gid) {
   std::vector<char> buf(16384);
   group g{};
   group* found = nullptr;
-  if (::getgrgid_r(gid, &g, buf.data(), buf.size(), &found) != 0 || found == nullptr)
+  if (::getgrgid_r(gid, &g, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
     return std::to_string(gid);
+  }
   return found->gr_name;
 }
 

@@ -26,7 +26,8 @@ class SecurityTest : public MountedFederation {
   // to refuse at once. If it mounts instead, it is killed after a while and
   // its mount removed here, so that a failure leaves nothing behind.
   RunResult Perchd(std::vector<std::string> flags) {
-    flags.insert(flags.begin(), {"--foreground", "--cache-dir", (work_->path() / "cache-x").string()});
+    flags.insert(flags.begin(),
+                 {"--foreground", "--cache-dir", (work_->path() / "cache-x").string()});
     flags.push_back(fed_->FederationUrl() + "/test");
     flags.push_back(mnt_.string());
     RunResult r = RunPerchdToExit(flags, std::chrono::seconds(15));
@@ -45,7 +46,8 @@ class SecurityTest : public MountedFederation {
 };
 
 TEST_F(SecurityTest, ControlApiOnlyOnUnixSocketOrLoopback) {
-  for (const char* addr : {"tcp:0.0.0.0:0", "tcp:[::]:0", "tcp:192.0.2.1:7901", "tcp:example.org:7901"}) {
+  for (const char* addr :
+       {"tcp:0.0.0.0:0", "tcp:[::]:0", "tcp:192.0.2.1:7901", "tcp:example.org:7901"}) {
     RunResult r = Perchd({"--control", addr});
     EXPECT_EQ(r.exit_code, 2) << addr << "\n" << r.output;
     EXPECT_NE(r.output.find("is not on loopback"), std::string::npos) << r.output;
@@ -69,10 +71,13 @@ TEST_F(SecurityTest, MetricsOffLoopbackOnlyWithTheOptIn) {
   EXPECT_EQ(get.exit_code, 0) << get.output;
   EXPECT_NE(get.output.find("perch_misses_total"), std::string::npos);
   // A request with a body or oversized headers is refused; the server lives on.
-  RunResult big = RunToExit("/usr/bin/curl", {"-s", "-o", "/dev/null", "-H", "X-Pad: " + std::string(20000, 'x'),
-                                              "http://127.0.0.1:" + port + "/metrics"});
+  RunResult big = RunToExit("/usr/bin/curl",
+                            {"-s", "-o", "/dev/null", "-H", "X-Pad: " + std::string(20000, 'x'),
+                             "http://127.0.0.1:" + port + "/metrics"});
   EXPECT_NE(big.exit_code, 0) << big.output;
-  EXPECT_EQ(RunToExit("/usr/bin/curl", {"-sf", "-o", "/dev/null", "http://127.0.0.1:" + port + "/metrics"}).exit_code,
+  EXPECT_EQ(RunToExit("/usr/bin/curl",
+                      {"-sf", "-o", "/dev/null", "http://127.0.0.1:" + port + "/metrics"})
+                .exit_code,
             0);
 }
 
@@ -116,11 +121,14 @@ TEST_F(SecurityTest, OversizedRequestsAreRefusedAndTheDaemonLivesOn) {
 }
 
 TEST_F(SecurityTest, PerchctlSaysPermissionDeniedNotNoDaemon) {
-  if (::access("/usr/sbin/runuser", X_OK) != 0) GTEST_FAIL() << "runuser missing (Debian package util-linux)";
+  if (::access("/usr/sbin/runuser", X_OK) != 0) {
+    GTEST_FAIL() << "runuser missing (Debian package util-linux)";
+  }
   Mount();
   // The socket (0660 root:root) in a directory anyone may enter; perchctl
   // where user nobody may run it.
-  fs::permissions(work_->path(), fs::perms::owner_all | fs::perms::others_exec | fs::perms::group_exec);
+  fs::permissions(work_->path(),
+                  fs::perms::owner_all | fs::perms::others_exec | fs::perms::group_exec);
   struct stat st {};
   ASSERT_EQ(::stat(Socket().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0660u);
@@ -129,11 +137,13 @@ TEST_F(SecurityTest, PerchctlSaysPermissionDeniedNotNoDaemon) {
   fs::copy_file(PERCHCTL_PATH, ctl);
   fs::permissions(ctl, fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
   auto as_nobody = [&] {
-    return RunToExit("/usr/sbin/runuser", {"-u", "nobody", "--", ctl.string(), "--socket", Socket(), "stats"});
+    return RunToExit("/usr/sbin/runuser",
+                     {"-u", "nobody", "--", ctl.string(), "--socket", Socket(), "stats"});
   };
   RunResult r = as_nobody();
   EXPECT_EQ(r.exit_code, 5) << r.output;
-  EXPECT_NE(r.output.find("permission denied: " + Socket() + " (perchctl needs to be root"), std::string::npos)
+  EXPECT_NE(r.output.find("permission denied: " + Socket() + " (perchctl needs to be root"),
+            std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("no perchd answers"), std::string::npos) << r.output;
 
@@ -153,8 +163,10 @@ TEST_F(SecurityTest, PerchctlSaysPermissionDeniedNotNoDaemon) {
 }
 
 TEST_F(SecurityTest, EveryUsageErrorExitsTwo) {
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"--no-such-flag"}, {"--cache-size"}, {"--config", "/no/such/file.toml"}, {"a", "b", "c"}}) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--no-such-flag"},
+                                                                {"--cache-size"},
+                                                                {"--config", "/no/such/file.toml"},
+                                                                {"a", "b", "c"}}) {
     RunResult r = RunPerchdToExit(args, std::chrono::seconds(30));
     EXPECT_EQ(r.exit_code, 2) << args[0] << "\n" << r.output;
   }
@@ -167,7 +179,9 @@ TEST_F(SecurityTest, EveryUsageErrorExitsTwo) {
   EXPECT_EQ(RunToExit(PERCHCTL_PATH, {"--help"}).exit_code, 0);
 #ifdef PERCH_TRAIN_PATH
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {"--no-such-flag"}, {"--data-dir", "/no/such/dir"}, {"--max-runtime", "soon", "--loader-only", "--data-dir", "/"}}) {
+           {"--no-such-flag"},
+           {"--data-dir", "/no/such/dir"},
+           {"--max-runtime", "soon", "--loader-only", "--data-dir", "/"}}) {
     RunResult r = RunToExit(PERCH_TRAIN_PATH, args);
     EXPECT_EQ(r.exit_code, 2) << args[0] << "\n" << r.output;
   }

@@ -40,11 +40,11 @@ TEST(CliExitTest, EveryUsageErrorIsTwoHelpAndVersionAreZero) {
   EXPECT_EQ(ParseStatus({"--path", "x"}), -1);
   EXPECT_EQ(ParseStatus({"--help"}), 0);
   EXPECT_EQ(ParseStatus({"--version"}), 0);
-  EXPECT_EQ(ParseStatus({"--path", "x", "--no-such-flag"}), 2);  // CLI11: 109 (extras)
-  EXPECT_EQ(ParseStatus({}), 2);                                 // 106 (required)
-  EXPECT_EQ(ParseStatus({"--path", "x", "--count", "-3"}), 2);   // 105 (validation)
+  EXPECT_EQ(ParseStatus({"--path", "x", "--no-such-flag"}), 2);   // CLI11: 109 (extras)
+  EXPECT_EQ(ParseStatus({}), 2);                                  // 106 (required)
+  EXPECT_EQ(ParseStatus({"--path", "x", "--count", "-3"}), 2);    // 105 (validation)
   EXPECT_EQ(ParseStatus({"--path", "x", "--count", "many"}), 2);  // 105 (conversion)
-  EXPECT_EQ(ParseStatus({"--path"}), 2);                         // argument missing
+  EXPECT_EQ(ParseStatus({"--path"}), 2);                          // argument missing
   EXPECT_EQ(ParseStatus({"--path", "x", "stray"}), 2);
 }
 
@@ -60,8 +60,9 @@ TEST(ControlAddressTest, OnlyUnixSocketsAndLoopback) {
                          "tcp:localhost:7901", "tcp:[::1]:7901"}) {
     EXPECT_EQ(CheckControlAddress(ok), "") << ok;
   }
-  for (const char* remote : {"tcp:0.0.0.0:7901", "tcp:10.1.2.3:7901", "tcp:[::]:7901", "tcp::7901",
-                             "tcp:example.org:7901", "tcp:128.0.0.1:1", "tcp:[::ffff:10.0.0.1]:1"}) {
+  for (const char* remote :
+       {"tcp:0.0.0.0:7901", "tcp:10.1.2.3:7901", "tcp:[::]:7901", "tcp::7901",
+        "tcp:example.org:7901", "tcp:128.0.0.1:1", "tcp:[::ffff:10.0.0.1]:1"}) {
     EXPECT_NE(CheckControlAddress(remote).find("not on loopback"), std::string::npos) << remote;
   }
   for (const char* bad : {"unix:", "127.0.0.1:7901", "tcp:127.0.0.1", "tcp:127.0.0.1:70000",
@@ -74,7 +75,8 @@ TEST(ControlAddressTest, MetricsLeaveLoopbackOnlyWhenAllowed) {
   EXPECT_EQ(CheckMetricsAddress("", false), "");
   EXPECT_EQ(CheckMetricsAddress("127.0.0.1:9464", false), "");
   EXPECT_EQ(CheckMetricsAddress("[::1]:0", false), "");
-  EXPECT_NE(CheckMetricsAddress("0.0.0.0:9464", false).find("--metrics-allow-remote"), std::string::npos);
+  EXPECT_NE(CheckMetricsAddress("0.0.0.0:9464", false).find("--metrics-allow-remote"),
+            std::string::npos);
   EXPECT_NE(CheckMetricsAddress("[::]:9464", false).find("not on loopback"), std::string::npos);
   EXPECT_EQ(CheckMetricsAddress("0.0.0.0:9464", true), "");
   EXPECT_EQ(CheckMetricsAddress("[::]:9464", true), "");
