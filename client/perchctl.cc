@@ -4,8 +4,7 @@
 // for scripts with --json. Exit codes: 0 success; 1 the operation failed
 // (a warm with errors, an unhealthy node, a daemon error); 2 bad usage;
 // 3 no daemon answers at the address; 4 not found (e.g. unpin of a path that
-// is not pinned).
-#include <grpcpp/grpcpp.h>
+// is not pinned); 5 the control socket refuses this user.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -22,17 +21,14 @@
 #include <thread>
 #include <vector>
 
+#include "client/cli_exit.h"
+#include "client/control_client.h"
 #include "proto/control_address.h"
-#include "proto/perch.grpc.pb.h"
 
 namespace perch::ctl {
 namespace {
 
 using nlohmann::json;
-
-constexpr int kExitFailed = 1;
-constexpr int kExitNoDaemon = 3;
-constexpr int kExitNotFound = 4;
 
 std::string Size(uint64_t bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -111,49 +107,7 @@ void Table(const std::vector<std::vector<std::string>>& rows, std::string_view a
   }
 }
 
-class Client {
- public:
-  explicit Client(std::string address) : address_(std::move(address)) {
-    std::string target = address_.starts_with("tcp:") ? address_.substr(4) : address_;
-    if (!target.starts_with("unix:") && !address_.starts_with("tcp:")) target = "unix:" + target;
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(512 << 20);  // hint lists of a whole epoch
-    channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-    stub_ = v1::Perch::NewStub(channel_);
-  }
-
-  // False (with a message) when no daemon answers within a few seconds.
-  bool Connect() {
-    if (channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(3))) return true;
-    std::cerr << "perchctl: no perchd answers at " << address_
-              << " (is perchd running? choose its socket with --socket PATH or $PERCH_SOCKET)\n";
-    return false;
-  }
-
-  // Maps a failed call to a message and an exit code.
-  int Fail(const grpc::Status& s, const std::string& what) const {
-    std::cerr << "perchctl: " << what << ": " << s.error_message() << "\n";
-    switch (s.error_code()) {
-      case grpc::StatusCode::UNAVAILABLE: return kExitNoDaemon;
-      case grpc::StatusCode::NOT_FOUND: return kExitNotFound;
-      case grpc::StatusCode::INVALID_ARGUMENT: return 2;
-      default: return kExitFailed;
-    }
-  }
-
-  std::unique_ptr<grpc::ClientContext> Context(std::chrono::seconds timeout = std::chrono::seconds(30)) const {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() + timeout);
-    return ctx;
-  }
-
-  v1::Perch::Stub& stub() { return *stub_; }
-
- private:
-  std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Perch::Stub> stub_;
-};
+using Client = ControlClient;
 
 // Paths inside the mount may be given relative to the working directory;
 // federation URLs and paths pass through as they are.
@@ -474,7 +428,7 @@ int Hint(Client& c, const std::string& job, const std::vector<std::string>& path
       in_file.open(file);
       if (!in_file) {
         std::cerr << "perchctl: cannot read " << file << "\n";
-        return 2;
+        return kExitUsage;
       }
       in = &in_file;
     }
@@ -594,14 +548,10 @@ int main(int argc, char** argv) {
   auto* health = app.add_subcommand("health", "is the mount serving, the federation reachable, the disk fine");
   health->add_flag("--json", as_json, "machine-readable output");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto rc = perch::cli::Parse(app, argc, argv)) return *rc;
   if (stats->count("--watch") > 0 && watch <= 0) watch = 2;
   Client client(socket);
-  if (!client.Connect()) return kExitNoDaemon;
+  if (int rc = client.Connect(); rc != 0) return rc;
   if (stats->parsed()) return Stats(client, as_json, watch);
   if (warm->parsed()) return Warm(client, warm_paths, wait, !no_recursive, as_json);
   if (pin->parsed()) return PinCmd(client, path, true);
@@ -610,5 +560,5 @@ int main(int argc, char** argv) {
   if (ls->parsed()) return Ls(client, path, as_json);
   if (health->parsed()) return Health(client, as_json);
   if (hint->parsed()) return Hint(client, job, hint_paths, hint_file);
-  return 2;
+  return kExitUsage;
 }

@@ -4,6 +4,8 @@
 #include <set>
 #include <toml++/toml.h>
 
+#include "proto/control_address.h"
+
 namespace perch {
 
 namespace {
@@ -67,7 +69,8 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
       "federation", "mountpoint", "cache_dir", "cache_size", "block_size", "log_level", "ca_file",
       "token_file", "op_timeout", "fuse_threads", "max_requests_in_flight", "high_watermark",
       "low_watermark", "dir_ttl", "file_ttl", "negative_ttl", "control", "metrics", "prefetch", "readahead", "prefetch_dir_max_entries",
-      "hint_window", "max_bytes_in_flight", "fuse_no_open", "tokens", "protected_group"};
+      "hint_window", "max_bytes_in_flight", "fuse_no_open", "control_group", "metrics_allow_remote",
+      "allow_nonempty_mountpoint", "tokens", "protected_group"};
   for (const auto& [k, v] : t) {
     if (!kKnown.count(std::string(k.str()))) {
       throw ConfigError("config " + path + ": unknown key '" + std::string(k.str()) + "'");
@@ -167,6 +170,9 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
       c->namespace_tokens[prefix] = *file;
     }
   }
+  str("control_group", &c->control_group);
+  flag("metrics_allow_remote", &c->metrics_allow_remote);
+  flag("allow_nonempty_mountpoint", &c->allow_nonempty_mountpoint);
 }
 
 void Validate(const DaemonConfig& c) {
@@ -178,6 +184,14 @@ void Validate(const DaemonConfig& c) {
     throw ConfigError("watermarks must satisfy 0 < low_watermark < high_watermark <= 1");
   }
   if (c.op_timeout < std::chrono::milliseconds(100)) throw ConfigError("op_timeout must be at least 100ms");
+  if (std::string why = CheckControlAddress(c.control_address); !why.empty()) throw ConfigError(why);
+  if (std::string why = CheckMetricsAddress(c.metrics_address, c.metrics_allow_remote); !why.empty()) {
+    throw ConfigError(why);
+  }
+  gid_t gid = 0;
+  if (!c.control_group.empty() && !LookupGroup(c.control_group, &gid)) {
+    throw ConfigError("control_group '" + c.control_group + "': no such group");
+  }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (!kLevels.count(c.log_level)) {
     throw ConfigError("log_level '" + c.log_level + "' is not one of trace, debug, info, warn, error, critical, off");

@@ -45,8 +45,11 @@ struct DaemonConfig {
   size_t prefetch_dir_max_entries = 4096;  // larger directories are not prefetched
   size_t hint_window = 512;                // hinted files fetched ahead of the reader
   uint64_t max_bytes_in_flight = 1ULL << 30;
-  std::string control_address;  // "unix:PATH" or "tcp:HOST:PORT"; "" = the default socket
-  std::string metrics_address;  // "HOST:PORT" for Prometheus; "" = off
+  std::string control_address;  // "unix:PATH" or "tcp:LOOPBACK:PORT"; "" = the default socket
+  std::string control_group;    // group owning the control socket (may use perchctl); "" = perchd's
+  std::string metrics_address;  // "IP:PORT" for Prometheus; "" = off
+  bool metrics_allow_remote = false;       // metrics on a non-loopback address (no authentication)
+  bool allow_nonempty_mountpoint = false;  // mount over (and hide) a directory's entries
 };
 
 // "4M", "10GiB", "512k", "1048576" -> bytes (binary units). Throws ConfigError.
@@ -58,7 +61,8 @@ std::chrono::milliseconds ParseDuration(const std::string& text, const std::stri
 // Applies the TOML file at `path` over `config`. Unknown keys are errors.
 void ApplyConfigFile(const std::string& path, DaemonConfig* config);
 
-// Checks cross-field rules (watermarks, block size bounds). Throws ConfigError.
+// Checks cross-field rules (watermarks, block size bounds, control and metrics
+// addresses on loopback unless allowed). Throws ConfigError.
 void Validate(const DaemonConfig& config);
 
 }  // namespace perch

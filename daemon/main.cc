@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "client/cli_exit.h"
 #include "daemon/config.h"
 #include "daemon/control/control_server.h"
 #include "daemon/core/block_reader.h"
@@ -31,6 +32,7 @@
 #include "daemon/store/rocksdb_index.h"
 #include "daemon/thread_pool_executor.h"
 #include "fuse/fuse_server.h"
+#include "fuse/mountpoint.h"
 #include "proto/control_address.h"
 
 namespace perch {
@@ -47,10 +49,9 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
     spdlog::error("{}", url.status().message());
     return kExitUsage;
   }
-  std::error_code ec;
-  if (!std::filesystem::is_directory(cfg.mountpoint, ec)) {
-    spdlog::error("mountpoint {} does not exist or is not a directory", cfg.mountpoint);
-    return kExitUsage;
+  if (core::Status s = fuse::PrepareMountpoint(cfg.mountpoint, cfg.allow_nonempty_mountpoint); !s.ok()) {
+    spdlog::error("{}", s.message());
+    return s.code() == core::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
   auto lock = store::CacheDirLock::Acquire(cfg.cache_dir);
   if (!lock.ok()) {
@@ -214,7 +215,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
       [&server] { return server.mounted(); }, [&fs] { return fs.offline(); }, &scheduler, prefetch);
   control::MetricsServer metrics(node);
   if (!cfg.metrics_address.empty()) {
-    if (core::Status s = metrics.Start(cfg.metrics_address); !s.ok()) {
+    if (core::Status s = metrics.Start(cfg.metrics_address, cfg.metrics_allow_remote); !s.ok()) {
       spdlog::error("{}", s.message());
       return kExitUsage;
     }
@@ -222,6 +223,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   control::ControlServer control(node);
   control::ControlOptions copts;
   copts.address = cfg.control_address.empty() ? "unix:" + DefaultControlSocket() : cfg.control_address;
+  copts.socket_group = cfg.control_group;
   copts.metrics_address = metrics.address();
   if (core::Status s = control.Start(copts); !s.ok()) {
     spdlog::error("{}", s.message());
@@ -297,15 +299,18 @@ int main(int argc, char** argv) {
                  "control API address: unix:PATH or tcp:127.0.0.1:PORT (default unix:" + perch::DefaultControlSocket() + ")");
   bool no_prefetch = false;
   app.add_flag("--no-prefetch", no_prefetch, "no read-ahead, directory prefetch or hints (benchmarks)");
-  app.add_option("--metrics", metrics_address, "serve Prometheus metrics at http://HOST:PORT/metrics");
+  std::string control_group;
+  app.add_option("--control-group", control_group, "group owning the control socket: its members may use perchctl");
+  app.add_option("--metrics", metrics_address, "serve Prometheus metrics at http://IP:PORT/metrics (loopback)");
+  bool metrics_allow_remote = false, allow_nonempty_mountpoint = false;
+  app.add_flag("--metrics-allow-remote", metrics_allow_remote,
+               "allow --metrics on a non-loopback address (the endpoint has no authentication)");
+  app.add_flag("--allow-nonempty-mountpoint", allow_nonempty_mountpoint,
+               "mount over a directory that has entries (they are hidden while mounted)");
   std::string url, mountpoint;
   app.add_option("FEDERATION_URL", url, "pelican://host/path, osdf:///path or http(s)://host:port/path");
   app.add_option("MOUNTPOINT", mountpoint, "an existing empty directory");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto rc = perch::cli::Parse(app, argc, argv)) return *rc;
   try {
     if (!config_file.empty()) perch::ApplyConfigFile(config_file, &cfg);
     if (!url.empty()) cfg.federation_url = url;
@@ -315,6 +320,9 @@ int main(int argc, char** argv) {
     if (!control_address.empty()) cfg.control_address = control_address;
     if (no_prefetch) cfg.prefetch = false;
     if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
+    if (!control_group.empty()) cfg.control_group = control_group;
+    if (metrics_allow_remote) cfg.metrics_allow_remote = true;
+    if (allow_nonempty_mountpoint) cfg.allow_nonempty_mountpoint = true;
     if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
     if (cfg.federation_url.empty() || cfg.mountpoint.empty()) {
       throw ConfigError("FEDERATION_URL and MOUNTPOINT are required (see --help)");

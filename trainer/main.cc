@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 
+#include "client/cli_exit.h"
 #include "trainer/trainer.h"
 
 namespace {
@@ -139,7 +140,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-every", o.log_every, "print progress every N steps (default 50)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = perch::cli::Parse(app, argc, argv)) {
+    return *rc;
+  }
 
   spdlog::set_level(spdlog::level::from_str(log_level));
   // libjpeg allocates and frees its working memory (several hundred KB) for every image. With
@@ -150,7 +153,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (!o.loader_only && ckpt->count() == 0) {
     spdlog::error("--checkpoint-dir is required (except with --loader-only)");
-    return 1;
+    return perch::cli::kExitUsage;
   }
   if (hint->count() == 0) o.hint_command = DefaultHintCommand(o.data_dir);
   if (o.loader_only && epochs->count() == 0) {
@@ -160,7 +163,7 @@ int main(int argc, char** argv) {
     try {
       o.max_runtime_s = ParseDuration(max_runtime);
     } catch (const CLI::Error& e) {
-      return app.exit(e);
+      return perch::cli::UsageExit(app, e);
     }
   }
   struct sigaction sa = {};

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "proto/control_address.h"
 #include "proto/perch.grpc.pb.h"
 
 namespace perch::control {
@@ -123,6 +124,25 @@ void Fill(const core::NodeControl& node, const core::StatsSnapshot& s, v1::Stats
   p->set_boosted(s.scheduler.boosted);
 }
 
+// INVALID_ARGUMENT naming the bound when a request's `paths` has more than
+// `max_paths` entries or one longer than limits.max_path_bytes; else OK.
+grpc::Status CheckPaths(const google::protobuf::RepeatedPtrField<std::string>& paths, size_t max_paths,
+                        const ControlLimits& limits, const char* what) {
+  if (static_cast<size_t>(paths.size()) > max_paths) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        std::string(what) + " of " + std::to_string(paths.size()) + " paths is more than the " +
+                            std::to_string(max_paths) + " one request may carry");
+  }
+  for (const std::string& p : paths) {
+    if (p.size() > limits.max_path_bytes) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          std::string(what) + ": a path of " + std::to_string(p.size()) +
+                              " bytes is longer than " + std::to_string(limits.max_path_bytes));
+    }
+  }
+  return grpc::Status::OK;
+}
+
 // Streams one warm's progress. gRPC allows one write in flight, so the
 // newest progress waits in `latest_` and intermediate ones are skipped.
 //
@@ -136,8 +156,13 @@ class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
     WarmWriter* writer = nullptr;  // Protected by mu
   };
 
-  WarmWriter(core::NodeControl& node, const v1::WarmRequest& request)
+  WarmWriter(core::NodeControl& node, const v1::WarmRequest& request, const ControlLimits& limits)
       : node_(node), link_(std::make_shared<Link>()), detach_(request.detach()) {
+    if (grpc::Status bad = CheckPaths(request.paths(), limits.max_warm_paths, limits, "a warm"); !bad.ok()) {
+      Finish(bad);
+      finish_called_ = true;
+      return;
+    }
     std::vector<core::ObjectPath> paths;
     for (const std::string& p : request.paths()) {
       auto resolved = node_.Resolve(p);
@@ -254,7 +279,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
 
   grpc::ServerWriteReactor<v1::WarmProgress>* Warm(grpc::CallbackServerContext*,
                                                    const v1::WarmRequest* request) override {
-    return new WarmWriter(node_, *request);
+    return new WarmWriter(node_, *request, options_.limits);
   }
 
   grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* ctx, const v1::PinRequest* request,
@@ -269,7 +294,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
   grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* request,
                                   v1::EvictReply* reply) override {
     auto* r = ctx->DefaultReactor();
-    auto path = node_.Resolve(request->path());
+    auto path = Resolve(request->path());
     if (!path.ok()) {
       r->Finish(ToGrpcStatus(path.status()));
       return r;
@@ -296,9 +321,13 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     auto* r = ctx->DefaultReactor();
     // No path: the whole mount.
     auto path = request->path().empty() ? core::Result<core::ObjectPath>(core::ObjectPath())
-                                        : node_.Resolve(request->path());
+                                        : Resolve(request->path());
     if (!path.ok()) {
       r->Finish(ToGrpcStatus(path.status()));
+      return r;
+    }
+    if (request->page_token().size() > options_.limits.max_path_bytes) {
+      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "page token too long"));
       return r;
     }
     size_t page = request->page_size() == 0 ? 1000 : std::min<size_t>(request->page_size(), 10000);
@@ -322,8 +351,15 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
   grpc::ServerUnaryReactor* Hint(grpc::CallbackServerContext* ctx, const v1::HintRequest* request,
                                  v1::HintReply* reply) override {
     auto* r = ctx->DefaultReactor();
-    if (request->job().empty()) {
-      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a hint needs a job name"));
+    if (request->job().empty() || request->job().size() > options_.limits.max_job_bytes) {
+      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             "a hint needs a job name of 1 to " + std::to_string(options_.limits.max_job_bytes) +
+                                 " bytes"));
+      return r;
+    }
+    const ControlLimits& limits = options_.limits;
+    if (grpc::Status bad = CheckPaths(request->paths(), limits.max_hint_paths, limits, "a hint"); !bad.ok()) {
+      r->Finish(bad);
       return r;
     }
     auto result = node_.Hint(request->job(), {request->paths().begin(), request->paths().end()});
@@ -371,10 +407,19 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
   }
 
  private:
+  // NodeControl::Resolve, for a path no longer than the limit.
+  core::Result<core::ObjectPath> Resolve(const std::string& path) const {
+    if (path.size() > options_.limits.max_path_bytes) {
+      return core::InvalidArgumentError("a path of " + std::to_string(path.size()) + " bytes is longer than " +
+                                        std::to_string(options_.limits.max_path_bytes));
+    }
+    return node_.Resolve(path);
+  }
+
   grpc::ServerUnaryReactor* PinOrUnpin(grpc::CallbackServerContext* ctx, const v1::PinRequest* request,
                                        v1::PinReply* reply, bool pin) {
     auto* r = ctx->DefaultReactor();
-    auto path = node_.Resolve(request->path());
+    auto path = Resolve(request->path());
     if (!path.ok()) {
       r->Finish(ToGrpcStatus(path.status()));
       return r;
@@ -418,6 +463,13 @@ bool SocketAnswers(const std::string& path) {
 }  // namespace
 
 core::Status ControlServer::Start(const ControlOptions& options) {
+  if (std::string why = CheckControlAddress(options.address); !why.empty()) {
+    return core::InvalidArgumentError(why);
+  }
+  gid_t group = static_cast<gid_t>(-1);  // chown(2): leave the group as it is
+  if (!options.socket_group.empty() && !LookupGroup(options.socket_group, &group)) {
+    return core::InvalidArgumentError("control_group '" + options.socket_group + "': no such group");
+  }
   std::string listen;
   if (options.address.starts_with("unix:")) {
     socket_path_ = options.address.substr(5);
@@ -459,15 +511,23 @@ core::Status ControlServer::Start(const ControlOptions& options) {
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(service_.get());
-  builder.SetMaxReceiveMessageSize(512 << 20);  // a hint list of a whole ImageNet epoch is ~100 MB
+  builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
   server_ = builder.BuildAndStart();
   if (!server_) {
     socket_path_.clear();
     return core::InvalidArgumentError("cannot listen for control on " + options.address);
   }
   if (!socket_path_.empty()) {
+    // Who may connect is who may use the API: the owner (root for the system
+    // daemon) and the socket's group.
     if (::chmod(socket_path_.c_str(), 0660) != 0) {
       spdlog::warn("control: chmod 0660 {}: {}", socket_path_, std::strerror(errno));
+    }
+    if (group != static_cast<gid_t>(-1) && ::chown(socket_path_.c_str(), static_cast<uid_t>(-1), group) != 0) {
+      std::string why = "cannot give control socket " + socket_path_ + " to group " + options.socket_group +
+                        ": " + std::strerror(errno);
+      Shutdown();
+      return core::InvalidArgumentError(why);
     }
     address_ = "unix:" + socket_path_;
   } else {

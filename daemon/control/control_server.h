@@ -23,11 +23,29 @@ namespace perch::control {
 
 grpc::Status ToGrpcStatus(const core::Status& status);
 
+// Bounds on what one request may carry. The API has no authentication (who
+// can connect may ask), so nothing a request says may make perchd allocate
+// or loop without limit; a request past them is INVALID_ARGUMENT (gRPC itself
+// answers RESOURCE_EXHAUSTED to a message larger than max_message_bytes).
+struct ControlLimits {
+  // A hint list of an ImageNet-1k epoch (1.28 M paths) is about 100 MB.
+  int max_message_bytes = 256 << 20;
+  size_t max_hint_paths = 4u << 20;
+  size_t max_warm_paths = 65536;
+  size_t max_path_bytes = 4096;  // PATH_MAX
+  size_t max_job_bytes = 256;    // a hint's job name
+};
+
 struct ControlOptions {
-  // "unix:/path/to/sock" or "tcp:127.0.0.1:PORT" (port 0 picks one).
+  // "unix:/path/to/sock" or "tcp:HOST:PORT" with a loopback HOST (port 0
+  // picks one); anything else is refused (CheckControlAddress).
   std::string address;
+  // The group (name or number) that owns the unix socket, so that its
+  // members may use perchctl; "" keeps the daemon's own group.
+  std::string socket_group;
   std::string version = "0.1.0";
   std::string metrics_address;  // reported by Health
+  ControlLimits limits;
 };
 
 class ControlServer {
@@ -38,8 +56,10 @@ class ControlServer {
   ControlServer& operator=(const ControlServer&) = delete;
 
   // Listens on options.address. A unix socket's directory is created, a stale
-  // socket replaced, and the socket made mode 0660; another daemon already
-  // answering there is an error (kInvalidArgument), as is a bad address.
+  // socket replaced, and the socket made mode 0660 (group socket_group when
+  // set); another daemon already answering there is an error
+  // (kInvalidArgument), as are a bad or non-loopback address and an unknown
+  // group.
   core::Status Start(const ControlOptions& options);
   // The address actually listened on ("tcp:127.0.0.1:43123" after port 0).
   const std::string& address() const { return address_; }
@@ -59,7 +79,8 @@ class ControlServer {
 // Renders `s` in the Prometheus text exposition format (version 0.0.4).
 std::string RenderPrometheus(const core::StatsSnapshot& s);
 
-// A minimal HTTP server answering GET /metrics on a loopback address.
+// A minimal HTTP server answering GET /metrics (loopback unless allowed
+// otherwise). Requests are bounded: 8 KiB of headers, no body, 5 s.
 class MetricsServer {
  public:
   explicit MetricsServer(core::NodeControl& node);
@@ -67,8 +88,10 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  // Listens on "HOST:PORT" (port 0 picks one) and serves from a thread of its own.
-  core::Status Start(const std::string& address);
+  // Listens on "IP:PORT" (port 0 picks one; IPv6 as "[::1]:PORT") and serves
+  // from a thread of its own. A non-loopback IP is refused (kInvalidArgument)
+  // unless `allow_remote`.
+  core::Status Start(const std::string& address, bool allow_remote = false);
   // "127.0.0.1:9464", after Start.
   const std::string& address() const { return address_; }
   void Stop();

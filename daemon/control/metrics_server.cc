@@ -1,6 +1,7 @@
 // MetricsServer: GET /metrics over plain HTTP/1.1 with Boost.Beast, on one
 // thread of its own. Every connection has a 5 s deadline, so a stuck scraper
-// cannot hold the thread.
+// cannot hold the thread, and a request is at most 8 KiB of headers and no
+// body, so a client cannot make it allocate.
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -8,6 +9,7 @@
 #include <boost/beast/http.hpp>
 
 #include "daemon/control/control_server.h"
+#include "proto/control_address.h"
 
 namespace perch::control {
 
@@ -62,8 +64,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   core::NodeControl& node_;
-  beast::flat_buffer buffer_;
-  bhttp::request<bhttp::string_body> request_;
+  beast::flat_buffer buffer_{16 * 1024};  // Beast parses at most 8 KiB of request headers
+  bhttp::request<bhttp::empty_body> request_;
   bhttp::response<bhttp::string_body> response_;
 };
 
@@ -91,22 +93,17 @@ MetricsServer::MetricsServer(core::NodeControl& node) : node_(node) {}
 
 MetricsServer::~MetricsServer() { Stop(); }
 
-core::Status MetricsServer::Start(const std::string& address) {
-  size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return core::InvalidArgumentError("bad --metrics address '" + address + "': use HOST:PORT, e.g. 127.0.0.1:9464");
+core::Status MetricsServer::Start(const std::string& address, bool allow_remote) {
+  if (std::string why = CheckMetricsAddress(address, allow_remote); !why.empty() || address.empty()) {
+    return core::InvalidArgumentError(why.empty() ? "no metrics address" : why);
   }
+  std::string host;
+  unsigned port = 0;
+  SplitHostPort(address, &host, &port);  // checked above
+  if (host.front() == '[') host = host.substr(1, host.size() - 2);
   beast::error_code ec;
-  auto ip = asio::ip::make_address(address.substr(0, colon), ec);
-  unsigned long port = 0;
-  try {
-    port = std::stoul(address.substr(colon + 1));
-  } catch (const std::exception&) {
-    ec = asio::error::invalid_argument;
-  }
-  if (ec || port > 65535) {
-    return core::InvalidArgumentError("bad --metrics address '" + address + "': use HOST:PORT, e.g. 127.0.0.1:9464");
-  }
+  auto ip = asio::ip::make_address(host, ec);
+  if (ec) return core::InvalidArgumentError("bad metrics address '" + address + "': " + ec.message());
   impl_ = std::make_unique<Impl>();
   impl_->node = &node_;
   tcp::endpoint ep(ip, static_cast<uint16_t>(port));
@@ -119,7 +116,8 @@ core::Status MetricsServer::Start(const std::string& address) {
     return core::InvalidArgumentError("cannot listen for metrics on " + address + ": " + ec.message());
   }
   auto local = impl_->acceptor.local_endpoint();
-  address_ = local.address().to_string() + ":" + std::to_string(local.port());
+  std::string ip_text = local.address().to_string();
+  address_ = (local.address().is_v6() ? "[" + ip_text + "]" : ip_text) + ":" + std::to_string(local.port());
   impl_->Accept();
   impl_->thread = std::thread([impl = impl_.get()] {
     try {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -220,6 +221,55 @@ TEST_F(MountTest, BadInputGivesOneClearMessage) {
     EXPECT_NE(r.output.find(k.needle), std::string::npos) << "expected '" << k.needle << "' in:\n" << r.output;
     EXPECT_FALSE(IsMounted(mnt_));
   }
+}
+
+// Issue #11: a perchd killed with SIGKILL leaves a dead mount (ENOTCONN);
+// the next one detaches it, mounts again and serves every byte.
+TEST_F(MountTest, RestartAfterSigkillMountsOverTheDeadMount) {
+  PerchdProcess perchd;
+  Mount(perchd);
+  ASSERT_EQ(ReadThrough(mnt_ / "small.txt"), ReadLocalFile(tree_->path() / "small.txt"));
+  perchd.Kill();
+  struct statfs st {};
+  ASSERT_NE(::statfs(mnt_.c_str(), &st), 0);
+  ASSERT_EQ(errno, ENOTCONN) << "a SIGKILLed perchd should leave a dead mount";
+  ASSERT_TRUE(IsMounted(mnt_));
+
+  Mount(perchd);
+  EXPECT_NE(perchd.Log().find("was a dead FUSE mount"), std::string::npos) << perchd.Log();
+  for (const auto& f : StandardTreeFiles()) {
+    EXPECT_TRUE(ReadThrough(mnt_ / fs::path(f.rel)) == ReadLocalFile(tree_->path() / fs::path(f.rel))) << f.rel;
+  }
+  EXPECT_EQ(perchd.Stop(), 0) << perchd.Log();
+  EXPECT_FALSE(IsMounted(mnt_));
+}
+
+// A live perch mount belongs to another perchd: never mounted over.
+TEST_F(MountTest, SecondDaemonOnALiveMountRefuses) {
+  PerchdProcess perchd;
+  Mount(perchd);
+  auto r = RunPerchdToExit({"--foreground", "--cache-dir", (work_->path() / "cache2").string(),
+                            fed_->FederationUrl() + "/test", mnt_.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("is already a perch mount"), std::string::npos) << r.output;
+  EXPECT_EQ(ReadThrough(mnt_ / "small.txt"), ReadLocalFile(tree_->path() / "small.txt"));
+  EXPECT_EQ(perchd.Stop(), 0) << perchd.Log();
+}
+
+// The mount would hide a directory's entries: refused unless asked for.
+TEST_F(MountTest, NonEmptyMountpointRefusedUnlessAllowed) {
+  std::ofstream(mnt_ / "keep.txt") << "mine";
+  auto r = RunPerchdToExit(Args({"--foreground"}));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is not empty (it holds 'keep.txt')"), std::string::npos) << r.output;
+  EXPECT_FALSE(IsMounted(mnt_));
+
+  PerchdProcess perchd;
+  Mount(perchd, {"--allow-nonempty-mountpoint"});
+  EXPECT_FALSE(fs::exists(mnt_ / "keep.txt"));
+  EXPECT_EQ(ReadThrough(mnt_ / "small.txt"), ReadLocalFile(tree_->path() / "small.txt"));
+  EXPECT_EQ(perchd.Stop(), 0) << perchd.Log();
+  EXPECT_EQ(ReadLocalFile(mnt_ / "keep.txt"), "mine");
 }
 
 TEST(MountRestartTest, CachedFilesSurviveAFederationOutage) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +25,9 @@ bool FuseAvailable() { return access("/dev/fuse", R_OK | W_OK) == 0 && geteuid()
 bool IsMounted(const fs::path& mountpoint) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
-  std::string mp = fs::weakly_canonical(mountpoint).string();
+  // The directory resolved, not the mount itself: a dead mount cannot be.
+  fs::path abs = fs::absolute(mountpoint).lexically_normal();
+  std::string mp = (fs::weakly_canonical(abs.parent_path()) / abs.filename()).string();
   while (std::getline(in, line)) {
     std::istringstream ss(line);
     std::string id, parent, dev, root, point;
@@ -111,7 +114,10 @@ std::string PerchdProcess::Start(const std::vector<std::string>& args, const fs:
   pid_ = Spawn(PERCHD_PATH, all, log);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < end) {
-    if (IsMounted(mountpoint)) return "";
+    // Mounted and answering: a dead mount left by a killed perchd is not it
+    // (statfs always reaches the daemon; stat may be answered from cache).
+    struct statfs st {};
+    if (IsMounted(mountpoint) && ::statfs(mountpoint.c_str(), &st) == 0) return "";
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
@@ -121,15 +127,6 @@ std::string PerchdProcess::Start(const std::vector<std::string>& args, const fs:
   }
   Stop();
   return "perchd did not mount within 60 s:\n" + Log();
-}
-
-void PerchdProcess::Kill() {
-  if (pid_ > 0) {
-    kill(pid_, SIGKILL);
-    WaitExit(pid_, std::chrono::seconds(10));
-    pid_ = -1;
-  }
-  Stop();  // the unmount
 }
 
 int PerchdProcess::Stop() {
@@ -151,6 +148,14 @@ int PerchdProcess::Stop() {
     }
   }
   return code;
+}
+
+void PerchdProcess::Kill() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    WaitExit(pid_, std::chrono::seconds(10));
+    pid_ = -1;
+  }
 }
 
 std::string PerchdProcess::Log() const { return ReadLocalFile(log_); }

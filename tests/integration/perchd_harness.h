@@ -15,7 +15,8 @@ namespace perch::testing {
 // Whether /dev/fuse is usable (else tests GTEST_SKIP).
 bool FuseAvailable();
 
-// True if `mountpoint` is a FUSE mount right now (per /proc/self/mountinfo).
+// True if `mountpoint` is a FUSE mount right now (per /proc/self/mountinfo),
+// live or dead (a dead one is never stat'ed).
 bool IsMounted(const std::filesystem::path& mountpoint);
 
 struct RunResult {
@@ -45,8 +46,9 @@ class PerchdProcess {
                     const std::filesystem::path& log);
   // Stops perchd cleanly (SIGTERM) and returns its exit code.
   int Stop();
-  // Kills perchd with SIGKILL (a crash: nothing is flushed) and removes its
-  // dead mount.
+  // Kills perchd with SIGKILL, as a crash would, and leaves its mount behind,
+  // dead (every access ENOTCONN); Start may follow on the same mountpoint.
+  // Stop or the destructor unmounts it if nothing else does.
   void Kill();
   std::string Log() const;
   // The control address perchd was given ("unix:/tmp/.../perchd-1.sock").

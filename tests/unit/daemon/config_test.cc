@@ -94,6 +94,29 @@ TEST(ConfigValidateTest, CrossFieldRules) {
   EXPECT_THROW(Validate(c), ConfigError);
 }
 
+// The control API only on a unix socket or loopback; metrics elsewhere only
+// with the opt-in; the socket's group must exist.
+TEST_F(ConfigFileTest, ListenersStayLocalUnlessAllowed) {
+  Write("control = \"tcp:0.0.0.0:7901\"\n");
+  DaemonConfig c;
+  ApplyConfigFile(path_, &c);
+  EXPECT_THROW(Validate(c), ConfigError);
+  Write("control = \"tcp:127.0.0.1:7901\"\nmetrics = \"0.0.0.0:9464\"\n");
+  c = DaemonConfig{};
+  ApplyConfigFile(path_, &c);
+  EXPECT_THROW(Validate(c), ConfigError);
+  Write("metrics = \"0.0.0.0:9464\"\nmetrics_allow_remote = true\ncontrol_group = \"root\"\n"
+        "allow_nonempty_mountpoint = true\n");
+  c = DaemonConfig{};
+  ApplyConfigFile(path_, &c);
+  EXPECT_TRUE(c.metrics_allow_remote);
+  EXPECT_TRUE(c.allow_nonempty_mountpoint);
+  EXPECT_EQ(c.control_group, "root");
+  EXPECT_NO_THROW(Validate(c));
+  c.control_group = "no-such-group-perch";
+  EXPECT_THROW(Validate(c), ConfigError);
+}
+
 }  // namespace
 }  // namespace perch
 
