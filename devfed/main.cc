@@ -3,9 +3,12 @@
 //
 // For each --export /NS=DIR it starts one real XRootD origin (XrdHttp) that
 // serves DIR at /NS, optionally N XCache instances in front of each public
-// origin, and a director of our own (director.h). It prints what it started,
-// first line "federation: <url>", last line "ready", and stops everything on
-// SIGINT/SIGTERM.
+// origin, a director of our own that answers as Pelican's does, and the
+// federation's discovery host on a port of its own (director.h). It prints
+// what it started, first line "federation: <discovery url>", last line
+// "ready", and stops everything on SIGINT/SIGTERM. Its XRootD children die
+// with it even when it is SIGKILLed (xrootd_server.h); a cache that dies is
+// noticed within 200 ms and no longer named by the director.
 #include <pwd.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -26,6 +29,7 @@
 
 namespace fs = std::filesystem;
 using perch::devfed::Director;
+using perch::devfed::DiscoveryHost;
 using perch::devfed::Namespace;
 using perch::devfed::RunCommand;
 using perch::devfed::XrootdConfig;
@@ -37,6 +41,15 @@ struct Export {
   std::string ns;
   std::string dir;
   bool protected_ = false;
+  bool listings = true;
+};
+
+// A server the main loop watches: a cache that dies is dropped from the director.
+struct Watched {
+  XrootdServer* server;
+  std::string name;  // "cache /ns 1", "origin /ns"
+  std::string url;   // as the director names it
+  bool cache;
 };
 
 // Generates a CA and a server certificate for 127.0.0.1/localhost in `dir`.
@@ -75,21 +88,27 @@ void Say(const std::string& line) {
 int main(int argc, char** argv) {
   CLI::App app{
       "perch-devfed: run a local Pelican-style federation on 127.0.0.1.\n\n"
-      "Each --export /NS=DIR is served by a real XRootD origin at federation path /NS; --caches N puts N\n"
-      "XCache servers in front of each public origin; a director speaking Pelican's protocol redirects\n"
-      "clients to them. The first line printed is 'federation: <url>', the last 'ready'.\n\n"
+      "Each --export /NS=DIR is served by a real XRootD origin at federation path /NS (nested prefixes\n"
+      "such as /a and /a/b get an origin each); --caches N puts N XCache servers in front of each public\n"
+      "origin; a director answering as a Pelican 7.27 director does redirects clients to them. The\n"
+      "federation URL is a discovery host apart from the director, as the OSDF's is. The first line\n"
+      "printed is 'federation: <url>', the second 'director: <url>', the last 'ready'. A cache that dies\n"
+      "is reported on stderr and no longer named. For a second federation, run a second perch-devfed.\n\n"
       "Example:\n"
       "  perch-devfed --export /test=$HOME/data --caches 2\n"
-      "  curl -si http://127.0.0.1:PORT/test/file.txt        # 307 + Link + X-Pelican-Namespace\n"
-      "  perchd --foreground http://127.0.0.1:PORT/test /mnt/test\n\n"
+      "  curl -si http://127.0.0.1:DIRECTOR_PORT/test/file.txt   # 307 + Link + X-Pelican-Namespace\n"
+      "  curl -s http://127.0.0.1:DIRECTOR_PORT/api/v2.0/director/listNamespaces\n"
+      "  perchd --foreground http://127.0.0.1:FEDERATION_PORT/test /mnt/test\n\n"
       "DIR must be readable by the 'xrootd' user. Stop with Ctrl-C: every server is stopped and the\n"
       "work directory removed."};
-  std::vector<std::string> export_args, protected_args;
+  std::vector<std::string> export_args, protected_args, nolist_args;
   int caches = 0, port = 0;
   bool tls = false;
   std::string work_dir_arg, token_out, log_level = "warn";
   app.add_option("--export", export_args, "/NS=DIR: serve DIR at federation path /NS (repeatable)")->required();
   app.add_option("--protected", protected_args, "/NS: the origin of this export requires a bearer token");
+  app.add_option("--no-listings", nolist_args,
+                 "/NS: this export has no Listings capability (no collections-url; PROPFIND Depth 1 -> 405)");
   app.add_option("--caches", caches, "XCache servers in front of each public origin (default 0)")->check(CLI::Range(0, 6));
   app.add_flag("--tls", tls, "generate a CA and serve everything over HTTPS");
   app.add_option("--port", port, "director port (default: a free one)");
@@ -131,6 +150,22 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  for (const std::string& p : nolist_args) {
+    bool found = false;
+    for (Export& e : exports) found |= (e.ns == p) && !(e.listings = false);
+    if (!found) {
+      std::cerr << "perch-devfed: --no-listings " << p << " names no --export\n";
+      return 2;
+    }
+  }
+  for (size_t i = 0; i < exports.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (exports[i].ns == exports[j].ns) {
+        std::cerr << "perch-devfed: " << exports[i].ns << " is exported twice\n";
+        return 2;
+      }
+    }
+  }
   if (getpwnam("xrootd") == nullptr || RunCommand({"sh", "-c", "command -v xrootd"}) != 0) {
     std::cerr << "perch-devfed: xrootd is not installed (apt-get install xrootd-server xrootd-server-plugins)\n";
     return 1;
@@ -166,6 +201,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<XrootdServer>> servers;
   std::unique_ptr<Director> director;
+  std::unique_ptr<DiscoveryHost> discovery;
+  std::vector<Watched> watched;
   std::unique_ptr<perch::devfed::WanLink> wan;
   if (wan_rtt_ms > 0 || wan_rate_mbit > 0) {
     wan = std::make_unique<perch::devfed::WanLink>(
@@ -219,7 +256,8 @@ int main(int argc, char** argv) {
       if (!err.empty()) return fail(err);
       std::string origin_url = outside(origin->Url(), origin->port(), &err);
       if (origin_url.empty()) return fail(err);
-      Namespace ns{e.ns, e.dir, e.protected_, origin_url, {}};
+      Namespace ns{e.ns, e.dir, e.protected_, e.listings, origin_url, {}};
+      watched.push_back({origin.get(), "origin " + e.ns, origin_url, false});
       int origin_port = origin->port();
       servers.push_back(std::move(origin));
       for (int i = 1; !e.protected_ && i <= caches; ++i) {
@@ -234,12 +272,14 @@ int main(int argc, char** argv) {
         std::string cache_url = outside(cache->Url(), cache->port(), &err);
         if (cache_url.empty()) return fail(err);
         ns.cache_urls.push_back(cache_url);
+        watched.push_back({cache.get(), "cache " + e.ns + " " + std::to_string(i), cache_url, true});
         servers.push_back(std::move(cache));
       }
       namespaces.push_back(std::move(ns));
     }
     try {
       director = std::make_unique<Director>(namespaces, port, base.tls_cert, base.tls_key);
+      discovery = std::make_unique<DiscoveryHost>(0, base.tls_cert, base.tls_key);
     } catch (const std::exception& ex) {
       return fail(std::string("director: ") + ex.what());
     }
@@ -248,17 +288,16 @@ int main(int argc, char** argv) {
       if (!err.empty()) return fail(err);
     }
     std::string err;
-    std::string federation = director->Url();
-    if (wan) {
-      federation = outside(director->Url(), std::stoi(director->Url().substr(director->Url().rfind(':') + 1)), &err);
-      if (federation.empty()) return fail(err);
-    }
+    std::string director_url = outside(director->Url(), director->port(), &err);
+    std::string federation = director_url.empty() ? "" : outside(discovery->Url(), discovery->port(), &err);
+    if (federation.empty()) return fail(err);
+    discovery->SetUrls(federation, director_url);
     Say("federation: " + federation);
-    Say("director: " + director->Url());
+    Say("director: " + director_url);
     if (wan) {
       Say("wan: rtt " + std::to_string(wan_rtt_ms) + " ms, rate " +
           (wan_rate_mbit > 0 ? std::to_string(wan_rate_mbit) + " Mbit/s" : std::string("unlimited")) +
-          " (origins, caches and the federation URL are behind it)");
+          " (origins, caches, the director and the discovery host are behind it)");
     }
     size_t s = 0;
     for (size_t i = 0; i < namespaces.size(); ++i) {
@@ -274,12 +313,28 @@ int main(int argc, char** argv) {
     Say("ready");
   }();
 
-  if (rc == 0) {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    spdlog::info("signal {}: stopping", sig);
+  // Wait for a stop signal; meanwhile reap servers that die (XCache can crash
+  // under load) so that the director stops naming a dead cache.
+  while (rc == 0) {
+    timespec tick{0, 200'000'000};
+    int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (sig > 0) {
+      spdlog::info("signal {}: stopping", sig);
+      break;
+    }
+    for (const Watched& w : watched) {
+      std::string how;
+      if (!w.server->Reap(&how)) continue;
+      if (w.cache && director->DropCache(w.url)) {
+        std::cerr << "perch-devfed: " << w.name << " (" << w.url << ") died (" << how
+                  << "); the director no longer names it" << std::endl;
+      } else {
+        std::cerr << "perch-devfed: " << w.name << " (" << w.url << ") died (" << how << ")" << std::endl;
+      }
+    }
   }
   if (wan) wan->Stop();
+  if (discovery) discovery->Stop();
   if (director) director->Stop();
   std::vector<XrootdServer*> all;
   for (auto& s : servers) all.push_back(s.get());
