@@ -121,7 +121,8 @@ struct Director::Impl {
     const Namespace* best = nullptr;
     std::string p = path + "/";
     for (const Namespace& ns : namespaces) {
-      if (p.rfind(ns.prefix + "/", 0) == 0 && (!best || ns.prefix.size() > best->prefix.size())) best = &ns;
+      if (p.rfind(ns.prefix + "/", 0) == 0 && (!best || ns.prefix.size() > best->prefix.size()))
+        best = &ns;
     }
     return best;
   }
@@ -156,7 +157,8 @@ HttpReply Director::Impl::Handle(const HttpRequest& req) {
     return Redirect(c, ObjectPath(c.path), false, std::move(api));
   }
   if (c.path.rfind(kOriginApi + "/", 0) == 0) {
-    static const std::set<std::string> kVerbs = {"GET", "HEAD", "PUT", "DELETE", "PROPFIND", "COPY"};
+    static const std::set<std::string> kVerbs = {"GET",    "HEAD",     "PUT",
+                                                 "DELETE", "PROPFIND", "COPY"};
     if (!kVerbs.count(c.method)) return Middleware(c, 405);
     AddCors(api.headers);
     return Redirect(c, ObjectPath(c.path), true, std::move(api));
@@ -168,10 +170,12 @@ HttpReply Director::Impl::Handle(const HttpRequest& req) {
   }
   if (c.path == kApiV1 + "/listNamespaces") {
     if (!get) return Middleware(c, 405);
-    api.headers.emplace_back("Warning", R"(299 - "Deprecated API: use GET /api/v2.0/director/listNamespaces")");
-    return ErrorReply(std::move(api), 299,
-                      "the GET /api/v1.0/director/listNamespaces endpoint is deprecated and no longer "
-                      "returns data; use GET /api/v2.0/director/listNamespaces");
+    api.headers.emplace_back(
+        "Warning", R"(299 - "Deprecated API: use GET /api/v2.0/director/listNamespaces")");
+    return ErrorReply(
+        std::move(api), 299,
+        "the GET /api/v1.0/director/listNamespaces endpoint is deprecated and no longer "
+        "returns data; use GET /api/v2.0/director/listNamespaces");
   }
   if (c.path.rfind(kApiV1 + "/namespaces/prefix/", 0) == 0) {
     if (!get) return Middleware(c, 405);
@@ -189,9 +193,10 @@ HttpReply Director::Impl::Handle(const HttpRequest& req) {
     if (!get) return Middleware(c, 405);
     HttpReply root;
     root.headers = {{"Server", kServer}};
-    return ErrorReply(std::move(root), 410,
-                      "This Director is configured to disallow federation metadata hosting; your service "
-                      "is likely misconfigured to use a Director as its Federation.DiscoveryUrl URL");
+    return ErrorReply(
+        std::move(root), 410,
+        "This Director is configured to disallow federation metadata hosting; your service "
+        "is likely misconfigured to use a Director as its Federation.DiscoveryUrl URL");
   }
   return Middleware(c, 404);  // no route: gin runs the engine's middleware, then 404s
 }
@@ -206,7 +211,8 @@ HttpReply Director::Impl::Middleware(const Call& c, int fallthrough) {
     return r;
   }
   bool director_api = c.path.rfind(kApiV1 + "/", 0) == 0;
-  if (c.path.rfind("/.well-known/", 0) == 0 || (c.path.rfind("/api/v1.0/", 0) == 0 && !director_api)) {
+  if (c.path.rfind("/.well-known/", 0) == 0 ||
+      (c.path.rfind("/api/v1.0/", 0) == 0 && !director_api)) {
     return GinDefault(std::move(r), fallthrough);
   }
   if (c.method == "PUT" || c.method == "DELETE" || c.method == "COPY") {
@@ -223,18 +229,23 @@ HttpReply Director::Impl::Middleware(const Call& c, int fallthrough) {
 }
 
 // director.go: redirectToCache / redirectToOrigin, getSortedAds and generateRedirectResponse.
-HttpReply Director::Impl::Redirect(const Call& c, const std::string& path, bool to_origin, HttpReply r) {
+HttpReply Director::Impl::Redirect(const Call& c, const std::string& path, bool to_origin,
+                                   HttpReply r) {
   std::string job = c.Header("X-Pelican-JobId");
   std::string id = IsUuid(job) ? job : NewUuid();
   if (c.Has("directread") && c.Has("prefercached")) {
-    return ErrorReply(std::move(r), 400,
-                      "Failed to validate incoming request: invalid query parameter combination: cannot have "
-                      "both directread and prefercached query parameters: Request ID: " + id);
+    return ErrorReply(
+        std::move(r), 400,
+        "Failed to validate incoming request: invalid query parameter combination: cannot have "
+        "both directread and prefercached query parameters: Request ID: " +
+            id);
   }
   const Namespace* ns = Match(path);
   if (ns == nullptr) {
-    return ErrorReply(std::move(r), 404, "No sources found for the requested path: no origins found for the "
-                                         "requested namespace '" + path + "': Request ID: " + id);
+    return ErrorReply(std::move(r), 404,
+                      "No sources found for the requested path: no origins found for the "
+                      "requested namespace '" +
+                          path + "': Request ID: " + id);
   }
   // sort.go: originSupportsVerb, originSupportsQuery (devfed origins: reads,
   // direct reads, listings unless --no-listings; never writes or copies).
@@ -255,10 +266,12 @@ HttpReply Director::Impl::Redirect(const Call& c, const std::string& path, bool 
   if (!supported) {
     std::string caps = c.Has("directread") ? "DirectReads" : "";
     if (c.Has("recursive")) caps += (caps.empty() ? "" : " AND ") + std::string("Listings");
-    return ErrorReply(std::move(r), 405,
-                      "Discovered sources for the namespace, but none support the request: no origins found "
-                      "that support the '" + verb + "' request type with queries '" + caps + "': See '" + Url() +
-                      "' to troubleshoot available origins/caches and their capabilities: Request ID: " + id);
+    return ErrorReply(
+        std::move(r), 405,
+        "Discovered sources for the namespace, but none support the request: no origins found "
+        "that support the '" +
+            verb + "' request type with queries '" + caps + "': See '" + Url() +
+            "' to troubleshoot available origins/caches and their capabilities: Request ID: " + id);
   }
   std::vector<std::string> servers;
   if (!to_origin) {
@@ -267,27 +280,32 @@ HttpReply Director::Impl::Redirect(const Call& c, const std::string& path, bool 
       if (!dead_caches.count(u)) servers.push_back(u);
     }
   }
-  if (servers.empty()) servers.push_back(ns->origin_url);  // origin request, or the DirectReads fallback
+  if (servers.empty())
+    servers.push_back(ns->origin_url);  // origin request, or the DirectReads fallback
   if (servers.size() > kServerResLimit) servers.resize(kServerResLimit);
 
   // Link URLs: url.URL{Host, Path: path.Clean("/" + path)}.String(); depth from getLinkDepth.
   std::string escaped = gohttp::EscapePath(gohttp::CleanPath("/" + path));
   std::string below = TrimPrefix(TrimPrefix(path, ns->prefix), "/");
-  int link_depth = below.empty() ? 0 : static_cast<int>(std::count(below.begin(), below.end(), '/')) + 1;
+  int link_depth =
+      below.empty() ? 0 : static_cast<int>(std::count(below.begin(), below.end(), '/')) + 1;
   std::string link;
   for (size_t i = 0; i < servers.size(); ++i) {
-    link += (i ? ", <" : "<") + servers[i] + escaped + ">; rel=\"duplicate\"; pri=" + std::to_string(i + 1) +
+    link += (i ? ", <" : "<") + servers[i] + escaped +
+            ">; rel=\"duplicate\"; pri=" + std::to_string(i + 1) +
             "; depth=" + std::to_string(link_depth);
   }
   r.headers.emplace_back("Link", link);
   std::vector<std::string> issuers = Issuers(*ns);
-  for (const std::string& iss : issuers) r.headers.emplace_back("X-Pelican-Authorization", "issuer=" + iss);
+  for (const std::string& iss : issuers)
+    r.headers.emplace_back("X-Pelican-Authorization", "issuer=" + iss);
   if (!issuers.empty()) {
-    r.headers.emplace_back("X-Pelican-Token-Generation", "issuer=" + issuers[0] +
-                                                             ", max-scope-depth=3, strategy=OAuth2, base-path=" +
-                                                             ns->prefix);
+    r.headers.emplace_back(
+        "X-Pelican-Token-Generation",
+        "issuer=" + issuers[0] + ", max-scope-depth=3, strategy=OAuth2, base-path=" + ns->prefix);
   }
-  std::string xns = "namespace=" + ns->prefix + ", require-token=" + (ns->protected_ ? "true" : "false");
+  std::string xns =
+      "namespace=" + ns->prefix + ", require-token=" + (ns->protected_ ? "true" : "false");
   if (ns->listings) xns += ", collections-url=" + ns->origin_url;
   r.headers.emplace_back("X-Pelican-Namespace", xns);
   r.headers.emplace_back("X-Pelican-JobId", id);
@@ -320,24 +338,28 @@ HttpReply Director::Impl::Redirect(const Call& c, const std::string& path, bool 
   // net/http's Redirect, as gin's ctx.Redirect calls it.
   r.status = 307;
   r.headers.emplace_back("Location", location);
-  if (c.method == "GET" || c.method == "HEAD") r.headers.emplace_back("Content-Type", "text/html; charset=utf-8");
-  if (c.method == "GET") r.body = "<a href=\"" + gohttp::HtmlEscape(location) + "\">Temporary Redirect</a>.\n\n";
+  if (c.method == "GET" || c.method == "HEAD")
+    r.headers.emplace_back("Content-Type", "text/html; charset=utf-8");
+  if (c.method == "GET")
+    r.body = "<a href=\"" + gohttp::HtmlEscape(location) + "\">Temporary Redirect</a>.\n\n";
   return r;
 }
 
 // director.go: listNamespacesV2; server_utils/origin.go: NamespaceAdsFromExports.
 Json Director::Impl::NamespaceAds() const {
   auto caps = [](bool public_reads, bool listings, bool direct_reads) {
-    return Json{{"PublicRead", public_reads}, {"Read", true},  {"Write", false},
-                {"Listing", listings},       {"FallBackRead", direct_reads}, {"Copies", false}};
+    return Json{
+        {"PublicRead", public_reads},   {"Read", true},   {"Write", false}, {"Listing", listings},
+        {"FallBackRead", direct_reads}, {"Copies", false}};
   };
   Json out = Json::array();
   for (const Namespace& ns : namespaces) {
     std::vector<std::string> issuers = Issuers(ns);
     Json token_issuers = Json::array();
     for (const std::string& iss : issuers) {
-      token_issuers.push_back(
-          Json{{"base-paths", {ns.prefix}}, {"restricted-paths", nullptr}, {"issuer", gohttp::UrlStruct(iss)}});
+      token_issuers.push_back(Json{{"base-paths", {ns.prefix}},
+                                   {"restricted-paths", nullptr},
+                                   {"issuer", gohttp::UrlStruct(iss)}});
     }
     Json generation{{"strategy", issuers.empty() ? "" : "OAuth2"},
                     {"vault-server", ""},
@@ -357,12 +379,13 @@ Json Director::Impl::NamespaceAds() const {
   return out;
 }
 
-Director::Director(std::vector<Namespace> namespaces, int port, const std::string& cert, const std::string& key)
+Director::Director(std::vector<Namespace> namespaces, int port, const std::string& cert,
+                   const std::string& key)
     : impl_(std::make_unique<Impl>()) {
   impl_->namespaces = std::move(namespaces);
   Impl* impl = impl_.get();
-  impl_->server = std::make_unique<HttpServer>([impl](const HttpRequest& req) { return impl->Handle(req); },
-                                               port, cert, key);
+  impl_->server = std::make_unique<HttpServer>(
+      [impl](const HttpRequest& req) { return impl->Handle(req); }, port, cert, key);
 }
 
 Director::~Director() { Stop(); }
@@ -393,7 +416,8 @@ struct DiscoveryHost::Impl {
 
   HttpReply Handle(const HttpRequest& req) {
     HttpReply r;
-    if (req.target() != "/.well-known/pelican-configuration" || req.method() != boost::beast::http::verb::get) {
+    if (req.target() != "/.well-known/pelican-configuration" ||
+        req.method() != boost::beast::http::verb::get) {
       return GinDefault(std::move(r), 404);
     }
     r.headers = {{"Content-Disposition", "attachment; filename=pelican-configuration.json"},
@@ -407,8 +431,8 @@ struct DiscoveryHost::Impl {
 DiscoveryHost::DiscoveryHost(int port, const std::string& cert, const std::string& key)
     : impl_(std::make_unique<Impl>()) {
   Impl* impl = impl_.get();
-  impl_->server = std::make_unique<HttpServer>([impl](const HttpRequest& req) { return impl->Handle(req); },
-                                               port, cert, key);
+  impl_->server = std::make_unique<HttpServer>(
+      [impl](const HttpRequest& req) { return impl->Handle(req); }, port, cert, key);
   SetUrls(Url(), Url());
 }
 

@@ -81,7 +81,8 @@ class Director {
  public:
   // `cert`/`key` empty: plain HTTP. Binds 127.0.0.1:`port` (0 = any free
   // port); throws std::exception when it cannot.
-  Director(std::vector<Namespace> namespaces, int port, const std::string& cert, const std::string& key);
+  Director(std::vector<Namespace> namespaces, int port, const std::string& cert,
+           const std::string& key);
   ~Director();
   Director(const Director&) = delete;
   Director& operator=(const Director&) = delete;

@@ -23,9 +23,21 @@ int Unhex(char c) {
 bool ShouldEscape(unsigned char c, bool path_mode) {
   if (IsAlnum(c)) return false;
   switch (c) {
-    case '-': case '_': case '.': case '~':
+    case '-':
+    case '_':
+    case '.':
+    case '~':
       return false;
-    case '$': case '&': case '+': case ',': case '/': case ':': case ';': case '=': case '?': case '@':
+    case '$':
+    case '&':
+    case '+':
+    case ',':
+    case '/':
+    case ':':
+    case ';':
+    case '=':
+    case '?':
+    case '@':
       return path_mode ? c == '?' : true;
     default:
       return true;
@@ -92,7 +104,8 @@ Values ParseQuery(std::string_view raw) {
     if (pair.empty() || pair.find(';') != std::string_view::npos) continue;
     size_t eq = pair.find('=');
     auto key = Unescape(pair.substr(0, eq), true);
-    auto value = Unescape(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1), true);
+    auto value =
+        Unescape(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1), true);
     if (!key || !value) continue;
     out[*key].push_back(*value);
   }
@@ -135,12 +148,23 @@ std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -165,10 +189,10 @@ nlohmann::ordered_json UrlStruct(const std::string& url) {
     host = url.substr(sep + 3, slash == std::string::npos ? std::string::npos : slash - sep - 3);
     if (slash != std::string::npos) path = url.substr(slash);
   }
-  return nlohmann::ordered_json{{"Scheme", scheme}, {"Opaque", ""},      {"User", nullptr},
-                                {"Host", host},     {"Path", path},      {"RawPath", ""},
+  return nlohmann::ordered_json{{"Scheme", scheme},  {"Opaque", ""},        {"User", nullptr},
+                                {"Host", host},      {"Path", path},        {"RawPath", ""},
                                 {"OmitHost", false}, {"ForceQuery", false}, {"RawQuery", ""},
-                                {"Fragment", ""},   {"RawFragment", ""}};
+                                {"Fragment", ""},    {"RawFragment", ""}};
 }
 
 std::string HttpDate() {

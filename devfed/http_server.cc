@@ -45,11 +45,13 @@ struct HttpServer::Impl {
       try {
         r = handler(req);
       } catch (const std::exception& e) {
-        r = HttpReply{500, {{"Content-Type", "text/plain"}}, std::string("internal error: ") + e.what()};
+        r = HttpReply{
+            500, {{"Content-Type", "text/plain"}}, std::string("internal error: ") + e.what()};
       }
       bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), req.version()};
       if (bhttp::obsolete_reason(res.result()) == "<unknown-status>") {
-        res.reason("status code " + std::to_string(r.status));  // net/http's text for a code it has no name for
+        res.reason("status code " +
+                   std::to_string(r.status));  // net/http's text for a code it has no name for
       }
       // net/http writes header names sorted (values of one name in order).
       std::stable_sort(r.headers.begin(), r.headers.end(),

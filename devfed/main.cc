@@ -116,6 +116,17 @@ int main(int argc, char** argv) {
   app.add_option("--wan-rtt", wan_rtt_ms,
                  "put the origins, caches and the federation URL behind an emulated WAN link with this RTT (ms)");
   app.add_option("--wan-rate", wan_rate_mbit, "the emulated link's rate in Mbit/s, each direction (0: unlimited)");
+  perch::devfed::FaultOptions faults;
+  uint64_t fault_seed = 1;
+  auto fraction = CLI::Range(0.0, 1.0);
+  app.add_option("--fault-cut", faults.cut,
+                 "fraction of origin/cache response bodies cut short: the connection closes mid-body")
+      ->check(fraction);
+  app.add_option("--fault-reset", faults.reset, "fraction of response bodies reset (RST) mid-body")->check(fraction);
+  app.add_option("--fault-stall", faults.stall,
+                 "fraction of response bodies that stall mid-body on an open connection")
+      ->check(fraction);
+  app.add_option("--fault-seed", fault_seed, "seed of the fault draws (default 1: repeatable runs)");
   app.add_option("--work-dir", work_dir_arg, "where configs, logs and caches go (default: a new dir under /tmp)");
   app.add_option("--token-out", token_out, "write a bearer token valid for the protected exports here");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
@@ -166,6 +177,14 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (faults.cut + faults.reset + faults.stall > 1) {
+    std::cerr << "perch-devfed: --fault-cut, --fault-reset and --fault-stall add up to more than 1\n";
+    return 2;
+  }
+  if (faults.any() && tls) {
+    std::cerr << "perch-devfed: the --fault-* flags need plain HTTP (the proxy follows HTTP/1.1), not --tls\n";
+    return 2;
+  }
   if (getpwnam("xrootd") == nullptr || RunCommand({"sh", "-c", "command -v xrootd"}) != 0) {
     std::cerr << "perch-devfed: xrootd is not installed (apt-get install xrootd-server xrootd-server-plugins)\n";
     return 1;
@@ -204,14 +223,15 @@ int main(int argc, char** argv) {
   std::unique_ptr<DiscoveryHost> discovery;
   std::vector<Watched> watched;
   std::unique_ptr<perch::devfed::WanLink> wan;
-  if (wan_rtt_ms > 0 || wan_rate_mbit > 0) {
+  if (wan_rtt_ms > 0 || wan_rate_mbit > 0 || faults.any()) {
     wan = std::make_unique<perch::devfed::WanLink>(
-        std::chrono::microseconds(static_cast<int64_t>(wan_rtt_ms * 500)), wan_rate_mbit);
+        std::chrono::microseconds(static_cast<int64_t>(wan_rtt_ms * 500)), wan_rate_mbit, faults, fault_seed);
   }
-  // `url` as clients see it: through the WAN link when there is one.
-  auto outside = [&](const std::string& url, int port, std::string* err) -> std::string {
+  // `url` as clients see it: through the WAN link when there is one; `data`:
+  // an origin or cache, whose bodies the fault flags break.
+  auto outside = [&](const std::string& url, int port, std::string* err, bool data = false) -> std::string {
     if (!wan) return url;
-    int proxy = wan->AddProxy(port, err);
+    int proxy = wan->AddProxy(port, err, data && faults.any());
     if (proxy == 0) return "";
     return url.substr(0, url.rfind(':') + 1) + std::to_string(proxy);
   };
@@ -254,7 +274,7 @@ int main(int argc, char** argv) {
       auto origin = std::make_unique<XrootdServer>();
       std::string err = origin->Start(oc);
       if (!err.empty()) return fail(err);
-      std::string origin_url = outside(origin->Url(), origin->port(), &err);
+      std::string origin_url = outside(origin->Url(), origin->port(), &err, true);
       if (origin_url.empty()) return fail(err);
       Namespace ns{e.ns, e.dir, e.protected_, e.listings, origin_url, {}};
       watched.push_back({origin.get(), "origin " + e.ns, origin_url, false});
@@ -269,7 +289,7 @@ int main(int argc, char** argv) {
         auto cache = std::make_unique<XrootdServer>();
         err = cache->Start(cc);
         if (!err.empty()) return fail(err);
-        std::string cache_url = outside(cache->Url(), cache->port(), &err);
+        std::string cache_url = outside(cache->Url(), cache->port(), &err, true);
         if (cache_url.empty()) return fail(err);
         ns.cache_urls.push_back(cache_url);
         watched.push_back({cache.get(), "cache " + e.ns + " " + std::to_string(i), cache_url, true});
@@ -294,6 +314,11 @@ int main(int argc, char** argv) {
     discovery->SetUrls(federation, director_url);
     Say("federation: " + federation);
     Say("director: " + director_url);
+    if (faults.any()) {
+      Say("faults: cut " + std::to_string(faults.cut) + ", reset " + std::to_string(faults.reset) + ", stall " +
+          std::to_string(faults.stall) + " of origin and cache response bodies (seed " +
+          std::to_string(fault_seed) + ")");
+    }
     if (wan) {
       Say("wan: rtt " + std::to_string(wan_rtt_ms) + " ms, rate " +
           (wan_rate_mbit > 0 ? std::to_string(wan_rate_mbit) + " Mbit/s" : std::string("unlimited")) +

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "tests/devfed/devfed_harness.h"
@@ -41,7 +42,8 @@ bool WaitFor(Pred pred, int seconds) {
 TEST_F(DevFedTest, StopsEverythingItStarted) {
   std::vector<std::string> urls;
   {
-    DevFed fed(DevFed::Options{{{"/a", dir_.string(), false}, {"/b/c", dir_.string(), false}}, 1, false});
+    DevFed fed(
+        DevFed::Options{{{"/a", dir_.string(), false}, {"/b/c", dir_.string(), false}}, 1, false});
     ASSERT_EQ(fed.Start(), "");
     urls = {fed.FederationUrl(), fed.DirectorUrl(), fed.OriginUrl("/a"), fed.OriginUrl("/b/c"),
             fed.CacheUrls("/b/c")[0]};
@@ -58,12 +60,15 @@ TEST_F(DevFedTest, SigkilledDevfedTakesItsXrootdAlong) {
   ASSERT_EQ(pids.size(), 3u);
   for (pid_t p : pids) ASSERT_FALSE(Gone(p)) << p;
   ASSERT_EQ(kill(fed.Pid(), SIGKILL), 0);  // no chance to stop anything itself
-  EXPECT_TRUE(WaitFor([&] {
-    for (pid_t p : pids) {
-      if (!Gone(p)) return false;
-    }
-    return true;
-  }, 10)) << "an xrootd outlived perch-devfed";
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        for (pid_t p : pids) {
+          if (!Gone(p)) return false;
+        }
+        return true;
+      },
+      10))
+      << "an xrootd outlived perch-devfed";
 }
 
 TEST_F(DevFedTest, DeadCacheIsNoLongerNamed) {
@@ -74,14 +79,18 @@ TEST_F(DevFedTest, DeadCacheIsNoLongerNamed) {
   std::string object = fed.DirectorUrl() + "/test/hello.txt";
   ASSERT_EQ(Fetch(object).Header("link"), Link(caches, "/test/hello.txt", 1));
   fed.KillCache("/test", 0);  // as an XCache that crashes under load
-  EXPECT_TRUE(WaitFor([&] { return Fetch(object).Header("link") == Link({caches[1]}, "/test/hello.txt", 1); }, 5))
+  EXPECT_TRUE(WaitFor(
+      [&] { return Fetch(object).Header("link") == Link({caches[1]}, "/test/hello.txt", 1); }, 5))
       << Fetch(object).Header("link");
-  EXPECT_NE(fed.ErrLog().find("cache /test 1 (" + caches[0] + ") died"), std::string::npos) << fed.ErrLog();
-  EXPECT_NE(fed.ErrLog().find("the director no longer names it"), std::string::npos) << fed.ErrLog();
+  EXPECT_NE(fed.ErrLog().find("cache /test 1 (" + caches[0] + ") died"), std::string::npos)
+      << fed.ErrLog();
+  EXPECT_NE(fed.ErrLog().find("the director no longer names it"), std::string::npos)
+      << fed.ErrLog();
   // With no cache left the origin serves (its DirectReads capability).
   fed.KillCache("/test", 1);
   std::string origin = fed.OriginUrl("/test");
-  EXPECT_TRUE(WaitFor([&] { return Fetch(object).Header("link") == Link({origin}, "/test/hello.txt", 1); }, 5));
+  EXPECT_TRUE(WaitFor(
+      [&] { return Fetch(object).Header("link") == Link({origin}, "/test/hello.txt", 1); }, 5));
   auto r = Fetch(object);
   EXPECT_EQ(r.Header("location"), origin + "/test/hello.txt");
   EXPECT_EQ(Fetch(r.Header("location")).body, "hello world\n");
@@ -99,6 +108,46 @@ TEST_F(DevFedTest, TwoFederationsSideBySide) {
   EXPECT_EQ(b.Header("location"), two.OriginUrl("/test") + "/test/hello.txt");
   EXPECT_EQ(Fetch(a.Header("location")).body, "hello world\n");
   EXPECT_EQ(Fetch(b.Header("location")).body, "hello world\n");
+}
+
+TEST_F(DevFedTest, FaultFlagsBreakTheGivenFractionOfBodies) {
+  std::string big(200000, 'x');
+  data_.Write("big.bin", big);
+  DevFed fed(DevFed::Options{
+      {{"/f", dir_.string(), false}},
+      1,
+      false,
+      {"--fault-cut", "0.3", "--fault-reset", "0.2", "--fault-stall", "0.1", "--fault-seed", "7"}});
+  ASSERT_EQ(fed.Start(), "");
+  // The director's own answers are never broken.
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(Fetch(fed.DirectorUrl() + "/f/big.bin").status, 307);
+  std::map<std::string, int> seen;
+  constexpr int kFetches = 60;
+  for (int i = 0; i < kFetches; ++i) {
+    std::string base = i % 2 ? fed.OriginUrl("/f") : fed.CacheUrls("/f")[0];
+    auto r = Fetch(base + "/f/big.bin", "GET", {}, "", 1000);
+    if (r.curl_code == CURLE_OK) {
+      EXPECT_EQ(r.body, big);
+      ++seen["whole"];
+    } else {
+      EXPECT_LT(r.body.size(), big.size());
+      ++seen[r.curl_code == CURLE_PARTIAL_FILE         ? "cut"
+             : r.curl_code == CURLE_RECV_ERROR         ? "reset"
+             : r.curl_code == CURLE_OPERATION_TIMEDOUT ? "stall"
+                                                       : curl_easy_strerror(r.curl_code)];
+    }
+  }
+  // Expected 24 whole, 18 cut, 12 reset, 6 stalled; a fixed seed gives one draw,
+  // the bounds (about 3 sigma) only say the draw is what the flags ask for.
+  EXPECT_EQ(seen.size(), 4u) << "only whole, cut, reset and stall";
+  EXPECT_GE(seen["whole"], 12);
+  EXPECT_LE(seen["whole"], 36);
+  EXPECT_GE(seen["cut"], 7);
+  EXPECT_GE(seen["reset"], 3);
+  EXPECT_GE(seen["stall"], 1);
+  // A HEAD answer has no body, so it is never broken.
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(Fetch(fed.OriginUrl("/f") + "/f/big.bin", "HEAD").status, 200);
 }
 
 TEST(DevFedCliTest, BadArgumentsAreClearErrors) {
@@ -127,10 +176,14 @@ TEST(DevFedCliTest, BadArgumentsAreClearErrors) {
   auto [rc5, out5] = run("--export /t=/tmp --export /t/=/tmp");
   EXPECT_NE(rc5, 0);
   EXPECT_NE(out5.find("/t is exported twice"), std::string::npos) << out5;
+  auto [rc7, out7] = run("--export /t=/tmp --fault-cut 0.7 --fault-reset 0.7");
+  EXPECT_NE(rc7, 0);
+  EXPECT_NE(out7.find("add up to more than 1"), std::string::npos) << out7;
   auto [rc6, out6] = run("--help");
   EXPECT_EQ(rc6, 0);
   EXPECT_NE(out6.find("Example"), std::string::npos);
   EXPECT_NE(out6.find("--no-listings"), std::string::npos);
+  EXPECT_NE(out6.find("--fault-stall"), std::string::npos);
 }
 
 }  // namespace

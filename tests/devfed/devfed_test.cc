@@ -37,8 +37,9 @@ TEST_F(DevFedTest, DiscoveryIsItsOwnHostAndNamesTheDirector) {
   auto disc = Fetch(f + "/.well-known/pelican-configuration");
   ASSERT_EQ(disc.status, 200);
   EXPECT_EQ(disc.Header("content-type"), "application/json");
-  EXPECT_EQ(disc.body, "{\n  \"discovery_endpoint\": \"" + f + "\",\n  \"director_endpoint\": \"" + d +
-                           "\",\n  \"namespace_registration_endpoint\": \"" + f + "\",\n  \"jwks_uri\": \"" + f +
+  EXPECT_EQ(disc.body, "{\n  \"discovery_endpoint\": \"" + f + "\",\n  \"director_endpoint\": \"" +
+                           d + "\",\n  \"namespace_registration_endpoint\": \"" + f +
+                           "\",\n  \"jwks_uri\": \"" + f +
                            "/.well-known/issuer.jwks\",\n  \"broker_endpoint\": \"\"\n}\n");
   EXPECT_EQ(Fetch(f + "/test/hello.txt").status, 404);  // the discovery host redirects nothing
   // A director that does not host the federation's metadata (as the OSDF's).
@@ -59,7 +60,8 @@ TEST_F(DevFedTest, RedirectIsPelicans) {
   std::string loc = caches[0] + "/test/sub%20dir/a%20b.txt";
   EXPECT_EQ(r.Header("location"), loc);
   EXPECT_EQ(r.Header("link"), Link(caches, "/test/sub%20dir/a%20b.txt", 2));
-  EXPECT_EQ(r.Header("x-pelican-namespace"), "namespace=/test, require-token=false, collections-url=" + origin);
+  EXPECT_EQ(r.Header("x-pelican-namespace"),
+            "namespace=/test, require-token=false, collections-url=" + origin);
   EXPECT_EQ(r.Header("x-pelican-jobid").size(), 36u);
   EXPECT_EQ(r.All("server"), std::vector<std::string>{"pelican/7.27.0"});
   EXPECT_EQ(r.Header("content-type"), "text/html; charset=utf-8");
@@ -95,8 +97,10 @@ TEST_F(DevFedTest, RedirectIsPelicans) {
   EXPECT_EQ(pf.body, "");
   EXPECT_EQ(Fetch(d + "/test/hello.txt?directread").Header("location"),
             origin + "/test/hello.txt?directread=");
-  auto tok = Fetch(d + "/test/hello.txt?b=2&a=1", "GET", {"Authorization: Bearer x y&z", "X-Pelican-Timeout: 9s"});
-  EXPECT_EQ(tok.Header("location"), caches[0] + "/test/hello.txt?a=1&authz=x+y%26z&b=2&pelican.timeout=9s");
+  auto tok = Fetch(d + "/test/hello.txt?b=2&a=1", "GET",
+                   {"Authorization: Bearer x y&z", "X-Pelican-Timeout: 9s"});
+  EXPECT_EQ(tok.Header("location"),
+            caches[0] + "/test/hello.txt?a=1&authz=x+y%26z&b=2&pelican.timeout=9s");
   // ?redirect=false: the headers without the redirect.
   auto meta = Fetch(d + "/test/hello.txt?redirect=false");
   EXPECT_EQ(meta.status, 200);
@@ -114,8 +118,12 @@ TEST_F(DevFedTest, ErrorsArePelicans) {
   auto unknown = Fetch(d + "/elsewhere/x");
   EXPECT_EQ(unknown.status, 404);
   EXPECT_EQ(unknown.Header("content-type"), "application/json; charset=utf-8");
-  EXPECT_EQ(Msg(unknown).rfind("No sources found for the requested path: no origins found for the requested "
-                               "namespace '/elsewhere/x': Request ID: ", 0), 0u) << unknown.body;
+  EXPECT_EQ(Msg(unknown).rfind(
+                "No sources found for the requested path: no origins found for the requested "
+                "namespace '/elsewhere/x': Request ID: ",
+                0),
+            0u)
+      << unknown.body;
   EXPECT_FALSE(unknown.Has("x-pelican-jobid"));
   auto testing_ns = Fetch(d + "/testing/x");  // prefixes match on '/' boundaries
   EXPECT_EQ(testing_ns.status, 404);
@@ -141,14 +149,16 @@ TEST_F(DevFedTest, PathsAreEscapedAsGoDoes) {
   fs::permissions(dir_ / "a$b&c+d,e:f;g=h@i x'(1)#.txt", fs::perms(0644));
   DevFed fed(DevFed::Options{{{"/test", dir_.string(), false}}, 1, false});
   ASSERT_EQ(fed.Start(), "");
-  auto r = Fetch(fed.DirectorUrl() + "/test/a%24b%26c%2Bd%2Ce%3Af%3Bg%3Dh%40i%20x%27%281%29%23.txt");
+  auto r =
+      Fetch(fed.DirectorUrl() + "/test/a%24b%26c%2Bd%2Ce%3Af%3Bg%3Dh%40i%20x%27%281%29%23.txt");
   ASSERT_EQ(r.status, 307);
   std::string go = "/test/a$b&c+d,e:f;g=h@i%20x%27%281%29%23.txt";
   std::string cache = fed.CacheUrls("/test")[0];
   EXPECT_EQ(r.Header("location"), cache + go);
   EXPECT_EQ(r.Header("link"), Link({cache}, go, 1));
-  EXPECT_EQ(r.body, "<a href=\"" + cache + "/test/a$b&amp;c+d,e:f;g=h@i%20x%27%281%29%23.txt\">Temporary "
-                    "Redirect</a>.\n\n");
+  EXPECT_EQ(r.body, "<a href=\"" + cache +
+                        "/test/a$b&amp;c+d,e:f;g=h@i%20x%27%281%29%23.txt\">Temporary "
+                        "Redirect</a>.\n\n");
   EXPECT_EQ(Fetch(cache + go).body, "odd");  // XRootD reads the name as Go wrote it
 }
 
@@ -158,7 +168,8 @@ TEST_F(DevFedTest, NestedPrefixesRouteToTheirOwnOrigin) {
   fs::create_directories(dir_ / "b");
   std::ofstream(dir_ / "b" / "b.txt") << "shadowed";
   fs::permissions(dir_ / "b", fs::perms(0755));
-  DevFed fed(DevFed::Options{{{"/a", dir_.string(), false}, {"/a/b", inner.path().string(), false}}, 1, false});
+  DevFed fed(DevFed::Options{
+      {{"/a", dir_.string(), false}, {"/a/b", inner.path().string(), false}}, 1, false});
   ASSERT_EQ(fed.Start(), "");
   std::string d = fed.DirectorUrl();
   ASSERT_NE(fed.OriginUrl("/a"), fed.OriginUrl("/a/b"));
@@ -185,34 +196,46 @@ TEST_F(DevFedTest, ListNamespacesIsPelicans) {
   auto v2 = Fetch(d + "/api/v2.0/director/listNamespaces");
   ASSERT_EQ(v2.status, 200);
   auto url = [](const std::string& scheme, const std::string& host, const std::string& path) {
-    return nlohmann::ordered_json{{"Scheme", scheme}, {"Opaque", ""},       {"User", nullptr},
-                                  {"Host", host},     {"Path", path},       {"RawPath", ""},
+    return nlohmann::ordered_json{{"Scheme", scheme},  {"Opaque", ""},        {"User", nullptr},
+                                  {"Host", host},      {"Path", path},        {"RawPath", ""},
                                   {"OmitHost", false}, {"ForceQuery", false}, {"RawQuery", ""},
-                                  {"Fragment", ""},   {"RawFragment", ""}};
+                                  {"Fragment", ""},    {"RawFragment", ""}};
   };
   auto caps = [](bool pub, bool list, bool direct) {
-    return nlohmann::ordered_json{{"PublicRead", pub}, {"Read", true}, {"Write", false}, {"Listing", list},
-                                  {"FallBackRead", direct}, {"Copies", false}};
+    return nlohmann::ordered_json{{"PublicRead", pub}, {"Read", true},           {"Write", false},
+                                  {"Listing", list},   {"FallBackRead", direct}, {"Copies", false}};
   };
   std::string dhost = d.substr(7), ohost = fed.OriginUrl("/secret").substr(7);
   auto iss1 = url("http", dhost, "/issuer/secret"), iss2 = url("http", ohost, "");
   nlohmann::ordered_json expected = nlohmann::ordered_json::array();
-  expected.push_back({{"Caps", caps(true, false, true)}, {"path", "/pub"},
-                      {"token-generation", {{{"strategy", ""}, {"vault-server", ""}, {"max-scope-depth", 0},
-                                             {"issuer", url("", "", "")}}}},
-                      {"token-issuer", nlohmann::ordered_json::array()}, {"from-topology", false}});
-  expected.push_back({{"Caps", caps(false, true, true)}, {"path", "/secret"},
-                      {"token-generation", {{{"strategy", "OAuth2"}, {"vault-server", ""}, {"max-scope-depth", 3},
-                                             {"issuer", iss1}}}},
-                      {"token-issuer", {{{"base-paths", {"/secret"}}, {"restricted-paths", nullptr}, {"issuer", iss1}},
-                                        {{"base-paths", {"/secret"}}, {"restricted-paths", nullptr}, {"issuer", iss2}}}},
+  expected.push_back({{"Caps", caps(true, false, true)},
+                      {"path", "/pub"},
+                      {"token-generation",
+                       {{{"strategy", ""},
+                         {"vault-server", ""},
+                         {"max-scope-depth", 0},
+                         {"issuer", url("", "", "")}}}},
+                      {"token-issuer", nlohmann::ordered_json::array()},
                       {"from-topology", false}});
-  expected.push_back({{"Caps", caps(true, false, false)}, {"path", "/pelican/monitoring"},
-                      {"token-generation", nullptr}, {"token-issuer", nullptr}, {"from-topology", false}});
+  expected.push_back(
+      {{"Caps", caps(false, true, true)},
+       {"path", "/secret"},
+       {"token-generation",
+        {{{"strategy", "OAuth2"}, {"vault-server", ""}, {"max-scope-depth", 3}, {"issuer", iss1}}}},
+       {"token-issuer",
+        {{{"base-paths", {"/secret"}}, {"restricted-paths", nullptr}, {"issuer", iss1}},
+         {{"base-paths", {"/secret"}}, {"restricted-paths", nullptr}, {"issuer", iss2}}}},
+       {"from-topology", false}});
+  expected.push_back({{"Caps", caps(true, false, false)},
+                      {"path", "/pelican/monitoring"},
+                      {"token-generation", nullptr},
+                      {"token-issuer", nullptr},
+                      {"from-topology", false}});
   EXPECT_EQ(v2.body, expected.dump());  // compact, in Go's field order
   auto v1 = Fetch(d + "/api/v1.0/director/listNamespaces");
   EXPECT_EQ(v1.status, 299);  // deprecated in 7.27: no data
-  EXPECT_EQ(v1.Header("warning"), R"(299 - "Deprecated API: use GET /api/v2.0/director/listNamespaces")");
+  EXPECT_EQ(v1.Header("warning"),
+            R"(299 - "Deprecated API: use GET /api/v2.0/director/listNamespaces")");
 }
 
 TEST_F(DevFedTest, NoListingsExportHasNoCollectionsUrl) {
@@ -224,8 +247,10 @@ TEST_F(DevFedTest, NoListingsExportHasNoCollectionsUrl) {
   EXPECT_EQ(r.Header("x-pelican-namespace"), "namespace=/nl, require-token=false");
   auto ls = Fetch(d + "/nl/", "PROPFIND", {"Depth: 1"});
   EXPECT_EQ(ls.status, 405);
-  EXPECT_NE(Msg(ls).find("support the 'ls' request type with queries ''"), std::string::npos) << ls.body;
-  EXPECT_EQ(Fetch(d + "/nl/hello.txt", "PROPFIND", {"Depth: 0"}).status, 307);  // a stat needs Reads only
+  EXPECT_NE(Msg(ls).find("support the 'ls' request type with queries ''"), std::string::npos)
+      << ls.body;
+  EXPECT_EQ(Fetch(d + "/nl/hello.txt", "PROPFIND", {"Depth: 0"}).status,
+            307);  // a stat needs Reads only
   EXPECT_EQ(Fetch(d + "/nl/?recursive").status, 405);
 }
 
@@ -235,9 +260,11 @@ TEST_F(DevFedTest, ProtectedExportIsEnforcedByXrootd) {
   std::string d = fed.DirectorUrl(), origin = fed.OriginUrl("/secret");
   auto r = Fetch(d + "/secret/hello.txt", "GET", {"Authorization: Bearer abc"});
   ASSERT_EQ(r.status, 307);
-  EXPECT_EQ(r.Header("x-pelican-namespace"), "namespace=/secret, require-token=true, collections-url=" + origin);
+  EXPECT_EQ(r.Header("x-pelican-namespace"),
+            "namespace=/secret, require-token=true, collections-url=" + origin);
   std::string issuer = d + "/issuer/secret";
-  EXPECT_EQ(r.All("x-pelican-authorization"), (std::vector<std::string>{"issuer=" + issuer, "issuer=" + origin}));
+  EXPECT_EQ(r.All("x-pelican-authorization"),
+            (std::vector<std::string>{"issuer=" + issuer, "issuer=" + origin}));
   EXPECT_EQ(r.Header("x-pelican-token-generation"),
             "issuer=" + issuer + ", max-scope-depth=3, strategy=OAuth2, base-path=/secret");
   EXPECT_EQ(r.Header("location"), origin + "/secret/hello.txt?authz=abc");
@@ -258,7 +285,8 @@ TEST_F(DevFedTest, TlsEverywhere) {
   DevFed fed(DevFed::Options{{{"/t", dir_.string(), false}}, 1, true});
   ASSERT_EQ(fed.Start(), "");
   ASSERT_EQ(fed.FederationUrl().rfind("https://", 0), 0u);
-  auto disc = Fetch(fed.FederationUrl() + "/.well-known/pelican-configuration", "GET", {}, fed.CaFile());
+  auto disc =
+      Fetch(fed.FederationUrl() + "/.well-known/pelican-configuration", "GET", {}, fed.CaFile());
   EXPECT_EQ(nlohmann::json::parse(disc.body)["director_endpoint"], fed.DirectorUrl());
   auto r = Fetch(fed.DirectorUrl() + "/t/hello.txt", "GET", {}, fed.CaFile());
   ASSERT_EQ(r.status, 307);

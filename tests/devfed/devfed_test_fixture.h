@@ -18,7 +18,8 @@ namespace perch::testing {
 class TempData {
  public:
   explicit TempData(const std::string& tag) {
-    std::string t = (std::filesystem::temp_directory_path() / ("perch-devfed-" + tag + "-XXXXXX")).string();
+    std::string t =
+        (std::filesystem::temp_directory_path() / ("perch-devfed-" + tag + "-XXXXXX")).string();
     if (mkdtemp(t.data()) != nullptr) path_ = t;
     std::filesystem::permissions(path_, std::filesystem::perms(0755));
   }
@@ -47,7 +48,8 @@ class TempData {
 inline std::string Link(const std::vector<std::string>& bases, const std::string& path, int depth) {
   std::string out;
   for (size_t i = 0; i < bases.size(); ++i) {
-    out += (i ? ", <" : "<") + bases[i] + path + ">; rel=\"duplicate\"; pri=" + std::to_string(i + 1) +
+    out += (i ? ", <" : "<") + bases[i] + path +
+           ">; rel=\"duplicate\"; pri=" + std::to_string(i + 1) +
            "; depth=" + std::to_string(depth);
   }
   return out;

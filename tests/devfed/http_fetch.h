@@ -13,7 +13,8 @@
 namespace perch::testing {
 
 struct Response {
-  long status = 0;  // 0: no answer (connection refused, TLS failure, timeout)
+  long status = 0;  // 0: no complete answer (refused, TLS failure, timeout, broken body)
+  CURLcode curl_code = CURLE_OK;  // CURLE_PARTIAL_FILE: short body; CURLE_RECV_ERROR: reset
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
 
@@ -58,7 +59,8 @@ inline size_t OnBody(char* data, size_t size, size_t n, void* userp) {
 }  // namespace fetch_internal
 
 inline Response Fetch(const std::string& url, const std::string& method = "GET",
-                      const std::vector<std::string>& headers = {}, const std::string& ca = "") {
+                      const std::vector<std::string>& headers = {}, const std::string& ca = "",
+                      long timeout_ms = 30000) {
   Response r;
   CURL* c = curl_easy_init();
   curl_slist* list = nullptr;
@@ -74,10 +76,11 @@ inline Response Fetch(const std::string& url, const std::string& method = "GET",
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, fetch_internal::OnBody);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);  // send "/x/%2e%2e/y" as written
   if (!ca.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, ca.c_str());
-  if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+  r.curl_code = curl_easy_perform(c);
+  if (r.curl_code == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
   curl_slist_free_all(list);
   curl_easy_cleanup(c);
   return r;
