@@ -385,7 +385,13 @@ Director::Director(std::vector<Namespace> namespaces, int port, const std::strin
   impl_->namespaces = std::move(namespaces);
   Impl* impl = impl_.get();
   impl_->server = std::make_unique<HttpServer>(
-      [impl](const HttpRequest& req) { return impl->Handle(req); }, port, cert, key);
+      [impl](const HttpRequest& req) {
+        HttpReply r = impl->Handle(req);
+        spdlog::debug("director: {} {} -> {}", std::string(req.method_string()),
+                      std::string(req.target()), r.status);
+        return r;
+      },
+      port, cert, key);
 }
 
 Director::~Director() { Stop(); }
