@@ -1,9 +1,11 @@
 #include "devfed/director.h"
 
+#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
+#include <ctime>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -87,6 +89,35 @@ std::string ObjectPath(const std::string& url_path) {
     if (p.rfind(api, 0) == 0) return p.substr(api.size());
   }
   return p;
+}
+
+// director.go: validateClientToken. A bearer token that is a JWT (parsed
+// without checking its signature) and expires within 10 s, or within half
+// its lifetime when that is shorter, is expired; anything else passes (an
+// opaque token such as devfed's macaroons is the origin's business).
+bool TokenExpired(const std::string& token) {
+  size_t dot1 = token.find('.'), dot2 = token.find('.', dot1 + 1);
+  if (dot1 == std::string::npos || dot2 == std::string::npos) return false;
+  std::string b64 = token.substr(dot1 + 1, dot2 - dot1 - 1);
+  if (b64.empty() || b64.size() > (64 << 10)) return false;
+  for (char& c : b64) c = c == '-' ? '+' : c == '_' ? '/' : c;
+  while (b64.size() % 4) b64 += '=';
+  std::string raw(b64.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(raw.data()),
+                          reinterpret_cast<const unsigned char*>(b64.data()),
+                          static_cast<int>(b64.size()));
+  if (n < 0) return false;
+  auto claims = nlohmann::json::parse(
+      raw.substr(0, static_cast<size_t>(n) - std::count(b64.end() - 2, b64.end(), '=')), nullptr,
+      false);
+  if (!claims.is_object() || !claims.contains("exp") || !claims["exp"].is_number()) return false;
+  double exp = claims["exp"].get<double>(), grace = 10;
+  if (claims.contains("iat") && claims["iat"].is_number()) {
+    double lifetime = exp - claims["iat"].get<double>();
+    if (lifetime <= 0) return true;
+    grace = std::min(grace, lifetime / 2);
+  }
+  return static_cast<double>(std::time(nullptr)) + grace > exp;
 }
 
 // What a request looks like to the handlers: Go's URL.Path, parsed query, headers.
@@ -283,6 +314,16 @@ HttpReply Director::Impl::Redirect(const Call& c, const std::string& path, bool 
   if (servers.empty())
     servers.push_back(ns->origin_url);  // origin request, or the DirectReads fallback
   if (servers.size() > kServerResLimit) servers.resize(kServerResLimit);
+  std::string bearer = c.Header("Authorization");  // Go: Header.Get, then the authz query
+  bearer = !bearer.empty()  ? TrimPrefix(bearer, "Bearer ")
+           : c.Has("authz") ? TrimPrefix(c.query.at("authz").front(), "Bearer ")
+                            : "";
+  if (!bearer.empty() && TokenExpired(bearer)) {
+    r.headers.emplace_back(
+        "WWW-Authenticate",
+        R"(Bearer error="invalid_token", error_description="token has expired")");
+    return ErrorReply(std::move(r), 401, "bearer token has expired: Request ID: " + id);
+  }
 
   // Link URLs: url.URL{Host, Path: path.Clean("/" + path)}.String(); depth from getLinkDepth.
   std::string escaped = gohttp::EscapePath(gohttp::CleanPath("/" + path));

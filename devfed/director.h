@@ -37,6 +37,9 @@
 //   directread=, prefercached=, skipstat=; ?redirect=false -> 200.
 //   gin's ctx.Redirect is net/http's Redirect: for GET a text/html body
 //   `<a href="URL">Temporary Redirect</a>.` and two newlines.
+// - A bearer token (Authorization header, else ?authz=) that is a JWT
+//   expiring within 10 s (or half its lifetime) -> 401 + WWW-Authenticate
+//   (director.go: validateClientToken); opaque tokens pass.
 // - Errors are gin JSON {"status":"error","msg":"... Request ID: <uuid>"}
 //   (director.go: processSortedAdsErr, validateQueryParams); no JobId header.
 // - Headers: `Server: pelican/7.27.0` (web_ui/middleware.go:

@@ -4,6 +4,7 @@
 // bytes, token enforcement by XRootD itself, TLS, and a clean stop.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -141,6 +142,45 @@ TEST_F(DevFedTest, ErrorsArePelicans) {
   auto both = Fetch(d + "/test/hello.txt?directread&prefercached");
   EXPECT_EQ(both.status, 400);
   EXPECT_NE(Msg(both).find("cannot have both directread and prefercached"), std::string::npos);
+}
+
+// An unsigned JWT whose claims are `claims` (the director does not check signatures).
+std::string Jwt(const std::string& claims) {
+  auto b64url = [](const std::string& in) {
+    static const char* kAlphabet =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    std::string out;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (unsigned char ch : in) {
+      acc = (acc << 8) | ch;
+      for (bits += 8; bits >= 6; bits -= 6) out += kAlphabet[(acc >> (bits - 6)) & 63];
+    }
+    if (bits > 0) out += kAlphabet[(acc << (6 - bits)) & 63];
+    return out;
+  };
+  return b64url(R"({"alg":"none","typ":"JWT"})") + "." + b64url(claims) + ".";
+}
+
+TEST_F(DevFedTest, ExpiredJwtIs401) {
+  DevFed fed(DevFed::Options{{{"/test", dir_.string(), false}}, 0, false});
+  ASSERT_EQ(fed.Start(), "");
+  std::string object = fed.DirectorUrl() + "/test/hello.txt";
+  long now = static_cast<long>(std::time(nullptr));
+  std::string expired = Jwt(R"({"sub":"x","exp":)" + std::to_string(now - 60) + "}");
+  std::string fresh = Jwt(R"({"sub":"x","iat":)" + std::to_string(now) + R"(,"exp":)" +
+                          std::to_string(now + 3600) + "}");
+  std::string brief = Jwt(R"({"iat":)" + std::to_string(now - 50) + R"(,"exp":)" +
+                          std::to_string(now + 8) + "}");  // 8 s left: inside the 10 s grace
+  auto r = Fetch(object, "GET", {"Authorization: Bearer " + expired});
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.Header("www-authenticate"),
+            R"(Bearer error="invalid_token", error_description="token has expired")");
+  EXPECT_EQ(Msg(r).rfind("bearer token has expired: Request ID: ", 0), 0u) << r.body;
+  EXPECT_EQ(Fetch(object + "?authz=" + expired).status, 401);
+  EXPECT_EQ(Fetch(object, "GET", {"Authorization: Bearer " + brief}).status, 401);
+  EXPECT_EQ(Fetch(object, "GET", {"Authorization: Bearer " + fresh}).status, 307);
+  EXPECT_EQ(Fetch(object, "GET", {"Authorization: Bearer opaque-macaroon"}).status, 307);
 }
 
 TEST_F(DevFedTest, PathsAreEscapedAsGoDoes) {
