@@ -3,9 +3,12 @@
 //
 // For each --export /NS=DIR it starts one real XRootD origin (XrdHttp) that
 // serves DIR at /NS, optionally N XCache instances in front of each public
-// origin, and a director of our own (director.h). It prints what it started,
-// first line "federation: <url>", last line "ready", and stops everything on
-// SIGINT/SIGTERM.
+// origin, a director of our own that answers as Pelican's does, and the
+// federation's discovery host on a port of its own (director.h). It prints
+// what it started, first line "federation: <discovery url>", last line
+// "ready", and stops everything on SIGINT/SIGTERM. Its XRootD children die
+// with it even when it is SIGKILLed (xrootd_server.h); a cache that dies is
+// noticed within 200 ms and no longer named by the director.
 #include <pwd.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -26,6 +29,7 @@
 
 namespace fs = std::filesystem;
 using perch::devfed::Director;
+using perch::devfed::DiscoveryHost;
 using perch::devfed::Namespace;
 using perch::devfed::RunCommand;
 using perch::devfed::XrootdConfig;
@@ -37,6 +41,15 @@ struct Export {
   std::string ns;
   std::string dir;
   bool protected_ = false;
+  bool listings = true;
+};
+
+// A server the main loop watches: a cache that dies is dropped from the director.
+struct Watched {
+  XrootdServer* server;
+  std::string name;  // "cache /ns 1", "origin /ns"
+  std::string url;   // as the director names it
+  bool cache;
 };
 
 // Generates a CA and a server certificate for 127.0.0.1/localhost in `dir`.
@@ -46,16 +59,19 @@ std::string MakeTls(const fs::path& dir) {
   std::ofstream(ext) << "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
                         "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n";
   auto p = [&](const char* f) { return (dir / f).string(); };
-  if (RunCommand({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p("ca.key"), "-out",
-                  p("ca.pem"), "-days", "7", "-subj", "/CN=perch-devfed CA"}) != 0 ||
-      RunCommand({"openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", p("server.key"), "-out",
-                  p("server.csr"), "-subj", "/CN=localhost"}) != 0 ||
-      RunCommand({"openssl", "x509", "-req", "-in", p("server.csr"), "-CA", p("ca.pem"), "-CAkey", p("ca.key"),
-                  "-CAcreateserial", "-out", p("server.pem"), "-days", "7", "-extfile", ext.string()}) != 0) {
+  if (RunCommand({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                  p("ca.key"), "-out", p("ca.pem"), "-days", "7", "-subj",
+                  "/CN=perch-devfed CA"}) != 0 ||
+      RunCommand({"openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", p("server.key"),
+                  "-out", p("server.csr"), "-subj", "/CN=localhost"}) != 0 ||
+      RunCommand({"openssl", "x509", "-req", "-in", p("server.csr"), "-CA", p("ca.pem"), "-CAkey",
+                  p("ca.key"), "-CAcreateserial", "-out", p("server.pem"), "-days", "7", "-extfile",
+                  ext.string()}) != 0) {
     return "could not generate TLS certificates with openssl (apt-get install openssl)";
   }
   fs::copy_file(dir / "ca.pem", dir / "cadir" / "ca.pem", fs::copy_options::overwrite_existing);
-  if (RunCommand({"openssl", "rehash", (dir / "cadir").string()}) != 0) return "openssl rehash failed";
+  if (RunCommand({"openssl", "rehash", (dir / "cadir").string()}) != 0)
+    return "openssl rehash failed";
   RunCommand({"chown", "-R", "xrootd", dir.string()});
   fs::permissions(dir / "server.key", fs::perms::owner_read | fs::perms::owner_write);
   return "";
@@ -70,74 +86,306 @@ void Say(const std::string& line) {
   std::cout << line << std::endl;  // flushed: tests read it line by line
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "perch-devfed: run a local Pelican-style federation on 127.0.0.1.\n\n"
-      "Each --export /NS=DIR is served by a real XRootD origin at federation path /NS; --caches N puts N\n"
-      "XCache servers in front of each public origin; a director speaking Pelican's protocol redirects\n"
-      "clients to them. The first line printed is 'federation: <url>', the last 'ready'.\n\n"
-      "Example:\n"
-      "  perch-devfed --export /test=$HOME/data --caches 2\n"
-      "  curl -si http://127.0.0.1:PORT/test/file.txt        # 307 + Link + X-Pelican-Namespace\n"
-      "  perchd --foreground http://127.0.0.1:PORT/test /mnt/test\n\n"
-      "DIR must be readable by the 'xrootd' user. Stop with Ctrl-C: every server is stopped and the\n"
-      "work directory removed."};
-  std::vector<std::string> export_args, protected_args;
-  int caches = 0, port = 0;
-  bool tls = false;
-  std::string work_dir_arg, token_out, log_level = "warn";
-  app.add_option("--export", export_args, "/NS=DIR: serve DIR at federation path /NS (repeatable)")->required();
-  app.add_option("--protected", protected_args, "/NS: the origin of this export requires a bearer token");
-  app.add_option("--caches", caches, "XCache servers in front of each public origin (default 0)")->check(CLI::Range(0, 6));
-  app.add_flag("--tls", tls, "generate a CA and serve everything over HTTPS");
-  app.add_option("--port", port, "director port (default: a free one)");
-  double wan_rtt_ms = 0, wan_rate_mbit = 0;
-  app.add_option("--wan-rtt", wan_rtt_ms,
-                 "put the origins, caches and the federation URL behind an emulated WAN link with this RTT (ms)");
-  app.add_option("--wan-rate", wan_rate_mbit, "the emulated link's rate in Mbit/s, each direction (0: unlimited)");
-  app.add_option("--work-dir", work_dir_arg, "where configs, logs and caches go (default: a new dir under /tmp)");
-  app.add_option("--token-out", token_out, "write a bearer token valid for the protected exports here");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  CLI11_PARSE(app, argc, argv);
-  spdlog::set_level(spdlog::level::from_str(log_level));
-
-  // Validate everything before starting anything.
-  std::vector<Export> exports;
+// The exports as the flags describe them; "" (and `out` filled) or the error.
+std::string ParseExports(const std::vector<std::string>& export_args,
+                         const std::vector<std::string>& protected_args,
+                         const std::vector<std::string>& nolist_args, std::vector<Export>* out) {
+  std::vector<Export>& exports = *out;
   for (const std::string& e : export_args) {
     size_t eq = e.find('=');
-    if (eq == std::string::npos || e.empty() || e[0] != '/') {
-      std::cerr << "perch-devfed: --export wants /NS=DIR, got '" << e << "'\n";
-      return 2;
-    }
+    if (eq == std::string::npos || e.empty() || e[0] != '/')
+      return "--export wants /NS=DIR, got '" + e + "'";
     auto ns = perch::core::ObjectPath::Parse(e.substr(0, eq));
     if (!ns.ok() || ns->IsRoot()) {
-      std::cerr << "perch-devfed: bad namespace in '" << e << "': " << (ns.ok() ? "may not be /" : ns.status().message()) << "\n";
-      return 2;
+      return "bad namespace in '" + e + "': " + (ns.ok() ? "may not be /" : ns.status().message());
     }
     std::string dir = fs::absolute(e.substr(eq + 1)).lexically_normal().string();
-    if (!fs::is_directory(dir)) {
-      std::cerr << "perch-devfed: " << dir << " is not a directory\n";
-      return 2;
+    if (!fs::is_directory(dir)) return dir + " is not a directory";
+    for (const Export& other : exports) {
+      if (other.ns == ns->str()) return ns->str() + " is exported twice";
     }
     exports.push_back({ns->str(), dir, false});
   }
   for (const std::string& p : protected_args) {
     bool found = false;
     for (Export& e : exports) found |= (e.ns == p) && (e.protected_ = true);
-    if (!found) {
-      std::cerr << "perch-devfed: --protected " << p << " names no --export\n";
-      return 2;
+    if (!found) return "--protected " + p + " names no --export";
+  }
+  for (const std::string& p : nolist_args) {
+    bool found = false;
+    for (Export& e : exports) found |= (e.ns == p) && !(e.listings = false);
+    if (!found) return "--no-listings " + p + " names no --export";
+  }
+  return "";
+}
+
+// Waits for SIGINT/SIGTERM; meanwhile reaps servers that die (XCache can
+// crash under load) so that the director stops naming a dead cache.
+void WatchUntilStopped(const sigset_t& stop_signals, const std::vector<Watched>& watched,
+                       Director& director) {
+  while (true) {
+    timespec tick{0, 200'000'000};
+    int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (sig > 0) {
+      spdlog::info("signal {}: stopping", sig);
+      return;
+    }
+    for (const Watched& w : watched) {
+      std::string how;
+      if (!w.server->Reap(&how)) continue;
+      bool dropped = w.cache && director.DropCache(w.url);
+      std::cerr << "perch-devfed: " << w.name << " (" << w.url << ") died (" << how << ")"
+                << (dropped ? "; the director no longer names it" : "") << std::endl;
     }
   }
+}
+
+// What the flags ask for.
+struct Settings {
+  std::vector<Export> exports;
+  int caches = 0;
+  int port = 0;  // the director's
+  bool tls = false;
+  double wan_rtt_ms = 0, wan_rate_mbit = 0;
+  perch::devfed::FaultOptions faults;
+  uint64_t fault_seed = 1;
+  std::string token_out;
+};
+
+// Everything a running federation owns.
+struct Federation {
+  std::unique_ptr<perch::devfed::WanLink> wan;
+  std::vector<std::unique_ptr<XrootdServer>> servers;
+  std::unique_ptr<Director> director;
+  std::unique_ptr<DiscoveryHost> discovery;
+  std::vector<Watched> watched;
+
+  // `url` as clients see it: through the WAN link when there is one; `data`:
+  // an origin or cache, whose bodies the fault flags break. "" on error.
+  std::string Outside(const std::string& url, int port, std::string* err, bool data = false) {
+    if (!wan) return url;
+    int proxy = wan->AddProxy(port, err, data);
+    if (proxy == 0) return "";
+    return url.substr(0, url.rfind(':') + 1) + std::to_string(proxy);
+  }
+
+  void Stop() {
+    if (wan) wan->Stop();
+    if (discovery) discovery->Stop();
+    if (director) director->Stop();
+    std::vector<XrootdServer*> all;
+    for (auto& s : servers) all.push_back(s.get());
+    perch::devfed::StopAll(all);
+  }
+};
+
+// Starts each export's origin and caches; fills `namespaces`. "" or the error.
+std::string StartServers(const Settings& s, const fs::path& work, const XrootdConfig& base,
+                         perch::devfed::TokenIssuer& issuer, Federation* fed,
+                         std::vector<Namespace>* namespaces) {
+  bool faults = s.faults.any();
+  int k = 0;
+  for (const Export& e : s.exports) {
+    ++k;
+    // The origin serves <root>/NS: a tree of directories ending in a symlink to DIR.
+    fs::path root = work / ("origin-" + std::to_string(k) + "-root");
+    fs::path link = root / fs::path(e.ns.substr(1));
+    fs::create_directories(link.parent_path());
+    fs::create_symlink(e.dir, link);
+    XrootdConfig oc = base;
+    oc.name = "origin-" + std::to_string(k);
+    oc.export_root = root.string();
+    if (e.protected_) oc.extra = issuer.XrootdConfig(e.ns);
+    auto origin = std::make_unique<XrootdServer>();
+    std::string err = origin->Start(oc);
+    if (!err.empty()) return err;
+    std::string origin_url = fed->Outside(origin->Url(), origin->port(), &err, faults);
+    if (origin_url.empty()) return err;
+    Namespace ns{e.ns, e.dir, e.protected_, e.listings, origin_url, {}};
+    fed->watched.push_back({origin.get(), "origin " + e.ns, origin_url, false});
+    int origin_port = origin->port();
+    fed->servers.push_back(std::move(origin));
+    for (int i = 1; !e.protected_ && i <= s.caches; ++i) {
+      XrootdConfig cc = base;
+      cc.name = "cache-" + std::to_string(k) + "-" + std::to_string(i);
+      cc.export_root = (work / (cc.name + "-storage")).string();
+      fs::create_directories(cc.export_root);
+      cc.origin_port = origin_port;
+      auto cache = std::make_unique<XrootdServer>();
+      err = cache->Start(cc);
+      if (!err.empty()) return err;
+      std::string cache_url = fed->Outside(cache->Url(), cache->port(), &err, faults);
+      if (cache_url.empty()) return err;
+      ns.cache_urls.push_back(cache_url);
+      fed->watched.push_back(
+          {cache.get(), "cache " + e.ns + " " + std::to_string(i), cache_url, true});
+      fed->servers.push_back(std::move(cache));
+    }
+    namespaces->push_back(std::move(ns));
+  }
+  return "";
+}
+
+// Starts the federation `s` describes in `work` and prints what it started,
+// ending with "ready". "" or the error.
+std::string StartFederation(const Settings& s, const fs::path& work, Federation* fed) {
+  if (s.wan_rtt_ms > 0 || s.wan_rate_mbit > 0 || s.faults.any()) {
+    fed->wan = std::make_unique<perch::devfed::WanLink>(
+        std::chrono::microseconds(static_cast<int64_t>(s.wan_rtt_ms * 500)), s.wan_rate_mbit,
+        s.faults, s.fault_seed);
+  }
+  XrootdConfig base;
+  base.work_dir = work.string();
+  if (s.tls) {
+    std::string err = MakeTls(work / "tls");
+    if (!err.empty()) return err;
+    base.tls_cert = (work / "tls" / "server.pem").string();
+    base.tls_key = (work / "tls" / "server.key").string();
+    base.tls_ca_dir = (work / "tls" / "cadir").string();
+  }
+  bool any_protected = false;
+  for (const Export& e : s.exports) any_protected |= e.protected_;
+  perch::devfed::TokenIssuer issuer;
+  if (any_protected) {
+    std::string err = issuer.Init(work / "tokens");
+    if (!err.empty()) return err;
+  }
+  std::vector<Namespace> namespaces;
+  if (std::string err = StartServers(s, work, base, issuer, fed, &namespaces); !err.empty())
+    return err;
+  try {
+    fed->director = std::make_unique<Director>(namespaces, s.port, base.tls_cert, base.tls_key);
+    fed->discovery = std::make_unique<DiscoveryHost>(0, base.tls_cert, base.tls_key);
+  } catch (const std::exception& ex) {
+    return std::string("director: ") + ex.what();
+  }
+  if (any_protected && !s.token_out.empty()) {
+    std::string err = issuer.WriteToken(s.token_out);
+    if (!err.empty()) return err;
+  }
+  std::string err;
+  std::string director_url = fed->Outside(fed->director->Url(), fed->director->port(), &err);
+  if (director_url.empty()) return err;
+  std::string federation = fed->Outside(fed->discovery->Url(), fed->discovery->port(), &err);
+  if (federation.empty()) return err;
+  fed->discovery->SetUrls(federation, director_url);
+  Say("federation: " + federation);
+  Say("director: " + director_url);
+  if (s.faults.any()) {
+    Say("faults: cut " + std::to_string(s.faults.cut) + ", reset " +
+        std::to_string(s.faults.reset) + ", stall " + std::to_string(s.faults.stall) +
+        " of origin and cache response bodies (seed " + std::to_string(s.fault_seed) + ")");
+  }
+  if (fed->wan) {
+    Say("wan: rtt " + std::to_string(s.wan_rtt_ms) + " ms, rate " +
+        (s.wan_rate_mbit > 0 ? std::to_string(s.wan_rate_mbit) + " Mbit/s"
+                             : std::string("unlimited")) +
+        " (origins, caches, the director and the discovery host are behind it)");
+  }
+  size_t server = 0;
+  for (const Namespace& ns : namespaces) {
+    Say("origin " + ns.prefix + ": " + ns.origin_url +
+        " pid=" + std::to_string(fed->servers[server++]->pid()));
+    for (size_t c = 0; c < ns.cache_urls.size(); ++c) {
+      Say("cache " + ns.prefix + " " + std::to_string(c + 1) + ": " + ns.cache_urls[c] +
+          " pid=" + std::to_string(fed->servers[server++]->pid()));
+    }
+  }
+  if (s.tls) Say("ca: " + (work / "tls" / "ca.pem").string());
+  if (any_protected && !s.token_out.empty()) Say("token: " + fs::absolute(s.token_out).string());
+  Say("ready");
+  return "";
+}
+
+constexpr char kHelp[] =
+    "perch-devfed: run a local Pelican-style federation on 127.0.0.1.\n\n"
+    "Each --export /NS=DIR is served by a real XRootD origin at federation path /NS (nested\n"
+    "prefixes such as /a and /a/b get an origin each); --caches N puts N XCache servers in\n"
+    "front of each public origin; a director answering as a Pelican 7.27 director does\n"
+    "redirects clients to them. The federation URL is a discovery host apart from the\n"
+    "director, as the OSDF's is. The first line printed is 'federation: <url>', the second\n"
+    "'director: <url>', the last 'ready'. A cache that dies is reported on stderr and no\n"
+    "longer named. For a second federation, run a second perch-devfed.\n\n"
+    "Example:\n"
+    "  perch-devfed --export /test=$HOME/data --caches 2\n"
+    "  curl -si http://127.0.0.1:DIRECTOR_PORT/test/file.txt   # 307, Link, X-Pelican-*\n"
+    "  curl -s http://127.0.0.1:DIRECTOR_PORT/api/v2.0/director/listNamespaces\n"
+    "  perchd --foreground http://127.0.0.1:FEDERATION_PORT/test /mnt/test\n\n"
+    "DIR must be readable by the 'xrootd' user. Stop with Ctrl-C: every server is stopped\n"
+    "and the work directory removed.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{kHelp};
+  Settings settings;
+  std::vector<std::string> export_args, protected_args, nolist_args;
+  std::string work_dir_arg, log_level = "warn";
+  app.add_option("--export", export_args, "/NS=DIR: serve DIR at federation path /NS (repeatable)")
+      ->required();
+  app.add_option("--protected", protected_args,
+                 "/NS: the origin of this export requires a bearer token");
+  app.add_option(
+      "--no-listings", nolist_args,
+      "/NS: this export has no Listings capability (no collections-url; PROPFIND Depth 1 -> 405)");
+  app.add_option("--caches", settings.caches,
+                 "XCache servers in front of each public origin (default 0)")
+      ->check(CLI::Range(0, 6));
+  app.add_flag("--tls", settings.tls, "generate a CA and serve everything over HTTPS");
+  app.add_option("--port", settings.port, "director port (default: a free one)");
+  app.add_option(
+      "--wan-rtt", settings.wan_rtt_ms,
+      "put the origins, caches, director and discovery host behind an emulated WAN link with this "
+      "RTT (ms)");
+  app.add_option("--wan-rate", settings.wan_rate_mbit,
+                 "the emulated link's rate in Mbit/s, each direction (0: unlimited)");
+  perch::devfed::FaultOptions& faults = settings.faults;
+  auto fraction = CLI::Range(0.0, 1.0);
+  app.add_option(
+         "--fault-cut", faults.cut,
+         "fraction of origin/cache response bodies cut short: the connection closes mid-body")
+      ->check(fraction);
+  app.add_option("--fault-reset", faults.reset, "fraction of response bodies reset (RST) mid-body")
+      ->check(fraction);
+  app.add_option("--fault-stall", faults.stall,
+                 "fraction of response bodies that stall mid-body on an open connection")
+      ->check(fraction);
+  app.add_option("--fault-seed", settings.fault_seed,
+                 "seed of the fault draws (default 1: repeatable runs)");
+  app.add_option("--work-dir", work_dir_arg,
+                 "where configs, logs and caches go (default: a new dir under /tmp)");
+  app.add_option("--token-out", settings.token_out,
+                 "write a bearer token valid for the protected exports here");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  // Validate everything before starting anything.
+  std::vector<Export>& exports = settings.exports;
+  if (std::string err = ParseExports(export_args, protected_args, nolist_args, &exports);
+      !err.empty()) {
+    std::cerr << "perch-devfed: " << err << "\n";
+    return 2;
+  }
+  if (faults.cut + faults.reset + faults.stall > 1) {
+    std::cerr
+        << "perch-devfed: --fault-cut, --fault-reset and --fault-stall add up to more than 1\n";
+    return 2;
+  }
+  if (faults.any() && settings.tls) {
+    std::cerr << "perch-devfed: the --fault-* flags need plain HTTP (the proxy follows HTTP/1.1), "
+                 "not --tls\n";
+    return 2;
+  }
   if (getpwnam("xrootd") == nullptr || RunCommand({"sh", "-c", "command -v xrootd"}) != 0) {
-    std::cerr << "perch-devfed: xrootd is not installed (apt-get install xrootd-server xrootd-server-plugins)\n";
+    std::cerr << "perch-devfed: xrootd is not installed (apt-get install xrootd-server "
+                 "xrootd-server-plugins)\n";
     return 1;
   }
   for (const Export& e : exports) {
     if (!XrootdCanRead(e.dir)) {
-      std::cerr << "perch-devfed: user 'xrootd' cannot read " << e.dir << " (chmod a+rX it and its parents)\n";
+      std::cerr << "perch-devfed: user 'xrootd' cannot read " << e.dir
+                << " (chmod a+rX it and its parents)\n";
       return 1;
     }
   }
@@ -149,9 +397,8 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  bool own_work_dir = work_dir_arg.empty();
   fs::path work;
-  if (own_work_dir) {
+  if (work_dir_arg.empty()) {
     std::string t = (fs::temp_directory_path() / "perch-devfed-XXXXXX").string();
     if (mkdtemp(t.data()) == nullptr) {
       std::perror("perch-devfed: mkdtemp");
@@ -164,126 +411,15 @@ int main(int argc, char** argv) {
   }
   fs::permissions(work, fs::perms(0755));
 
-  std::vector<std::unique_ptr<XrootdServer>> servers;
-  std::unique_ptr<Director> director;
-  std::unique_ptr<perch::devfed::WanLink> wan;
-  if (wan_rtt_ms > 0 || wan_rate_mbit > 0) {
-    wan = std::make_unique<perch::devfed::WanLink>(
-        std::chrono::microseconds(static_cast<int64_t>(wan_rtt_ms * 500)), wan_rate_mbit);
-  }
-  // `url` as clients see it: through the WAN link when there is one.
-  auto outside = [&](const std::string& url, int port, std::string* err) -> std::string {
-    if (!wan) return url;
-    int proxy = wan->AddProxy(port, err);
-    if (proxy == 0) return "";
-    return url.substr(0, url.rfind(':') + 1) + std::to_string(proxy);
-  };
+  Federation fed;
   int rc = 0;
-  auto fail = [&](const std::string& msg) {
-    std::cerr << "perch-devfed: " << msg << "\n";
+  if (std::string err = StartFederation(settings, work, &fed); !err.empty()) {
+    std::cerr << "perch-devfed: " << err << "\n";
     rc = 1;
-  };
-  [&] {
-    XrootdConfig base;
-    base.work_dir = work.string();
-    if (tls) {
-      std::string err = MakeTls(work / "tls");
-      if (!err.empty()) return fail(err);
-      base.tls_cert = (work / "tls" / "server.pem").string();
-      base.tls_key = (work / "tls" / "server.key").string();
-      base.tls_ca_dir = (work / "tls" / "cadir").string();
-    }
-    std::string token_lines;
-    bool any_protected = false;
-    for (const Export& e : exports) any_protected |= e.protected_;
-    perch::devfed::TokenIssuer issuer;
-    if (any_protected) {
-      std::string err = issuer.Init(work / "tokens");
-      if (!err.empty()) return fail(err);
-    }
-    std::vector<Namespace> namespaces;
-    int k = 0;
-    for (const Export& e : exports) {
-      ++k;
-      // The origin serves <root>/NS: a tree of directories ending in a symlink to DIR.
-      fs::path root = work / ("origin-" + std::to_string(k) + "-root");
-      fs::path link = root / fs::path(e.ns.substr(1));
-      fs::create_directories(link.parent_path());
-      fs::create_symlink(e.dir, link);
-      XrootdConfig oc = base;
-      oc.name = "origin-" + std::to_string(k);
-      oc.export_root = root.string();
-      if (e.protected_) oc.extra = issuer.XrootdConfig(e.ns);
-      auto origin = std::make_unique<XrootdServer>();
-      std::string err = origin->Start(oc);
-      if (!err.empty()) return fail(err);
-      std::string origin_url = outside(origin->Url(), origin->port(), &err);
-      if (origin_url.empty()) return fail(err);
-      Namespace ns{e.ns, e.dir, e.protected_, origin_url, {}};
-      int origin_port = origin->port();
-      servers.push_back(std::move(origin));
-      for (int i = 1; !e.protected_ && i <= caches; ++i) {
-        XrootdConfig cc = base;
-        cc.name = "cache-" + std::to_string(k) + "-" + std::to_string(i);
-        cc.export_root = (work / (cc.name + "-storage")).string();
-        fs::create_directories(cc.export_root);
-        cc.origin_port = origin_port;
-        auto cache = std::make_unique<XrootdServer>();
-        err = cache->Start(cc);
-        if (!err.empty()) return fail(err);
-        std::string cache_url = outside(cache->Url(), cache->port(), &err);
-        if (cache_url.empty()) return fail(err);
-        ns.cache_urls.push_back(cache_url);
-        servers.push_back(std::move(cache));
-      }
-      namespaces.push_back(std::move(ns));
-    }
-    try {
-      director = std::make_unique<Director>(namespaces, port, base.tls_cert, base.tls_key);
-    } catch (const std::exception& ex) {
-      return fail(std::string("director: ") + ex.what());
-    }
-    if (any_protected && !token_out.empty()) {
-      std::string err = issuer.WriteToken(token_out);
-      if (!err.empty()) return fail(err);
-    }
-    std::string err;
-    std::string federation = director->Url();
-    if (wan) {
-      federation = outside(director->Url(), std::stoi(director->Url().substr(director->Url().rfind(':') + 1)), &err);
-      if (federation.empty()) return fail(err);
-    }
-    Say("federation: " + federation);
-    Say("director: " + director->Url());
-    if (wan) {
-      Say("wan: rtt " + std::to_string(wan_rtt_ms) + " ms, rate " +
-          (wan_rate_mbit > 0 ? std::to_string(wan_rate_mbit) + " Mbit/s" : std::string("unlimited")) +
-          " (origins, caches and the federation URL are behind it)");
-    }
-    size_t s = 0;
-    for (size_t i = 0; i < namespaces.size(); ++i) {
-      Say("origin " + namespaces[i].prefix + ": " + namespaces[i].origin_url + " pid=" + std::to_string(servers[s]->pid()));
-      ++s;
-      for (size_t c = 0; c < namespaces[i].cache_urls.size(); ++c, ++s) {
-        Say("cache " + namespaces[i].prefix + " " + std::to_string(c + 1) + ": " + namespaces[i].cache_urls[c] +
-            " pid=" + std::to_string(servers[s]->pid()));
-      }
-    }
-    if (tls) Say("ca: " + (work / "tls" / "ca.pem").string());
-    if (any_protected && !token_out.empty()) Say("token: " + fs::absolute(token_out).string());
-    Say("ready");
-  }();
-
-  if (rc == 0) {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    spdlog::info("signal {}: stopping", sig);
+  } else {
+    WatchUntilStopped(stop_signals, fed.watched, *fed.director);
   }
-  if (wan) wan->Stop();
-  if (director) director->Stop();
-  std::vector<XrootdServer*> all;
-  for (auto& s : servers) all.push_back(s.get());
-  perch::devfed::StopAll(all);
+  fed.Stop();
   std::error_code ec;
   fs::remove_all(work, ec);
   return rc;

@@ -26,6 +26,8 @@ struct WanLink::Impl {
   double bytes_per_us = 0;                    // 0: unlimited
   std::array<Clock::time_point, 2> busy_until;  // per direction: when the line is free again
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  FaultOptions faults;
+  std::mt19937_64 rng;  // fault draws of every connection
 
   // When `n` bytes handed to the line now in direction `dir` arrive.
   Clock::time_point Schedule(int dir, size_t n) {
@@ -56,19 +58,26 @@ struct Pipe : std::enable_shared_from_this<Pipe> {
   WanLink::Impl* link;
   asio::steady_timer timer;
   std::array<char, 65536> buf{};
-  std::deque<std::pair<Clock::time_point, std::string>> queue;
+  struct Chunk {
+    Clock::time_point due;
+    std::string data;
+    Fault fault;  // applied once `data` is delivered
+  };
+  std::deque<Chunk> queue;
   size_t queued = 0;
-  bool reading = false, writing = false, eof = false;
+  bool reading = false, writing = false, eof = false, faulted = false;
 
   void Read();
   void Deliver();
   void Close();
+  void Apply(Fault fault);
 };
 
 struct Session : std::enable_shared_from_this<Session> {
   explicit Session(asio::io_context& io) : client(io), server(io) {}
   tcp::socket client;
   tcp::socket server;
+  std::unique_ptr<ResponseFaults> faults;  // null: bytes pass untouched
 };
 
 void Pipe::Close() {
@@ -78,8 +87,16 @@ void Pipe::Close() {
   timer.cancel();
 }
 
+// cut: FIN to the client mid-body (a short body); reset: RST; stall: nothing
+// more is forwarded, the connection stays open.
+void Pipe::Apply(Fault fault) {
+  boost::system::error_code ignored;
+  if (fault == Fault::kReset) to.set_option(tcp::socket::linger(true, 0), ignored);
+  if (fault == Fault::kCut || fault == Fault::kReset) Close();
+}
+
 void Pipe::Read() {
-  if (reading || eof || queued > kMaxQueued) return;
+  if (reading || eof || faulted || queued > kMaxQueued) return;
   reading = true;
   from.async_read_some(asio::buffer(buf), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
     self->reading = false;
@@ -88,7 +105,20 @@ void Pipe::Read() {
       if (!self->writing) self->Deliver();  // flushes, then passes the end on
       return;
     }
-    self->queue.emplace_back(self->link->Schedule(self->dir, n), std::string(self->buf.data(), n));
+    std::string data(self->buf.data(), n);
+    Fault fault = Fault::kNone;
+    if (ResponseFaults* f = self->owner->faults.get()) {
+      if (self->dir == 0) {
+        f->OnRequestBytes(data);
+      } else {
+        auto d = f->OnResponseBytes(data);
+        data.resize(d.pass);
+        fault = d.fault;
+      }
+    }
+    self->faulted = fault != Fault::kNone;
+    n = data.size();
+    self->queue.push_back(Chunk{self->link->Schedule(self->dir, n), std::move(data), fault});
     self->queued += n;
     self->Read();
     if (!self->writing) self->Deliver();
@@ -104,26 +134,29 @@ void Pipe::Deliver() {
     return;
   }
   writing = true;
-  timer.expires_at(queue.front().first);
+  timer.expires_at(queue.front().due);
   timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (ec) return;
-    asio::async_write(self->to, asio::buffer(self->queue.front().second),
+    asio::async_write(self->to, asio::buffer(self->queue.front().data),
                       [self](boost::system::error_code ec, size_t n) {
                         self->writing = false;
                         if (ec) return self->Close();
                         self->queued -= n;
+                        Fault fault = self->queue.front().fault;
                         self->queue.pop_front();
+                        if (fault != Fault::kNone) return self->Apply(fault);
                         self->Read();  // room again
                         self->Deliver();
                       });
   });
 }
 
-void Accept(WanLink::Impl* link, tcp::acceptor* acceptor, int port) {
+void Accept(WanLink::Impl* link, tcp::acceptor* acceptor, int port, bool faults) {
   auto session = std::make_shared<Session>(link->io);
-  acceptor->async_accept(session->client, [link, acceptor, port, session](boost::system::error_code ec) {
+  if (faults) session->faults = std::make_unique<ResponseFaults>(link->faults, &link->rng);
+  acceptor->async_accept(session->client, [link, acceptor, port, faults, session](boost::system::error_code ec) {
     if (ec) return;  // stopped
-    Accept(link, acceptor, port);
+    Accept(link, acceptor, port, faults);
     session->server.async_connect(
         tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<uint16_t>(port)),
         [link, session](boost::system::error_code ec) {
@@ -142,7 +175,10 @@ void Accept(WanLink::Impl* link, tcp::acceptor* acceptor, int port) {
 
 }  // namespace
 
-WanLink::WanLink(std::chrono::microseconds one_way_delay, double rate_mbit) : impl_(std::make_unique<Impl>()) {
+WanLink::WanLink(std::chrono::microseconds one_way_delay, double rate_mbit, FaultOptions faults, uint64_t seed)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->faults = faults;
+  impl_->rng.seed(seed);
   impl_->delay = one_way_delay;
   impl_->bytes_per_us = rate_mbit / 8.0;  // Mbit/s = bits per µs
   impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
@@ -150,7 +186,7 @@ WanLink::WanLink(std::chrono::microseconds one_way_delay, double rate_mbit) : im
 
 WanLink::~WanLink() { Stop(); }
 
-int WanLink::AddProxy(int port, std::string* err) {
+int WanLink::AddProxy(int port, std::string* err, bool faults) {
   auto acceptor = std::make_unique<tcp::acceptor>(impl_->io);
   boost::system::error_code ec;
   tcp::endpoint ep(asio::ip::address_v4::loopback(), 0);
@@ -164,7 +200,7 @@ int WanLink::AddProxy(int port, std::string* err) {
   int proxy_port = acceptor->local_endpoint().port();
   tcp::acceptor* raw = acceptor.get();
   impl_->acceptors.push_back(std::move(acceptor));
-  asio::post(impl_->io, [impl = impl_.get(), raw, port] { Accept(impl, raw, port); });
+  asio::post(impl_->io, [impl = impl_.get(), raw, port, faults] { Accept(impl, raw, port, faults); });
   return proxy_port;
 }
 

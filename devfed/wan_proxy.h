@@ -7,7 +7,8 @@
 // server through the link, so that a client of the proxy sees the RTT and
 // the bandwidth of a WAN path while the servers behind it talk to each other
 // directly. Per connection, byte order is kept; a sender is slowed (TCP
-// back-pressure) when more than 4 MiB wait for the link.
+// back-pressure) when more than 4 MiB wait for the link. A proxy may also
+// break a fraction of the response bodies it carries (faults.h).
 //
 // Thread-safety: everything runs on the link's own Asio thread; Start and
 // Stop from one thread.
@@ -18,18 +19,23 @@
 #include <string>
 #include <vector>
 
+#include "devfed/faults.h"
+
 namespace perch::devfed {
 
 class WanLink {
  public:
-  // `rate_mbit` 0 = unlimited.
-  WanLink(std::chrono::microseconds one_way_delay, double rate_mbit);
+  // `rate_mbit` 0 = unlimited. `faults`: what proxies made with faults=true
+  // do to response bodies; `seed` makes the draws repeatable.
+  WanLink(std::chrono::microseconds one_way_delay, double rate_mbit, FaultOptions faults = {},
+          uint64_t seed = 0);
   ~WanLink();
   WanLink(const WanLink&) = delete;
   WanLink& operator=(const WanLink&) = delete;
 
-  // A proxy to 127.0.0.1:`port` through this link; returns its port (0 on error, with `err`).
-  int AddProxy(int port, std::string* err);
+  // A proxy to 127.0.0.1:`port` through this link; returns its port (0 on
+  // error, with `err`). `faults`: it breaks response bodies as configured.
+  int AddProxy(int port, std::string* err, bool faults = false);
   void Stop();
 
   struct Impl;

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -41,6 +42,7 @@ int RunCommand(const std::vector<std::string>& argv) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     std::vector<char*> a;
     for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
     a.push_back(nullptr);
@@ -125,15 +127,23 @@ std::string XrootdServer::Start(const XrootdConfig& c) {
     RunCommand({"chown", "-R", "xrootd", dir.string()});
     if (c.origin_port > 0) RunCommand({"chown", "-R", "xrootd", c.export_root});
 
+    std::string cfg_path = (dir / "xrootd.cfg").string();
+    uid_t uid = pw->pw_uid;
+    gid_t gid = pw->pw_gid;
+    pid_t parent = getpid();
     pid_ = fork();
     if (pid_ < 0) return "fork failed";
     if (pid_ == 0) {
-      // Die with perch-devfed where the kernel lets us (xrootd's own setuid
-      // clears this; perch-devfed and its test harness also kill by pid).
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
       setpgid(0, 0);
-      std::string cfg_path = (dir / "xrootd.cfg").string();
-      execlp("xrootd", "xrootd", "-c", cfg_path.c_str(), "-R", "xrootd", "-l", log_.c_str(), "-n", c.name.c_str(),
+      // Become user xrootd here rather than through xrootd's -R: the kernel
+      // clears the parent-death signal whenever a process changes its
+      // credentials, so it is set after the change, and then xrootd dies with
+      // perch-devfed even when that is SIGKILLed. (It fires when the forking
+      // thread exits: servers are started from perch-devfed's main thread.)
+      if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(126);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);  // perch-devfed died before prctl
+      execlp("xrootd", "xrootd", "-c", cfg_path.c_str(), "-l", log_.c_str(), "-n", c.name.c_str(),
              static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -159,6 +169,17 @@ std::string XrootdServer::Start(const XrootdConfig& c) {
     }
   }
   return "xrootd " + c.name + ": no free port after 5 attempts";
+}
+
+bool XrootdServer::Reap(std::string* how) {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  *how = "pid " + std::to_string(pid_) +
+         (WIFSIGNALED(status) ? ", killed by signal " + std::to_string(WTERMSIG(status))
+                              : ", exit status " + std::to_string(WEXITSTATUS(status)));
+  pid_ = -1;
+  return true;
 }
 
 void XrootdServer::Signal(int sig) {

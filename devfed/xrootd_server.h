@@ -29,8 +29,11 @@ class XrootdServer {
   std::string Start(const XrootdConfig& config);
   // SIGTERM, then SIGKILL after a short grace period. Idempotent.
   void Stop();
-  // Sends SIGTERM without waiting (StopAll stops many servers at once).
+  // Sends `sig` without waiting (StopAll stops many servers at once).
   void Signal(int sig);
+  // True once, when the process has exited (it is reaped; `how` says how:
+  // "pid N, killed by signal 11"); false while it runs or after Stop().
+  bool Reap(std::string* how);
   ~XrootdServer() { Stop(); }
 
   int port() const { return port_; }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +62,10 @@ std::string DevFed::Start() {
       args.push_back(e.ns);
       any_protected = true;
     }
+    if (!e.listings) {
+      args.push_back("--no-listings");
+      args.push_back(e.ns);
+    }
   }
   args.push_back("--caches");
   args.push_back(std::to_string(options_.caches));
@@ -71,11 +76,13 @@ std::string DevFed::Start() {
   }
   args.push_back("--work-dir");
   args.push_back(work_);
+  args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   std::string err_path = work_ + "/devfed.err";
   int out[2];
   if (pipe(out) != 0) return "pipe failed";
   pid_ = fork();
   if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // a test that dies takes its federation along
     dup2(out[1], 1);
     int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) dup2(fd, 2);
@@ -105,6 +112,8 @@ std::string DevFed::Start() {
         ready = true;
       } else if (line.rfind("federation: ", 0) == 0) {
         federation_ = line.substr(12);
+      } else if (line.rfind("director: ", 0) == 0) {
+        director_ = line.substr(10);
       } else if (line.rfind("ca: ", 0) == 0) {
         ca_ = line.substr(4);
       } else if (line.rfind("token: ", 0) == 0) {
@@ -163,6 +172,17 @@ void DevFed::Stop() {
     work_.clear();
   }
 }
+
+std::vector<pid_t> DevFed::ServerPids() const {
+  std::vector<pid_t> out;
+  for (const auto& [ns, s] : origins_) out.push_back(s.pid);
+  for (const auto& [ns, list] : caches_) {
+    for (const auto& s : list) out.push_back(s.pid);
+  }
+  return out;
+}
+
+std::string DevFed::ErrLog() const { return work_.empty() ? "" : Slurp(work_ + "/devfed.err"); }
 
 std::string DevFed::OriginUrl(const std::string& ns) const {
   auto it = origins_.find(ns);

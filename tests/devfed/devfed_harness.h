@@ -18,11 +18,13 @@ class DevFed {
     std::string ns;   // "/test"
     std::string dir;  // served directory (readable by user xrootd)
     bool protected_ = false;
+    bool listings = true;  // false: --no-listings
   };
   struct Options {
     std::vector<Export> exports;
     int caches = 0;
     bool tls = false;
+    std::vector<std::string> extra_args = {};  // more perch-devfed flags
   };
 
   explicit DevFed(Options options);
@@ -34,13 +36,20 @@ class DevFed {
   std::string Start();
   void Stop();
 
+  // The discovery host (what perchd is given) and the director it names.
   std::string FederationUrl() const { return federation_; }
+  std::string DirectorUrl() const { return director_; }
   std::string OriginUrl(const std::string& ns) const;
   std::vector<std::string> CacheUrls(const std::string& ns) const;
   // SIGKILLs cache `i` (0-based) of `ns`.
   void KillCache(const std::string& ns, size_t i);
   std::string CaFile() const { return ca_; }
   std::string TokenFile() const { return token_; }
+  // perch-devfed's pid, and those of the XRootD servers it started.
+  pid_t Pid() const { return pid_; }
+  std::vector<pid_t> ServerPids() const;
+  // What perch-devfed wrote to stderr so far.
+  std::string ErrLog() const;
 
   // True if xrootd is installed (tests skip otherwise).
   static bool XrootdAvailable();
@@ -53,7 +62,7 @@ class DevFed {
   Options options_;
   pid_t pid_ = -1;
   std::string work_;
-  std::string federation_, ca_, token_;
+  std::string federation_, director_, ca_, token_;
   std::map<std::string, Server> origins_;
   std::map<std::string, std::vector<Server>> caches_;
 };
