@@ -465,7 +465,19 @@ Status FuseServer::Mount(const std::string& mountpoint) {
     o.removexattr = &Ops::RemoveXattr;
     return o;
   }();
-  std::string opts = "ro,default_permissions,fsname=" + options_.fsname + ",subtype=perch,max_read=" +
+  // fsname is a URL and may hold ',' (an option separator), '\\' or spaces:
+  // percent-escape them, it is only a label in /proc/mounts.
+  std::string fsname;
+  for (unsigned char c : options_.fsname) {
+    if (c == ',' || c == '\\' || c <= ' ' || c == 0x7f) {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      fsname += buf;
+    } else {
+      fsname += static_cast<char>(c);
+    }
+  }
+  std::string opts = "ro,default_permissions,fsname=" + fsname + ",subtype=perch,max_read=" +
                      std::to_string(options_.max_io);
   if (::getuid() == 0) opts += ",allow_other";
   std::vector<std::string> argv_s = {"perchd", "-o", opts};

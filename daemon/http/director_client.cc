@@ -391,29 +391,42 @@ void DirectorClient::WithNamespaces(Deadline deadline, std::function<void(Status
       finish(director.status());
       return;
     }
-    HttpRequest req;
-    req.url = *director + "/api/v1.0/director/listNamespaces";
-    req.deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
-    req.connect_timeout = self->ctx_->options.connect_timeout;
-    req.max_body = 16 << 20;
-    self->ctx_->loop.Submit(std::move(req), [self, finish](Result<HttpResponse> r) {
-      if (!r.ok()) {
-        finish(r.status().WithContext("listing the director's namespaces"));
-        return;
+    self->FetchNamespaceList(*director, 2, deadline, finish);
+  });
+}
+
+// Pelican 7.x answers v2 (v1 answers 299 without data there); older
+// directors only v1.
+void DirectorClient::FetchNamespaceList(const std::string& director, int version,
+                                        Deadline deadline, std::function<void(Status)> finish) {
+  HttpRequest req;
+  req.url = director + "/api/v" + std::to_string(version) + ".0/director/listNamespaces";
+  req.deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
+  req.connect_timeout = ctx_->options.connect_timeout;
+  req.max_body = 16 << 20;
+  auto self = shared_from_this();
+  ctx_->loop.Submit(std::move(req), [self, director, version, deadline,
+                                     finish](Result<HttpResponse> r) {
+    std::string what = "listing the director's namespaces";
+    if (!r.ok()) {
+      finish(r.status().WithContext(what));
+      return;
+    }
+    if (r->head.status != 200) {
+      if (version == 2) {
+        self->FetchNamespaceList(director, 1, deadline, finish);
+      } else {
+        finish(StatusFromHttp(r->head.status, what, FailureSite::kDirector, r->body));
       }
-      if (r->head.status != 200) {
-        finish(StatusFromHttp(r->head.status, "listing the director's namespaces",
-                              FailureSite::kDirector, r->body));
-        return;
-      }
-      auto list = ParseNamespaceList(r->body);
-      if (!list.ok()) {
-        finish(list.status());
-        return;
-      }
-      self->directory_.SetAdvertised(*list);
-      finish(Status::Ok());
-    });
+      return;
+    }
+    auto list = ParseNamespaceList(r->body);
+    if (!list.ok()) {
+      finish(list.status());
+      return;
+    }
+    self->directory_.SetAdvertised(*list);
+    finish(Status::Ok());
   });
 }
 

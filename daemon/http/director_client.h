@@ -75,6 +75,8 @@ class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
   std::shared_ptr<const NamespaceEntry> Lookup(const core::ObjectPath& fed_path);
   void WithDirector(core::Deadline deadline, std::function<void(core::Result<std::string>)> done);
   void Discover(core::Deadline deadline, int attempt);
+  void FetchNamespaceList(const std::string& director, int version, core::Deadline deadline,
+                          std::function<void(core::Status)> finish);
   void FinishDiscovery(core::Result<std::string> result);
   void Query(const std::string& director, const core::ObjectPath& fed_path,
              core::Deadline deadline, int attempt);

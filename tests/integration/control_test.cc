@@ -54,6 +54,17 @@ class ControlTest : public MountedFederation {
     for (const auto& o : CtlJson({"ls", prefix, "--json"})) out[o["path"]] = o["cached_bytes"];
     return out;
   }
+
+  // Cached(prefix) once it lists `n` objects (blocks reach the disk after the
+  // reads that fetched them are answered), or after 10 s.
+  std::map<std::string, uint64_t> CachedOnceThereAre(const std::string& prefix, size_t n) {
+    auto out = Cached(prefix);
+    for (int i = 0; i < 200 && out.size() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      out = Cached(prefix);
+    }
+    return out;
+  }
 };
 
 TEST_F(ControlTest, StatsCountWhatWasRead) {
@@ -68,7 +79,12 @@ TEST_F(ControlTest, StatsCountWhatWasRead) {
   }
   // One miss per file, every byte fetched once. (The kernel may split a read
   // of one file into several requests; those after the first are hits.)
+  // Blocks reach the disk after the read is answered: wait for the writes.
   json s = CtlJson({"stats", "--json"});
+  for (int i = 0; i < 200 && s["cached_bytes"] != bytes; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    s = CtlJson({"stats", "--json"});
+  }
   EXPECT_EQ(s["misses"], files);
   EXPECT_EQ(s["bytes_from_network"], bytes);
   EXPECT_EQ(s["cached_bytes"], bytes);
@@ -221,7 +237,8 @@ TEST_F(ControlTest, EvictRemovesAndTheNextReadFetchesAgain) {
       ASSERT_EQ(ReadFile(f.rel), Original(f.rel));
     }
   }
-  ASSERT_EQ(Cached("/test/a").size(), 8u);
+  ASSERT_EQ(CachedOnceThereAre("/test/a", 8).size(), 8u);
+  ASSERT_EQ(CachedOnceThereAre("/test/b", 8).size(), 8u);
   json e = CtlJson({"evict", (mnt_ / "a").string(), "--json"});
   EXPECT_EQ(e["objects"], 8u);
   EXPECT_EQ(e["bytes"], SizeOf(files_, "a"));
