@@ -11,6 +11,7 @@
 // noticed within 200 ms and no longer named by the director.
 #include <pwd.h>
 #include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -358,6 +359,9 @@ int main(int argc, char** argv) {
                  "write a bearer token valid for the protected exports here");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
+  // Logs go to stderr: stdout carries only the lines a caller parses
+  // ("federation: ...", "ready"), and a caller may stop reading it.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("devfed"));
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   // Validate everything before starting anything.

@@ -19,7 +19,7 @@ using core::StatusCode;
 namespace {
 // No object of a federation is larger than this (1 PiB); a larger
 // Content-Length is a server's error, not a size to allocate or loop over.
-constexpr uint64_t kMaxHeadSize = uint64_t{1} << 50;
+constexpr uint64_t kMaxProbeSize = uint64_t{1} << 50;
 }  // namespace
 
 struct RangeReader::Op {
@@ -28,7 +28,8 @@ struct RangeReader::Op {
   core::ByteRange range;
   core::Deadline deadline;
   std::function<void(Result<core::Bytes>)> done;
-  std::function<void(Result<core::FileAttr>)> head_done;  // set for a HEAD
+  std::function<void(Result<core::FileAttr>)> head_done;  // set for a probe (Head())
+  HttpHead probe;  // a probe's answer head, kept when the transfer is cut short
 
   std::shared_ptr<const NamespaceEntry> ns;
   FailoverPlan plan;
@@ -119,8 +120,18 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
   req.deadline = op->deadline;
   req.connect_timeout = ctx_->options.connect_timeout;
   if (op->head_done) {
-    req.method = "HEAD";
+    // One byte is enough: 206 + Content-Range (or 416 for an empty file)
+    // describe a file; XRootD answers a directory with 200 and an HTML
+    // listing, which is cut off at its head.
+    req.headers.push_back("Range: bytes=0-0");
     req.max_body = 64 << 10;
+    req.on_data = [op](const HttpHead& head, std::string_view) -> bool {
+      if (!op->head_checked) {
+        op->head_checked = true;
+        op->probe = head;
+      }
+      return head.status != 200;
+    };
     op->transfer = ctx_->loop.Submit(
         std::move(req), [self, op](Result<HttpResponse> r) { self->AttemptDone(op, std::move(r)); });
     WatchFirstByte(op);
@@ -211,7 +222,11 @@ bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
 void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
   Status failure;
   long http_status = 0;
-  if (!op->head_error.ok()) {
+  if (op->head_done && (r.ok() || op->head_checked)) {
+    if (ProbeDone(op, r.ok() ? r->head : op->probe)) return;
+    http_status = op->probe.status ? op->probe.status : r->head.status;
+    failure = StatusFromHttp(http_status, "GET " + op->url, FailureSite::kCache, op->error_body);
+  } else if (!op->head_error.ok()) {
     failure = op->head_error;
   } else if (op->first_byte_late && !r.ok()) {
     failure = core::UnavailableError(op->server + ": no answer within " +
@@ -228,10 +243,7 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
       return;
     }
     failure = r.status();
-  } else if (op->head_done && r->head.status == 200) {
-    HeadDone(op, *r);
-    return;
-  } else if (!op->head_done && (r->head.status == 206 || r->head.status == 200)) {
+  } else if (r->head.status == 206 || r->head.status == 200) {
     if (op->buffer.size() == op->range.length) {
       Finish(op, std::move(op->buffer));
       return;
@@ -244,7 +256,7 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
     failure = core::CorruptError(op->server + ": empty body for a range request");
   } else {
     http_status = r->head.status;
-    failure = StatusFromHttp(http_status, (op->head_done ? "HEAD " : "GET ") + op->url, FailureSite::kCache, op->error_body);
+    failure = StatusFromHttp(http_status, "GET " + op->url, FailureSite::kCache, op->error_body);
   }
   if (op->plan.Fail(failure, http_status) == FailureClass::kServer) {
     health_.Penalize(op->server, Clock::now());
@@ -255,36 +267,42 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
   Attempt(op);
 }
 
-void RangeReader::HeadDone(std::shared_ptr<Op> op, const HttpResponse& r) {
+// Interprets a probe's answer; false when it is an error status for the
+// failover walk.
+bool RangeReader::ProbeDone(std::shared_ptr<Op> op, const HttpHead& head) {
   core::FileAttr attr;
-  auto length = r.head.Get("content-length");
-  uint64_t size = 0;
-  if (!length || length->empty() || length->size() > 19 ||
-      length->find_first_not_of("0123456789") != std::string::npos ||
-      (size = std::stoull(*length)) > kMaxHeadSize) {
-    if (op->plan.Fail(core::CorruptError(op->server + ": HEAD without a usable Content-Length"),
-                      0) == FailureClass::kServer) {
-      health_.Penalize(op->server, Clock::now());
+  if (head.status == 200) {
+    attr.is_dir = true;  // the server ignored the range: a directory's listing
+    attr.partial_listing = true;
+  } else if (head.status == 206 || head.status == 416) {
+    // 206: "bytes 0-0/N"; 416 (an empty file): "bytes */N".
+    std::string cr = head.Get("content-range").value_or("");
+    size_t slash = cr.rfind('/');
+    std::string total = slash == std::string::npos ? "" : cr.substr(slash + 1);
+    if (total.empty() || total.size() > 16 || total.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoull(total) > kMaxProbeSize) {
+      return false;  // no usable size: StatusFromHttp makes it the server's failure
     }
-    Attempt(op);
-    return;
-  }
-  attr.size = size;
-  if (auto etag = r.head.Get("etag")) attr.etag = *etag;
-  if (auto modified = r.head.Get("last-modified")) {
-    time_t t = curl_getdate(modified->c_str(), nullptr);
-    if (t > 0) attr.mtime = t;
+    attr.size = std::stoull(total);
+    if (auto etag = head.Get("etag")) attr.etag = *etag;
+    if (auto modified = head.Get("last-modified")) {
+      time_t t = curl_getdate(modified->c_str(), nullptr);
+      if (t > 0) attr.mtime = t;
+    }
+  } else {
+    return false;
   }
   auto done = std::move(op->head_done);
   op->head_done = nullptr;
   if (done) done(attr);
+  return true;
 }
 
 void RangeReader::Finish(std::shared_ptr<Op> op, Result<core::Bytes> r) {
   if (op->head_done) {
     auto done = std::move(op->head_done);
     op->head_done = nullptr;
-    done(r.status());  // a HEAD ends here only with an error
+    done(r.status());  // a probe ends here only with an error
     return;
   }
   if (r.ok()) {

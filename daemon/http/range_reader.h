@@ -41,11 +41,13 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
             core::ByteRange range, core::Deadline deadline,
             std::function<void(core::Result<core::Bytes>)> done);
 
-  // The attributes of object `fed_path` from a HEAD request down the same
-  // server list (for namespaces that offer no listings): size from
-  // Content-Length, ETag, mtime from Last-Modified. A directory cannot be
-  // told by HEAD; servers that answer one with an error make it kNotFound or
-  // kPermissionDenied like a missing object.
+  // The attributes of `fed_path` from a one-byte Range GET down the same
+  // server list (for namespaces that offer no listings): a file's size from
+  // Content-Range (206, or 416 for an empty file), ETag, mtime from
+  // Last-Modified; a 200 (the server ignored the range, as XRootD does for a
+  // directory, answering with an HTML listing) is a directory with a partial
+  // listing. HEAD cannot tell: XRootD answers it for a directory with
+  // Content-Length 4096. 404 everywhere is kNotFound.
   void Head(const core::ObjectPath& fed_path, core::Deadline deadline,
             std::function<void(core::Result<core::FileAttr>)> done);
 
@@ -61,7 +63,7 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   void Start(std::shared_ptr<Op> op);
   void Attempt(std::shared_ptr<Op> op);
   bool AcceptHead(Op& op, const HttpHead& head, uint64_t last);
-  void HeadDone(std::shared_ptr<Op> op, const HttpResponse& r);
+  bool ProbeDone(std::shared_ptr<Op> op, const HttpHead& head);
   void WatchFirstByte(std::shared_ptr<Op> op);
   void AttemptDone(std::shared_ptr<Op> op, core::Result<HttpResponse> r);
   void Finish(std::shared_ptr<Op> op, core::Result<core::Bytes> r);

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "tests/devfed/devfed_harness.h"
 #include "tests/integration/perchd_harness.h"
@@ -31,21 +32,39 @@ void WriteFile(const fs::path& p, const std::string& body) {
   std::ofstream(p) << body;
 }
 
+// The odd names of object paths that Go's url.URL leaves unescaped.
+const char* const kOddNames[] = {"t$1.txt", "t&2.txt", "t+3.txt", "t,4.txt", "t:5;=@.txt"};
+
 class FederationRootTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!DevFed::XrootdAvailable()) GTEST_SKIP() << "xrootd is not installed";
     if (!FuseAvailable()) GTEST_SKIP() << "needs root and /dev/fuse";
     work_ = std::make_unique<TempDir>("fedroot");
-    WriteFile(work_->path() / "a/sub/x.txt", "public bytes of /a\n");
-    WriteFile(work_->path() / "p/secret.txt", "protected bytes of /p\n");
-    fs::permissions(work_->path(), fs::perms::all, fs::perm_options::add);
-    for (const char* d : {"a", "a/sub", "p"}) {
-      fs::permissions(work_->path() / d, fs::perms::all, fs::perm_options::add);
+    const fs::path w = work_->path();
+    WriteFile(w / "a/sub/x.txt", "public bytes of /a\n");
+    // A decoy: /a's origin also has a b/inner.txt, but /a/b is a namespace
+    // of its own, served by another origin.
+    WriteFile(w / "a/b/inner.txt", "WRONG: /a's origin\n");
+    WriteFile(w / "ab/inner.txt", "nested bytes of /a/b\n");
+    for (const char* name : kOddNames) WriteFile(w / "a/odd" / name, std::string("odd ") + name);
+    WriteFile(w / "p/secret.txt", "protected bytes of /p\n");
+    WriteFile(w / "n/known.txt", "unlisted bytes of /n\n");
+    WriteFile(w / "n/sub/deep.txt", "deep in /n\n");
+    // Readable by user xrootd. (Not o+x on files: XRootD's PROPFIND then
+    // calls them collections.)
+    for (const auto& e : fs::recursive_directory_iterator(w)) {
+      fs::perms add = e.is_directory() ? fs::perms::others_read | fs::perms::others_exec
+                                       : fs::perms::others_read;
+      fs::permissions(e.path(), add, fs::perm_options::add);
     }
+    fs::permissions(w, fs::perms::all, fs::perm_options::add);
     DevFed::Options opts;
-    opts.exports.push_back({"/a", (work_->path() / "a").string(), false});
-    opts.exports.push_back({"/p", (work_->path() / "p").string(), true});
+    opts.exports.push_back({"/a", (w / "a").string(), false});
+    opts.exports.push_back({"/a/b", (w / "ab").string(), false});
+    opts.exports.push_back({"/p", (w / "p").string(), true});
+    opts.exports.push_back({"/n", (w / "n").string(), false, /*listings=*/false});
+    opts.extra_args = {"--log-level", "debug"};  // every director request in its log
     fed_ = std::make_unique<DevFed>(opts);
     ASSERT_EQ(fed_->Start(), "");
     mnt_ = work_->path() / "mnt";
@@ -58,7 +77,7 @@ class FederationRootTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     args.push_back(fed_->FederationUrl() + "/");  // the federation root
     args.push_back(mnt_.string());
-    ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "perchd.log"), "");
+    ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "perchd.log"), "") << fed_->ErrLog();
   }
 
   std::unique_ptr<TempDir> work_;
@@ -80,6 +99,67 @@ TEST_F(FederationRootTest, EveryNamespaceUnderOneMountAndUnknownNamesAreENOENT) 
   EXPECT_FALSE(ec) << ec.message();  // ENOENT, not EIO
   EXPECT_FALSE(fs::exists(mnt_ / "a/no-such-file", ec));
   EXPECT_FALSE(ec) << ec.message();
+}
+
+TEST_F(FederationRootTest, NestedNamespacesEachReadFromTheirOwnOrigin) {
+  Mount();
+  EXPECT_EQ(ReadLocalFile(mnt_ / "a/b/inner.txt"), "nested bytes of /a/b\n") << perchd_.Log();
+  EXPECT_EQ(ReadLocalFile(mnt_ / "a/sub/x.txt"), "public bytes of /a\n");
+  std::set<std::string> a;
+  for (const auto& e : fs::directory_iterator(mnt_ / "a")) a.insert(e.path().filename());
+  EXPECT_TRUE(a.count("b") && a.count("sub") && a.count("odd")) << perchd_.Log();
+}
+
+TEST_F(FederationRootTest, NamespaceWithoutListingsReadsKnownPathsAndListsEmpty) {
+  Mount();
+  EXPECT_EQ(ReadLocalFile(mnt_ / "n/known.txt"), "unlisted bytes of /n\n");
+  EXPECT_EQ(ReadLocalFile(mnt_ / "n/sub/deep.txt"), "deep in /n\n");
+  EXPECT_TRUE(fs::is_directory(mnt_ / "n/sub"));
+  EXPECT_EQ(fs::file_size(mnt_ / "n/known.txt"), 21u);
+  // Documented: an unlisted directory lists as empty, with one log line.
+  EXPECT_TRUE(fs::is_empty(mnt_ / "n"));
+  EXPECT_TRUE(fs::is_empty(mnt_ / "n/sub"));
+  std::error_code ec;
+  EXPECT_FALSE(fs::exists(mnt_ / "n/missing.txt", ec));
+  EXPECT_FALSE(ec) << ec.message();
+  std::string log = perchd_.Log();
+  size_t first = log.find("namespace /n offers no listings");
+  EXPECT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("namespace /n offers no listings", first + 1), std::string::npos);
+}
+
+TEST_F(FederationRootTest, OddNamesCostNoExtraDirectorQuery) {
+  Mount();
+  for (const char* name : kOddNames) {
+    EXPECT_EQ(ReadLocalFile(mnt_ / "a/odd" / name), std::string("odd ") + name);
+  }
+  // One director answer about /a serves every object below it: no GET of an
+  // odd object reaches the director.
+  std::string log = fed_->ErrLog();
+  size_t odd_queries = 0;
+  for (size_t at = log.find("director: GET /a/odd/"); at != std::string::npos;
+       at = log.find("director: GET /a/odd/", at + 1)) {
+    ++odd_queries;
+  }
+  EXPECT_LE(odd_queries, 1u) << log;
+}
+
+TEST_F(FederationRootTest, RestartWithTheFederationDownServesWhatIsCached) {
+  Mount({"--token-file", fed_->TokenFile()});
+  EXPECT_EQ(ReadLocalFile(mnt_ / "a/sub/x.txt"), "public bytes of /a\n");
+  EXPECT_EQ(ReadLocalFile(mnt_ / "a/b/inner.txt"), "nested bytes of /a/b\n");
+  EXPECT_EQ(ReadLocalFile(mnt_ / "n/known.txt"), "unlisted bytes of /n\n");
+  ASSERT_EQ(perchd_.Stop(), 0);
+  fed_->Stop();
+  Mount({"--token-file", fed_->TokenFile()});
+  EXPECT_EQ(ReadLocalFile(mnt_ / "a/sub/x.txt"), "public bytes of /a\n");
+  EXPECT_EQ(ReadLocalFile(mnt_ / "a/b/inner.txt"), "nested bytes of /a/b\n");
+  EXPECT_EQ(ReadLocalFile(mnt_ / "n/known.txt"), "unlisted bytes of /n\n");
+  // Never read: not there, and the answer comes within the deadline.
+  auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  EXPECT_FALSE(fs::exists(mnt_ / "a/never-read.txt", ec));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(21));
 }
 
 TEST_F(FederationRootTest, ProtectedNamespaceIsNotReadableByOtherLocalUsers) {
