@@ -281,10 +281,22 @@ std::shared_ptr<const NamespaceEntry> DirectorClient::Lookup(const ObjectPath& f
   return best;
 }
 
-void DirectorClient::Resolve(const ObjectPath& fed_path, Deadline deadline, NsCallback done) {
-  if (auto hit = Lookup(fed_path)) {
-    done(hit);
+void DirectorClient::Resolve(const ObjectPath& fed_path, Deadline deadline, NsCallback done,
+                             bool fresh) {
+  // The namespace list first (fresh at most every namespace_ttl): a table
+  // hit for /a must not serve /a/b/x when /a/b is a namespace of its own.
+  if (!fresh && Clock::now() >= list_expires_) {
+    auto self = shared_from_this();
+    WithNamespaces(deadline, [self, fed_path, deadline, done = std::move(done)](Status) mutable {
+      self->Resolve(fed_path, deadline, std::move(done), false);
+    });
     return;
+  }
+  if (!fresh) {
+    if (auto hit = Lookup(fed_path)) {
+      done(hit);
+      return;
+    }
   }
   auto& waiters = waiters_[fed_path.str()];
   waiters.push_back(std::move(done));

@@ -56,7 +56,11 @@ class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
 
   // The namespace entry for federation path `fed_path`: from the table, or
   // asked of the director (kNotFound when no namespace holds the path).
-  void Resolve(const core::ObjectPath& fed_path, core::Deadline deadline, NsCallback done);
+  // `fresh` asks the director even when the table has an answer (a path
+  // that every server of its table entry says is missing may belong to a
+  // nested namespace the director did not list).
+  void Resolve(const core::ObjectPath& fed_path, core::Deadline deadline, NsCallback done,
+               bool fresh = false);
 
   // Forgets `entry` (its servers all failed, or a listing's origin moved).
   void Invalidate(const std::shared_ptr<const NamespaceEntry>& entry);

@@ -41,6 +41,7 @@ struct RangeReader::Op {
   uint64_t transfer = 0;          // the CurlLoop's id, for Cancel
   Clock::time_point started;
   bool first_byte_late = false;   // abandoned: no answer within the first-byte time
+  bool asked_fresh = false;       // the director was asked about this very path
   std::string url;
   std::string server;
   uint64_t attempt_start = 0;
@@ -101,6 +102,24 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
     return;
   }
   if (step.kind == FailoverPlan::Step::kFail) {
+    if (step.status.code() == StatusCode::kNotFound && !op->asked_fresh && op->ns->prefix != op->fed_path) {
+      // Missing on every server of the namespace the table named: ask the
+      // director about this very path once (a nested namespace it did not list).
+      op->asked_fresh = true;
+      auto self = shared_from_this();
+      auto before = op->ns;
+      director_->Resolve(op->fed_path, op->deadline,
+                         [self, op, before, status = step.status](Result<std::shared_ptr<const NamespaceEntry>> ns) {
+                           if (!ns.ok() || (*ns)->prefix == before->prefix) {
+                             self->Finish(op, status);
+                             return;
+                           }
+                           op->plan = FailoverPlan();
+                           self->Start(op);
+                         },
+                         /*fresh=*/true);
+      return;
+    }
     Finish(op, step.status);
     return;
   }

@@ -10,7 +10,9 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "tests/devfed/devfed_harness.h"
 #include "tests/integration/test_tree.h"
@@ -225,6 +227,60 @@ TEST_F(FederationClientTest, NoTokenReachesAPublicExport) {
   ASSERT_TRUE(ListSync(client, "/").ok());
   EXPECT_GE(requests.load(), 4);
   EXPECT_EQ(with_token.load(), 0);
+}
+
+// The federation root with nested public namespaces and a protected one: the
+// token goes to the protected namespace's servers only, never to the
+// director, the discovery host or the public namespaces' servers.
+TEST(FederationRootClientTest, TheTokenGoesOnlyToTheProtectedNamespacesServers) {
+  if (!DevFed::XrootdAvailable()) GTEST_SKIP() << "xrootd is not installed";
+  TempDir tree("fedroot-tokens");
+  for (const char* d : {"a", "ab", "p"}) {
+    fs::create_directories(tree.path() / d);
+    std::ofstream(tree.path() / d / "f.txt") << "bytes of " << d << "\n";
+    fs::permissions(tree.path() / d, fs::perms(0755));
+    fs::permissions(tree.path() / d / "f.txt", fs::perms(0644));
+  }
+  DevFed::Options opts;
+  opts.exports.push_back({"/a", (tree.path() / "a").string(), false});
+  opts.exports.push_back({"/a/b", (tree.path() / "ab").string(), false});
+  opts.exports.push_back({"/p", (tree.path() / "p").string(), true});
+  DevFed fed(opts);
+  ASSERT_EQ(fed.Start(), "");
+  CurlLoop loop(CurlLoop::Options{});
+  FederationClientOptions copts;
+  copts.token_file = fed.TokenFile();
+  FederationClient client(loop, *http::ParseFederationUrl(fed.FederationUrl() + "/"), copts);
+  std::string p_origin = fed.OriginUrl("/p");
+  std::mutex mu;
+  std::vector<std::string> leaked;  // requests with a token that went elsewhere
+  int to_p = 0;
+  loop.SetRequestObserverForTest([&](const http::HttpRequest& r) {
+    bool token = false;
+    for (const auto& h : r.headers) token = token || h.starts_with("Authorization");
+    std::lock_guard<std::mutex> l(mu);
+    bool p_server = r.url.starts_with(p_origin + "/");
+    if (token && p_server) to_p++;
+    if (token && !p_server) leaked.push_back(r.method + " " + r.url);
+  });
+  for (auto [path, size, body] : std::vector<std::tuple<const char*, uint64_t, const char*>>{
+           {"/a/f.txt", 11, "bytes of a\n"}, {"/a/b/f.txt", 12, "bytes of ab\n"},
+           {"/p/f.txt", 11, "bytes of p\n"}}) {
+    auto r = ReadSync(client, path, size, 0, size);
+    ASSERT_TRUE(r.ok()) << path << ": " << r.status().ToString();
+    EXPECT_EQ(*r, body);
+  }
+  ASSERT_TRUE(StatSync(client, "/a/b/f.txt").ok());
+  ASSERT_TRUE(ListSync(client, "/p").ok());
+  ASSERT_TRUE(ListSync(client, "/a").ok());
+  auto root = ListSync(client, "/");
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  std::set<std::string> names;
+  for (const auto& e : *root) names.insert(e.name);
+  EXPECT_TRUE(names.count("a") && names.count("p")) << names.size();
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_TRUE(leaked.empty()) << leaked.front();
+  EXPECT_GE(to_p, 2);  // the read and the listing of /p
 }
 
 TEST(FederationClientFailoverTest, KilledCacheMidTransferResumesOnTheNextWithoutRefetching) {
