@@ -110,10 +110,14 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
   });
 }
 
-void Lister::Stat(const ObjectPath& fed, core::Deadline deadline,
-                  std::function<void(Result<core::FileAttr>)> done) {
+// Answers `fed` from the namespace directory when it lies above the
+// namespaces (`above`), else from inside its namespace (`inside`).
+template <typename T>
+void Lister::Route(const ObjectPath& fed, core::Deadline deadline,
+                   std::function<T(const NamespaceDirectory&)> above, Inside<T> inside,
+                   std::function<void(Result<T>)> done) {
   auto self = shared_from_this();
-  director_->WithNamespaces(deadline, [self, fed, deadline,
+  director_->WithNamespaces(deadline, [self, fed, deadline, above = std::move(above), inside,
                                        done = std::move(done)](Status listed) mutable {
     const NamespaceDirectory& dir = self->director_->directory();
     if (fed.IsRoot() || dir.IsAboveNamespaces(fed)) {
@@ -122,19 +126,27 @@ void Lister::Stat(const ObjectPath& fed, core::Deadline deadline,
       if (fed.IsRoot() && Unreachable(listed) && dir.size() == 0) {
         done(listed);
       } else {
-        done(DirAttr(true));  // lists the namespaces known so far; the director knows more
+        done(above(dir));
       }
       return;
     }
-    self->director_->Resolve(fed, deadline, [self, fed, deadline, done = std::move(done)](
+    self->director_->Resolve(fed, deadline, [self, fed, deadline, inside, done = std::move(done)](
                                                 Result<EntryPtr> entry) mutable {
       if (!entry.ok()) {
         done(entry.status());
         return;
       }
-      self->StatIn(*entry, fed, deadline, std::move(done));
+      ((*self).*inside)(*entry, fed, deadline, std::move(done));
     });
   });
+}
+
+void Lister::Stat(const ObjectPath& fed, core::Deadline deadline,
+                  std::function<void(Result<core::FileAttr>)> done) {
+  // Above the namespaces: lists the namespaces known so far; the director knows more.
+  Route<core::FileAttr>(
+      fed, deadline, [](const NamespaceDirectory&) { return DirAttr(true); }, &Lister::StatIn,
+      std::move(done));
 }
 
 void Lister::StatIn(EntryPtr entry, const ObjectPath& fed, core::Deadline deadline,
@@ -175,27 +187,10 @@ void Lister::StatIn(EntryPtr entry, const ObjectPath& fed, core::Deadline deadli
 
 void Lister::List(const ObjectPath& fed, core::Deadline deadline,
                   std::function<void(Result<std::vector<core::DirEntry>>)> done) {
-  auto self = shared_from_this();
-  director_->WithNamespaces(deadline, [self, fed, deadline,
-                                       done = std::move(done)](Status listed) mutable {
-    const NamespaceDirectory& dir = self->director_->directory();
-    if (fed.IsRoot() || dir.IsAboveNamespaces(fed)) {
-      if (fed.IsRoot() && Unreachable(listed) && dir.size() == 0) {
-        done(listed);
-        return;
-      }
-      done(Merge({}, dir.ChildrenToward(fed)));
-      return;
-    }
-    self->director_->Resolve(fed, deadline, [self, fed, deadline, done = std::move(done)](
-                                                Result<EntryPtr> entry) mutable {
-      if (!entry.ok()) {
-        done(entry.status());
-        return;
-      }
-      self->ListIn(*entry, fed, deadline, std::move(done));
-    });
-  });
+  Route<std::vector<core::DirEntry>>(
+      fed, deadline,
+      [fed](const NamespaceDirectory& dir) { return Merge({}, dir.ChildrenToward(fed)); },
+      &Lister::ListIn, std::move(done));
 }
 
 void Lister::ListIn(EntryPtr entry, const ObjectPath& fed, core::Deadline deadline,

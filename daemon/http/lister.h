@@ -55,6 +55,13 @@ class Lister : public std::enable_shared_from_this<Lister> {
   using PropfindCallback =
       std::function<void(core::Result<std::vector<DavResponse>>, std::string request_path)>;
   using EntryPtr = std::shared_ptr<const NamespaceEntry>;
+  template <typename T>
+  using Inside = void (Lister::*)(EntryPtr, const core::ObjectPath&, core::Deadline,
+                                  std::function<void(core::Result<T>)>);
+  template <typename T>
+  void Route(const core::ObjectPath& fed_path, core::Deadline deadline,
+             std::function<T(const NamespaceDirectory&)> above, Inside<T> inside,
+             std::function<void(core::Result<T>)> done);
   // PROPFIND `fed_path` at `entry`'s origin; on a server's failure, asks the
   // director again once and retries if the answer changed.
   void Propfind(EntryPtr entry, const core::ObjectPath& fed_path, int depth,
