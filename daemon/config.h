@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace perch {
 
@@ -50,6 +51,9 @@ std::chrono::milliseconds ParseDuration(const std::string& text, const std::stri
 
 // Applies the TOML file at `path` over `config`. Unknown keys are errors.
 void ApplyConfigFile(const std::string& path, DaemonConfig* config);
+
+// The same for TOML text (`name` stands for the file in messages); for tests and fuzzing.
+void ApplyConfigString(std::string_view text, const std::string& name, DaemonConfig* config);
 
 // Checks cross-field rules (watermarks, block size bounds). Throws ConfigError.
 void Validate(const DaemonConfig& config);

@@ -39,7 +39,8 @@ inline bool IsServableName(std::string_view name) {
 
 // a + b, or UINT64_MAX where that would wrap (totals shown to users).
 inline uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
-  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
+                                                      : a + b;
 }
 
 // a + b in *out; false (and *out untouched) where that would wrap.

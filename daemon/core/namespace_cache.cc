@@ -59,11 +59,12 @@ void DropUnservable(const ObjectPath& dir, std::vector<DirEntry>* entries) {
   }
   entries->resize(kept);
   if (dropped > 0) {
-    spdlog::warn("namespace: listing of {} has {} entr{} the mount cannot serve (name too long, with a "
-                 "control character, '.', '..', a size beyond {} bytes, or too many entries), e.g. '{}'; "
-                 "skipped",
-                 EscapeForLog(dir.str()), dropped, dropped == 1 ? "y" : "ies", kMaxObjectSize,
-                 EscapeForLog(example, 300));
+    spdlog::warn(
+        "namespace: listing of {} has {} entr{} the mount cannot serve (name too long, with a "
+        "control character, '.', '..', a size beyond {} bytes, or too many entries), e.g. '{}'; "
+        "skipped",
+        EscapeForLog(dir.str()), dropped, dropped == 1 ? "y" : "ies", kMaxObjectSize,
+        EscapeForLog(example, 300));
   }
 }
 
@@ -96,7 +97,8 @@ std::optional<NamespaceCache::AttrEntry> NamespaceCache::FindAttr(const ObjectPa
   AttrEntry e;
   uint64_t exists = 0, expires = 0;
   if (!r.GetU64(&exists) || !r.GetU64(&expires) || !GetAttrFields(&r, &e.attr)) {
-    spdlog::warn("namespace: undecodable index entry for {}; ignoring it", EscapeForLog(path.str()));
+    spdlog::warn("namespace: undecodable index entry for {}; ignoring it",
+                 EscapeForLog(path.str()));
     return std::nullopt;
   }
   e.exists = exists != 0;
@@ -142,7 +144,8 @@ void NamespaceCache::StoreAttr(const ObjectPath& path, const AttrEntry& e) {
   PutAttr(&v, e.attr);
   Status s = index_.Apply({{AttrKey(path), std::move(v)}});
   if (!s.ok()) {
-    spdlog::warn("namespace: could not persist {}: {}", EscapeForLog(path.str()), EscapeForLog(s.ToString()));
+    spdlog::warn("namespace: could not persist {}: {}", EscapeForLog(path.str()),
+                 EscapeForLog(s.ToString()));
   }
 }
 
@@ -214,8 +217,9 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
   }
   auto r = WaitFor<FileAttr>(deadline, [&](auto cb) { origin_.Stat(path, deadline, cb); });
   if (r.ok() && !r->is_dir && r->size > kMaxObjectSize) {
-    r = CorruptError(EscapeForLog(path.str()) + ": the federation gives a size of " + std::to_string(r->size) +
-                     " bytes, beyond the limit of " + std::to_string(kMaxObjectSize),
+    r = CorruptError(EscapeForLog(path.str()) + ": the federation gives a size of " +
+                         std::to_string(r->size) + " bytes, beyond the limit of " +
+                         std::to_string(kMaxObjectSize),
                      FailureSite::kOrigin);
   }
   if (r.ok()) {

@@ -25,8 +25,10 @@ void Prefetcher::PrefetchFile(const ObjectPath& path, const FileAttr& attr, cons
   // most file_max_bytes of one file speculatively (sequential read-ahead
   // takes over once the file is read).
   const uint64_t bs = reader_.block_size();
-  const uint64_t blocks = std::min(BlockCount(attr.size, bs), std::max<uint64_t>(1, options_.file_max_bytes / bs));
-  for (uint64_t b = 0; b < blocks && alive_->load(); ++b) reader_.Prefetch(path, version, id, b, cls);
+  const uint64_t blocks =
+      std::min(BlockCount(attr.size, bs), std::max<uint64_t>(1, options_.file_max_bytes / bs));
+  for (uint64_t b = 0; b < blocks && alive_->load(); ++b)
+    reader_.Prefetch(path, version, id, b, cls);
 }
 
 void Prefetcher::Opened(uint64_t handle, const ObjectPath& path, const FileAttr& attr,

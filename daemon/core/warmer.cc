@@ -165,8 +165,8 @@ bool WarmJob::AddFile(const ObjectPath& path, const FileAttr& attr) {
     if (blocks == 0) {
       progress_.files_done++;
     } else {
-      pending_.push_back(
-          Cursor{path, ObjectVersion{attr.size, attr.etag}, fs_.ObjectId(path, attr), 0, blocks, file});
+      pending_.push_back(Cursor{path, ObjectVersion{attr.size, attr.etag}, fs_.ObjectId(path, attr),
+                                0, blocks, file});
     }
   }
   Pump();
@@ -225,14 +225,16 @@ void WarmJob::Pump() {
       continue;
     }
     const uint64_t bs = reader_.block_size();
-    reader_.Read(b->path, b->version, b->object_id, ByteRange{b->index * bs, b->length},
-                 DeadlineAfter(options_.block_timeout), [self, b = *b](Result<Bytes> r) {
-                   // Completions run on the net loop: hand the bookkeeping and
-                   // the next fetches to the executor.
-                   Status s = r.ok() ? Status::Ok() : r.status();
-                   self->executor_.Post([self, b, s] { self->BlockDone(b, s); });
-                 },
-                 FetchClass{Priority::kWarm, "warm#" + std::to_string(id_)});
+    reader_.Read(
+        b->path, b->version, b->object_id, ByteRange{b->index * bs, b->length},
+        DeadlineAfter(options_.block_timeout),
+        [self, b = *b](Result<Bytes> r) {
+          // Completions run on the net loop: hand the bookkeeping and
+          // the next fetches to the executor.
+          Status s = r.ok() ? Status::Ok() : r.status();
+          self->executor_.Post([self, b, s] { self->BlockDone(b, s); });
+        },
+        FetchClass{Priority::kWarm, "warm#" + std::to_string(id_)});
   }
   if (skipped) FinishIfDone();
 }

@@ -107,8 +107,9 @@ Result<std::vector<LinkEntry>> ParseLinkHeader(std::string_view value) {
   auto elements = SplitOutside(value, ',', "Link header");
   if (!elements.ok()) return elements.status();
   if (elements->size() > 4 * core::kMaxLinkEntries) {
-    return InvalidArgumentError("Link header has " + std::to_string(elements->size()) + " elements (at most " +
-                                std::to_string(4 * core::kMaxLinkEntries) + " are read)");
+    return InvalidArgumentError("Link header has " + std::to_string(elements->size()) +
+                                " elements (at most " + std::to_string(4 * core::kMaxLinkEntries) +
+                                " are read)");
   }
   std::vector<LinkEntry> out;
   for (std::string_view element : *elements) {
@@ -125,7 +126,8 @@ Result<std::vector<LinkEntry>> ParseLinkHeader(std::string_view value) {
     LinkEntry entry;
     entry.url = std::string(Trim(element.substr(1, close - 1)));
     if (!IsHttpUrl(entry.url)) {
-      return InvalidArgumentError("Link header: not an http(s) URL: '" + EscapeForLog(entry.url, 200) + "'");
+      return InvalidArgumentError("Link header: not an http(s) URL: '" +
+                                  EscapeForLog(entry.url, 200) + "'");
     }
     auto params = SplitOutside(element.substr(close + 1), ';', "Link header");
     if (!params.ok()) return params.status();
@@ -175,8 +177,9 @@ Result<NamespaceHeader> ParseNamespaceHeader(std::string_view value) {
     } else if (k == "require-token") {
       std::string l = Lower(v);
       if (l != "true" && l != "false") {
-        return InvalidArgumentError("X-Pelican-Namespace: require-token must be true or false, not '" +
-                                    EscapeForLog(v, 100) + "'");
+        return InvalidArgumentError(
+            "X-Pelican-Namespace: require-token must be true or false, not '" +
+            EscapeForLog(v, 100) + "'");
       }
       out.require_token = l == "true";
     } else if (k == "collections-url") {
@@ -202,8 +205,8 @@ Result<std::vector<std::string>> ParseAuthorizationHeaders(const std::vector<std
   std::vector<std::string> issuers;
   if (lines.size() > core::kMaxAuthorizationIssuers) {
     return InvalidArgumentError("X-Pelican-Authorization: " + std::to_string(lines.size()) +
-                                " header lines (at most " + std::to_string(core::kMaxAuthorizationIssuers) +
-                                ")");
+                                " header lines (at most " +
+                                std::to_string(core::kMaxAuthorizationIssuers) + ")");
   }
   for (const std::string& line : lines) {
     auto kv = ParseKeyValueList(line);
@@ -248,8 +251,9 @@ Result<TokenGenerationHeader> ParseTokenGenerationHeader(std::string_view value)
     return InvalidArgumentError("X-Pelican-Token-Generation: missing max-scope-depth");
   }
   if (out.strategy != "OAuth2" && out.strategy != "Vault") {
-    return InvalidArgumentError("X-Pelican-Token-Generation: strategy must be OAuth2 or Vault, not '" +
-                                EscapeForLog(out.strategy, 100) + "'");
+    return InvalidArgumentError(
+        "X-Pelican-Token-Generation: strategy must be OAuth2 or Vault, not '" +
+        EscapeForLog(out.strategy, 100) + "'");
   }
   return out;
 }
@@ -257,7 +261,8 @@ Result<TokenGenerationHeader> ParseTokenGenerationHeader(std::string_view value)
 Result<ContentRange> ParseContentRange(std::string_view value) {
   std::string_view v = Trim(value);
   auto bad = [&](std::string_view why) {
-    return InvalidArgumentError("Content-Range '" + EscapeForLog(value, 200) + "': " + std::string(why));
+    return InvalidArgumentError("Content-Range '" + EscapeForLog(value, 200) +
+                                "': " + std::string(why));
   };
   if (Lower(v.substr(0, 6)) != "bytes ") return bad("does not start with 'bytes '");
   v.remove_prefix(6);

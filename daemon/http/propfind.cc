@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <set>
 
@@ -62,11 +62,13 @@ struct DocDeleter {
 // The path part of an href (absolute URL or path), still as written.
 Result<std::string> HrefPath(std::string_view href) {
   if (href.size() > core::kMaxPathBytes + 1024) {
-    return CorruptError("PROPFIND href is longer than " + std::to_string(core::kMaxPathBytes) + " bytes");
+    return CorruptError("PROPFIND href is longer than " + std::to_string(core::kMaxPathBytes) +
+                        " bytes");
   }
   if (href.find("://") == std::string_view::npos) return std::string(href);
   auto split = SplitHttpUrl(href);
-  if (!split.ok()) return CorruptError("PROPFIND href '" + EscapeForLog(href, 200) + "' is not http(s)");
+  if (!split.ok())
+    return CorruptError("PROPFIND href '" + EscapeForLog(href, 200) + "' is not http(s)");
   return split->path.empty() ? std::string("/") : split->path;
 }
 
@@ -89,7 +91,8 @@ Result<std::string> HrefToPath(const std::string& path, bool raw) {
     return p->str();
   }
   auto decoded = PercentDecode(path);
-  if (!decoded.ok()) return CorruptError("PROPFIND href: " + EscapeForLog(decoded.status().message(), 300));
+  if (!decoded.ok())
+    return CorruptError("PROPFIND href: " + EscapeForLog(decoded.status().message(), 300));
   auto p = core::ObjectPath::Parse(*decoded);
   if (!p.ok()) return CorruptError("PROPFIND href: " + EscapeForLog(p.status().message(), 300));
   return p->str();
@@ -121,8 +124,8 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const Hr
   for (const xmlNode* r = root->children; r != nullptr; r = r->next) {
     if (!IsDav(r, "response")) continue;
     if (responses.size() > core::kMaxListingEntries) {
-      return CorruptError("PROPFIND answer has more than " + std::to_string(core::kMaxListingEntries) +
-                          " entries");
+      return CorruptError("PROPFIND answer has more than " +
+                          std::to_string(core::kMaxListingEntries) + " entries");
     }
     const xmlNode* href = FirstDavChild(r, "href");
     if (href == nullptr) return CorruptError("PROPFIND response without href");
@@ -196,8 +199,9 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const Hr
     out.push_back(std::move(resp));
   }
   if (bad_sizes > 0) {
-    spdlog::warn("PROPFIND: skipped {} entr{} with a size that is not a number or exceeds {} bytes, e.g. {}",
-                 bad_sizes, bad_sizes == 1 ? "y" : "ies", core::kMaxObjectSize, EscapeForLog(bad_example));
+    spdlog::warn(
+        "PROPFIND: skipped {} entr{} with a size that is not a number or exceeds {} bytes, e.g. {}",
+        bad_sizes, bad_sizes == 1 ? "y" : "ies", core::kMaxObjectSize, EscapeForLog(bad_example));
   }
   if (out.empty()) return CorruptError("PROPFIND answer holds no usable response");
   return out;
@@ -235,7 +239,8 @@ Result<Listing> InterpretListing(const std::vector<DavResponse>& responses,
                         "' lacks the collection itself");
   }
   if (!out.self.is_dir) {
-    return core::InvalidArgumentError("'" + EscapeForLog(self_path->str()) + "' is not a directory");
+    return core::InvalidArgumentError("'" + EscapeForLog(self_path->str()) +
+                                      "' is not a directory");
   }
   std::sort(out.children.begin(), out.children.end(),
             [](const core::DirEntry& a, const core::DirEntry& b) { return a.name < b.name; });

@@ -169,7 +169,8 @@ Result<std::string> PercentDecode(std::string_view text) {
       continue;
     }
     if (i + 2 >= text.size()) {
-      return InvalidArgumentError("truncated percent escape in '" + core::EscapeForLog(text, 300) + "'");
+      return InvalidArgumentError("truncated percent escape in '" + core::EscapeForLog(text, 300) +
+                                  "'");
     }
     int hi = hex(text[i + 1]);
     int lo = hex(text[i + 2]);
@@ -190,7 +191,8 @@ Result<SplitUrl> SplitHttpUrl(std::string_view url) {
   size_t colon = url.find("://");
   std::string scheme = Lower(url.substr(0, colon == std::string_view::npos ? 0 : colon));
   if (colon == std::string_view::npos || (scheme != "http" && scheme != "https")) {
-    return InvalidArgumentError("not an absolute http(s) URL: '" + core::EscapeForLog(url, 300) + "'");
+    return InvalidArgumentError("not an absolute http(s) URL: '" + core::EscapeForLog(url, 300) +
+                                "'");
   }
   size_t slash = url.find_first_of("/?#", colon + 3);
   SplitUrl out;

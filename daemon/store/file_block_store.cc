@@ -123,8 +123,13 @@ Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint6
   r.GetU64(&crc);
   r.GetU64(&id_len);
   if (format != kFormat) return corrupt("unknown format " + std::to_string(format));
-  if (header_len < kFixedHeader + id_len || header_len > 4096) return corrupt("bad header length");
-  if (static_cast<uint64_t>(st.st_size) != header_len + data_len) {
+  // Each length is bounded on its own before any sum, so that none can wrap
+  // (fuzzing found an id_len near 2^64 passing this check and allocating).
+  if (header_len > 4096 || id_len > header_len || header_len < kFixedHeader + id_len) {
+    return corrupt("bad header length");
+  }
+  if (data_len > static_cast<uint64_t>(st.st_size) ||
+      static_cast<uint64_t>(st.st_size) != header_len + data_len) {
     return corrupt("size " + std::to_string(st.st_size) + " does not match its header");
   }
   std::string id(id_len, '\0');

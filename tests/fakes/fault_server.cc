@@ -137,7 +137,8 @@ std::string FaultServer::Impl::Multistatus(const std::string& rel, int depth) {
   if (auto dir = listings.find(rel); dir != listings.end()) {
     body = DavResponse(base + "/", "4096", true);
     if (depth > 0) {
-      for (const ListingEntry& e : dir->second) body += DavResponse(base + "/" + e.name, e.size, e.is_dir);
+      for (const ListingEntry& e : dir->second)
+        body += DavResponse(base + "/" + e.name, e.size, e.is_dir);
     }
   } else {
     size_t slash = rel.rfind('/');
@@ -194,7 +195,8 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
     owner->director_hits_++;
     std::unique_lock<std::mutex> l(mu);
     std::string ns_header = "namespace=/ns, require-token=false";
-    if (!listings.empty()) ns_header += ", collections-url=http://127.0.0.1:" + std::to_string(port) + "/srv/dav";
+    if (!listings.empty())
+      ns_header += ", collections-url=http://127.0.0.1:" + std::to_string(port) + "/srv/dav";
     if (override_status != 0 && override_times != 0) {
       if (override_times > 0) --override_times;
       int status = override_status;
@@ -210,9 +212,10 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
                                              std::to_string(pri++) + "; depth=1");
     }
     l.unlock();
-    return reply(307, "", {{"Location", "http://127.0.0.1:1" + target},
-                           {"Link", link},
-                           {"X-Pelican-Namespace", ns_header}});
+    return reply(307, "",
+                 {{"Location", "http://127.0.0.1:1" + target},
+                  {"Link", link},
+                  {"X-Pelican-Namespace", ns_header}});
   }
   if (target.rfind("/srv/", 0) != 0) return reply(404, "no route");
   if (req.method_string() == "PROPFIND") {
@@ -222,7 +225,8 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
     while (!rel.empty() && rel.back() == '/') rel.pop_back();
     std::string decoded;
     for (size_t i = 0; i < rel.size(); ++i) {
-      if (rel[i] == '%' && i + 2 < rel.size() && std::isxdigit(static_cast<unsigned char>(rel[i + 1])) &&
+      if (rel[i] == '%' && i + 2 < rel.size() &&
+          std::isxdigit(static_cast<unsigned char>(rel[i + 1])) &&
           std::isxdigit(static_cast<unsigned char>(rel[i + 2]))) {
         decoded += static_cast<char>(std::stoi(rel.substr(i + 1, 2), nullptr, 16));
         i += 2;

@@ -50,10 +50,11 @@ class HostileListingTest : public ::testing::Test {
   }
 
   void Mount() {
-    ASSERT_EQ(perchd_.Start({"--cache-dir", (work_->path() / "cache").string(), "--op-timeout", "20s",
-                             "--control", "unix:" + Socket(), server_.BaseUrl() + "/ns", mnt_.string()},
-                            mnt_, work_->path() / "perchd.log"),
-              "");
+    ASSERT_EQ(
+        perchd_.Start({"--cache-dir", (work_->path() / "cache").string(), "--op-timeout", "20s",
+                       "--control", "unix:" + Socket(), server_.BaseUrl() + "/ns", mnt_.string()},
+                      mnt_, work_->path() / "perchd.log"),
+        "");
   }
   std::string Socket() const { return (work_->path() / "ctl.sock").string(); }
 
@@ -72,18 +73,21 @@ TEST_F(HostileListingTest, HugeSizesAndBadNamesStayBoundedAndSigtermIsPrompt) {
   // The listing shows what the mount can serve: the 2^64-1 file and the
   // names with a newline or over 255 bytes are skipped.
   std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(mnt_ / "d")) names.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(mnt_ / "d"))
+    names.insert(e.path().filename().string());
   EXPECT_EQ(names, (std::set<std::string>{"pib", "small"}));
   EXPECT_EQ(fs::file_size(mnt_ / "d" / "pib"), 1ULL << 50);
   // Warm the directory: the 1 PiB file is queued block by block, fails at
   // its first block (the server has no such object) and the job ends.
-  RunResult warm = RunToExit(PERCHCTL_PATH, {"--socket", Socket(), "warm", (mnt_ / "d").string(), "--wait"},
-                             std::chrono::seconds(60));
+  RunResult warm =
+      RunToExit(PERCHCTL_PATH, {"--socket", Socket(), "warm", (mnt_ / "d").string(), "--wait"},
+                std::chrono::seconds(60));
   EXPECT_NE(warm.exit_code, -1) << "perchctl warm did not finish: " << warm.output;
   EXPECT_NE(warm.output.find("pib"), std::string::npos) << warm.output;
   std::this_thread::sleep_for(std::chrono::seconds(2));  // prefetch runs behind the reader
   const uint64_t rss_end = RssKiB(perchd_.pid());
-  EXPECT_LT(rss_end, rss_start + 100 * 1024) << "VmRSS grew from " << rss_start << " to " << rss_end << " KiB";
+  EXPECT_LT(rss_end, rss_start + 100 * 1024)
+      << "VmRSS grew from " << rss_start << " to " << rss_end << " KiB";
   EXPECT_EQ(ReadLocalFile(mnt_ / "d" / "small"), "hello");
   // One warning per listing, the name escaped: no forged log line.
   std::string log = perchd_.Log();

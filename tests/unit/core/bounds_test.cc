@@ -38,7 +38,8 @@ class HugeSizeOrigin : public Origin {
   void SetSize(const std::string& path, uint64_t size) { sizes_[path] = size; }
   void FailReads(bool on) { fail_ = on; }
 
-  void Stat(const ObjectPath& path, Deadline deadline, std::function<void(Result<FileAttr>)> done) override {
+  void Stat(const ObjectPath& path, Deadline deadline,
+            std::function<void(Result<FileAttr>)> done) override {
     base_.Stat(path, deadline, [this, path, done = std::move(done)](Result<FileAttr> r) {
       if (r.ok()) Patch(path.str(), &*r);
       done(std::move(r));
@@ -46,16 +47,19 @@ class HugeSizeOrigin : public Origin {
   }
   void List(const ObjectPath& path, Deadline deadline,
             std::function<void(Result<std::vector<DirEntry>>)> done) override {
-    base_.List(path, deadline, [this, path, done = std::move(done)](Result<std::vector<DirEntry>> r) {
-      if (r.ok()) {
-        for (DirEntry& e : *r) Patch((path.IsRoot() ? "" : path.str()) + "/" + e.name, &e.attr);
-      }
-      done(std::move(r));
-    });
+    base_.List(path, deadline,
+               [this, path, done = std::move(done)](Result<std::vector<DirEntry>> r) {
+                 if (r.ok()) {
+                   for (DirEntry& e : *r)
+                     Patch((path.IsRoot() ? "" : path.str()) + "/" + e.name, &e.attr);
+                 }
+                 done(std::move(r));
+               });
   }
-  void ReadRange(const ObjectPath& path, const ObjectVersion& version, ByteRange range, Deadline deadline,
-                 std::function<void(Result<Bytes>)> done) override {
-    if (!sizes_.count(path.str())) return base_.ReadRange(path, version, range, deadline, std::move(done));
+  void ReadRange(const ObjectPath& path, const ObjectVersion& version, ByteRange range,
+                 Deadline deadline, std::function<void(Result<Bytes>)> done) override {
+    if (!sizes_.count(path.str()))
+      return base_.ReadRange(path, version, range, deadline, std::move(done));
     huge_reads++;
     if (fail_) return done(UnavailableError("injected: no such object", FailureSite::kOrigin));
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -92,7 +96,9 @@ class WorkerExecutor : public Executor {
     }
     cv_.notify_all();
   }
-  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override { Post(std::move(task)); }
+  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override {
+    Post(std::move(task));
+  }
 
  private:
   void Run() {
@@ -131,16 +137,19 @@ class BoundsTest : public ::testing::Test {
   }
 
   void Build(PrefetchOptions popts) {
-    catalog_ = std::make_unique<CacheCatalog>(index_, store_, disk_, CatalogOptions{},
-                                              [this](const BlockKey& k) { return reader_ && reader_->InUse(k); });
+    catalog_ = std::make_unique<CacheCatalog>(
+        index_, store_, disk_, CatalogOptions{},
+        [this](const BlockKey& k) { return reader_ && reader_->InUse(k); });
     ASSERT_TRUE(catalog_->Load().ok());
     names_ = std::make_unique<NamespaceCache>(origin_, index_, NamespaceOptions{});
     scheduler_ = std::make_unique<FetchScheduler>(SchedulerOptions{});
-    reader_ = std::make_unique<BlockReader>(origin_, store_, disk_, BlockReaderOptions{1000}, catalog_.get(),
-                                            scheduler_.get());
+    reader_ = std::make_unique<BlockReader>(origin_, store_, disk_, BlockReaderOptions{1000},
+                                            catalog_.get(), scheduler_.get());
     prefetcher_ = std::make_unique<Prefetcher>(
-        *names_, *reader_, disk_, popts, [](const ObjectPath& p, const FileAttr& a) { return ObjectIdFor("fed", p, a); });
-    fs_ = std::make_unique<FileSystem>(*names_, *reader_, FileSystemOptions{std::chrono::milliseconds(2000), "fed"},
+        *names_, *reader_, disk_, popts,
+        [](const ObjectPath& p, const FileAttr& a) { return ObjectIdFor("fed", p, a); });
+    fs_ = std::make_unique<FileSystem>(*names_, *reader_,
+                                       FileSystemOptions{std::chrono::milliseconds(2000), "fed"},
                                        prefetcher_.get());
   }
 
@@ -162,8 +171,8 @@ TEST(LimitsTest, NamesAndArithmetic) {
   EXPECT_TRUE(IsServableName(std::string(255, 'a')));
   EXPECT_TRUE(IsServableName("caf\xc3\xa9 100%"));
   for (std::string bad : {std::string(), std::string("."), std::string(".."), std::string(256, 'a'),
-                          std::string("a/b"), std::string("a\nb"), std::string("a\rb"), std::string("a\x7f"),
-                          std::string("a\0b", 3), std::string("\x1b[31m")}) {
+                          std::string("a/b"), std::string("a\nb"), std::string("a\rb"),
+                          std::string("a\x7f"), std::string("a\0b", 3), std::string("\x1b[31m")}) {
     EXPECT_FALSE(IsServableName(bad)) << EscapeForLog(bad);
   }
   EXPECT_EQ(SaturatingAdd(UINT64_MAX - 1, 5), UINT64_MAX);
@@ -232,7 +241,8 @@ TEST_F(BoundsTest, WarmOfAPetabyteFileStopsAtItsFirstFailedBlock) {
   Warmer warmer(*fs_, *reader_, *catalog_, jobs, WarmerOptions{});
   auto job = warmer.Start({P("/d")}, true, nullptr);
   auto until = Clock::now() + std::chrono::seconds(10);
-  while (!job->finished() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (!job->finished() && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(job->finished());
   WarmProgress p = job->Progress();
   EXPECT_EQ(p.files_total, 3u);  // pib, small, y...y

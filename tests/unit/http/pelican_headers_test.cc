@@ -135,8 +135,8 @@ TEST(PelicanHeadersTest, CountsAreBounded) {
   auto links = [](size_t n) {
     std::string v;
     for (size_t i = 0; i < n; ++i) {
-      v += (v.empty() ? "" : ", ") + std::string("<https://c") + std::to_string(i) + "/ns>; rel=\"duplicate\"; pri=" +
-           std::to_string(n - i);
+      v += (v.empty() ? "" : ", ") + std::string("<https://c") + std::to_string(i) +
+           "/ns>; rel=\"duplicate\"; pri=" + std::to_string(n - i);
     }
     return v;
   };
@@ -153,7 +153,8 @@ TEST(PelicanHeadersTest, CountsAreBounded) {
   lines.push_back("issuer=https://i.example");
   EXPECT_FALSE(ParseAuthorizationHeaders(lines).ok());
   std::string one_line;
-  for (size_t i = 0; i <= core::kMaxAuthorizationIssuers; ++i) one_line += "issuer=https://i.example, ";
+  for (size_t i = 0; i <= core::kMaxAuthorizationIssuers; ++i)
+    one_line += "issuer=https://i.example, ";
   EXPECT_FALSE(ParseAuthorizationHeaders({one_line}).ok());
 }
 

@@ -151,16 +151,19 @@ TEST(PropfindTest, MalformedAnswersGiveClearErrors) {
 // entry (with one warning), keeping its siblings.
 TEST(PropfindTest, HostileSizesSkipTheEntryOnly) {
   auto entry = [](const std::string& name, const std::string& size) {
-    return "<D:response><D:href>/ns/d/" + name + "</D:href><D:propstat><D:prop><D:getcontentlength>" + size +
-           "</D:getcontentlength></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>";
+    return "<D:response><D:href>/ns/d/" + name +
+           "</D:href><D:propstat><D:prop><D:getcontentlength>" + size +
+           "</D:getcontentlength></D:prop><D:status>HTTP/1.1 200 "
+           "OK</D:status></D:propstat></D:response>";
   };
   const std::string xml =
       R"(<D:multistatus xmlns:D="DAV:"><D:response><D:href>/ns/d/</D:href><D:propstat><D:prop>)"
       R"(<D:resourcetype><D:collection/></D:resourcetype><D:getcontentlength>18446744073709551615)"
       R"(</D:getcontentlength></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>)" +
       entry("huge", "18446744073709551615") + entry("wraps", "18446744073709551616") +
-      entry("over", std::to_string(core::kMaxObjectSize + 1)) + entry("limit", std::to_string(core::kMaxObjectSize)) +
-      entry("neg", "-4") + entry("text", "12abc") + entry("small", "5") + "</D:multistatus>";
+      entry("over", std::to_string(core::kMaxObjectSize + 1)) +
+      entry("limit", std::to_string(core::kMaxObjectSize)) + entry("neg", "-4") +
+      entry("text", "12abc") + entry("small", "5") + "</D:multistatus>";
   auto r = ParseMultistatus(xml);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto listing = InterpretListing(*r, "/ns/d");
@@ -171,7 +174,6 @@ TEST(PropfindTest, HostileSizesSkipTheEntryOnly) {
   EXPECT_EQ(listing->children[1].name, "small");
   EXPECT_EQ(listing->children[1].attr.size, 5u);
   EXPECT_TRUE(listing->self.is_dir);  // a directory's size is not used, whatever it says
-
 }
 
 TEST(PropfindTest, HostileListingEntriesAreRejected) {
