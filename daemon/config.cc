@@ -56,15 +56,42 @@ std::chrono::milliseconds ParseDuration(const std::string& text, const std::stri
   throw ConfigError(what + ": unknown unit in '" + text + "' (use ms, s, m or h)");
 }
 
+namespace {
+
+// Applies a parsed TOML table; `path` names it in messages.
+void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c);
+
+ConfigError ParseFailure(const std::string& path, const toml::parse_error& e) {
+  const auto& where = e.source().begin;
+  return ConfigError("config " + path + ":" + std::to_string(where.line) + ":" +
+                     std::to_string(where.column) + ": " + std::string(e.description()));
+}
+
+}  // namespace
+
 void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
   toml::table t;
   try {
     t = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    const auto& where = e.source().begin;
-    throw ConfigError("config " + path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
-                      ": " + std::string(e.description()));
+    throw ParseFailure(path, e);
   }
+  ApplyTable(t, path, c);
+}
+
+void ApplyConfigString(std::string_view text, const std::string& name, DaemonConfig* c) {
+  toml::table t;
+  try {
+    t = toml::parse(text, name);
+  } catch (const toml::parse_error& e) {
+    throw ParseFailure(name, e);
+  }
+  ApplyTable(t, name, c);
+}
+
+namespace {
+
+void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) {
   static const std::set<std::string> kKnown = {
       "federation", "mountpoint", "cache_dir", "cache_size", "block_size", "log_level", "ca_file",
       "token_file", "op_timeout", "fuse_threads", "max_requests_in_flight", "high_watermark",
@@ -84,9 +111,11 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
     }
   };
   // Sizes and durations may be strings ("4M", "30s") or integers (bytes, seconds).
+  // value_exact, not value<int64_t>: toml++ converts a float such as 2e33 to
+  // int64_t with an undefined cast (found by tests/fuzz/config_fuzz).
   auto size = [&](const char* key, uint64_t* out) {
     if (auto n = t[key]) {
-      if (auto i = n.value<int64_t>(); i && *i >= 0) {
+      if (auto i = n.value_exact<int64_t>(); i && *i >= 0) {
         *out = static_cast<uint64_t>(*i);
       } else if (auto s = n.value<std::string>()) {
         *out = ParseSize(*s, std::string("config ") + key);
@@ -98,7 +127,8 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
   auto duration = [&](const char* key, auto* out) {
     if (auto n = t[key]) {
       std::chrono::milliseconds ms;
-      if (auto i = n.value<int64_t>(); i && *i >= 0) {
+      // Bounded like ParseDuration's 12 digits, so that seconds -> ms cannot overflow.
+      if (auto i = n.value_exact<int64_t>(); i && *i >= 0 && *i < 1000000000000) {
         ms = std::chrono::seconds(*i);
       } else if (auto s = n.value<std::string>()) {
         ms = ParseDuration(*s, std::string("config ") + key);
@@ -117,7 +147,7 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
   };
   auto count = [&](const char* key, auto* out) {
     if (auto n = t[key]) {
-      auto i = n.value<int64_t>();
+      auto i = n.value_exact<int64_t>();
       if (!i || *i <= 0) throw ConfigError("config " + path + ": '" + key + "' must be a positive integer");
       *out = static_cast<std::remove_pointer_t<decltype(out)>>(*i);
     }
@@ -174,6 +204,8 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* c) {
   flag("metrics_allow_remote", &c->metrics_allow_remote);
   flag("allow_nonempty_mountpoint", &c->allow_nonempty_mountpoint);
 }
+
+}  // namespace
 
 void Validate(const DaemonConfig& c) {
   if (c.block_size < 64 * 1024 || c.block_size > 256ULL << 20) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace perch {
 
@@ -60,6 +61,9 @@ std::chrono::milliseconds ParseDuration(const std::string& text, const std::stri
 
 // Applies the TOML file at `path` over `config`. Unknown keys are errors.
 void ApplyConfigFile(const std::string& path, DaemonConfig* config);
+
+// The same for TOML text (`name` stands for the file in messages); for tests and fuzzing.
+void ApplyConfigString(std::string_view text, const std::string& name, DaemonConfig* config);
 
 // Checks cross-field rules (watermarks, block size bounds, control and metrics
 // addresses on loopback unless allowed). Throws ConfigError.

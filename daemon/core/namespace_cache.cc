@@ -6,6 +6,8 @@
 #include <ctime>
 
 #include "daemon/core/codec.h"
+#include "daemon/core/limits.h"
+#include "daemon/core/log_escape.h"
 #include "daemon/core/wait.h"
 
 namespace perch::core {
@@ -40,6 +42,36 @@ bool GetAttrFields(codec::Reader* r, FileAttr* a) {
   return true;
 }
 
+// Drops the entries of a listing from the origin that the mount cannot
+// serve: names the kernel or tools cannot handle (IsServableName), files
+// larger than kMaxObjectSize, anything past kMaxListingEntries. One warning
+// per listing, with the count and one example, escaped.
+void DropUnservable(const ObjectPath& dir, std::vector<DirEntry>* entries) {
+  size_t dropped = 0;
+  std::string example;
+  size_t kept = 0;
+  for (DirEntry& e : *entries) {
+    bool ok = kept < kMaxListingEntries && IsServableName(e.name) &&
+              (e.attr.is_dir || e.attr.size <= kMaxObjectSize) &&
+              dir.str().size() + 1 + e.name.size() <= kMaxPathBytes;
+    if (!ok) {
+      if (dropped++ == 0) example = e.name + " (" + std::to_string(e.attr.size) + " bytes)";
+      continue;
+    }
+    if (&(*entries)[kept] != &e) (*entries)[kept] = std::move(e);
+    ++kept;
+  }
+  entries->resize(kept);
+  if (dropped > 0) {
+    spdlog::warn(
+        "namespace: listing of {} has {} entr{} the mount cannot serve (name too long, with a "
+        "control character, '.', '..', a size beyond {} bytes, or too many entries), e.g. '{}'; "
+        "skipped",
+        EscapeForLog(dir.str()), dropped, dropped == 1 ? "y" : "ies", kMaxObjectSize,
+        EscapeForLog(example, 300));
+  }
+}
+
 bool IsOffline(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
 }
@@ -69,7 +101,8 @@ std::optional<NamespaceCache::AttrEntry> NamespaceCache::FindAttr(const ObjectPa
   AttrEntry e;
   uint64_t exists = 0, expires = 0;
   if (!r.GetU64(&exists) || !r.GetU64(&expires) || !GetAttrFields(&r, &e.attr)) {
-    spdlog::warn("namespace: undecodable index entry for {}; ignoring it", path.str());
+    spdlog::warn("namespace: undecodable index entry for {}; ignoring it",
+                 EscapeForLog(path.str()));
     return std::nullopt;
   }
   e.exists = exists != 0;
@@ -94,7 +127,7 @@ std::optional<NamespaceCache::ListEntry> NamespaceCache::FindList(const ObjectPa
   for (uint64_t i = 0; i < n; ++i) {
     DirEntry d;
     if (!r.GetString(&d.name) || !GetAttrFields(&r, &d.attr)) {
-      spdlog::warn("namespace: undecodable listing for {}; ignoring it", path.str());
+      spdlog::warn("namespace: undecodable listing for {}; ignoring it", EscapeForLog(path.str()));
       return std::nullopt;
     }
     e.entries.push_back(std::move(d));
@@ -114,7 +147,10 @@ void NamespaceCache::StoreAttr(const ObjectPath& path, const AttrEntry& e) {
   codec::PutU64(&v, static_cast<uint64_t>(e.expires));
   PutAttr(&v, e.attr);
   Status s = index_.Apply({{AttrKey(path), std::move(v)}});
-  if (!s.ok()) spdlog::warn("namespace: could not persist {}: {}", path.str(), s.ToString());
+  if (!s.ok()) {
+    spdlog::warn("namespace: could not persist {}: {}", EscapeForLog(path.str()),
+                 EscapeForLog(s.ToString()));
+  }
 }
 
 void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
@@ -147,7 +183,10 @@ void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
     for (auto& [p, ae] : children) attrs_[p] = ae;
   }
   Status s = index_.Apply(batch);
-  if (!s.ok()) spdlog::warn("namespace: could not persist listing of {}: {}", path.str(), s.ToString());
+  if (!s.ok()) {
+    spdlog::warn("namespace: could not persist listing of {}: {}", EscapeForLog(path.str()),
+                 EscapeForLog(s.ToString()));
+  }
 }
 
 void NamespaceCache::NoteOnline() {
@@ -156,7 +195,8 @@ void NamespaceCache::NoteOnline() {
 
 void NamespaceCache::NoteOffline(const Status& why) {
   if (!offline_.exchange(true)) {
-    spdlog::warn("namespace: federation unavailable ({}); serving what is cached", why.ToString());
+    spdlog::warn("namespace: federation unavailable ({}); serving what is cached",
+                 EscapeForLog(why.ToString()));
   }
 }
 
@@ -184,6 +224,12 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
     }
   }
   auto r = WaitFor<FileAttr>(deadline, [&](auto cb) { origin_.Stat(path, deadline, cb); });
+  if (r.ok() && !r->is_dir && r->size > kMaxObjectSize) {
+    r = CorruptError(EscapeForLog(path.str()) + ": the federation gives a size of " +
+                         std::to_string(r->size) + " bytes, beyond the limit of " +
+                         std::to_string(kMaxObjectSize),
+                     FailureSite::kOrigin);
+  }
   if (r.ok()) {
     NoteOnline();
     StoreAttr(path, AttrEntry{true, *r, now + (r->is_dir ? options_.dir_ttl : options_.file_ttl).count()});
@@ -209,6 +255,7 @@ Result<std::vector<DirEntry>> NamespaceCache::ReadDir(const ObjectPath& path, De
   auto r = WaitFor<std::vector<DirEntry>>(deadline, [&](auto cb) { origin_.List(path, deadline, cb); });
   if (r.ok()) {
     NoteOnline();
+    DropUnservable(path, &*r);
     std::sort(r->begin(), r->end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
     StoreList(path, ListEntry{*r, now + options_.dir_ttl.count()});
     return r;

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <set>
 
+#include "daemon/core/limits.h"
+#include "daemon/core/log_escape.h"
+
 namespace perch::core {
 
 Prefetcher::Prefetcher(NamespaceCache& names, BlockReader& reader, Executor& exec, PrefetchOptions options,
@@ -18,7 +21,14 @@ void Prefetcher::Shutdown() { alive_->store(false); }
 void Prefetcher::PrefetchFile(const ObjectPath& path, const FileAttr& attr, const FetchClass& cls) {
   const std::string id = object_id_(path, attr);
   const ObjectVersion version{attr.size, attr.etag};
-  for (uint64_t b = 0; b * reader_.block_size() < attr.size; ++b) reader_.Prefetch(path, version, id, b, cls);
+  // The size comes from a server: count blocks without overflow and fetch at
+  // most file_max_bytes of one file speculatively (sequential read-ahead
+  // takes over once the file is read).
+  const uint64_t bs = reader_.block_size();
+  const uint64_t blocks =
+      std::min(BlockCount(attr.size, bs), std::max<uint64_t>(1, options_.file_max_bytes / bs));
+  for (uint64_t b = 0; b < blocks && alive_->load(); ++b)
+    reader_.Prefetch(path, version, id, b, cls);
 }
 
 void Prefetcher::Opened(uint64_t handle, const ObjectPath& path, const FileAttr& attr,
@@ -95,11 +105,11 @@ void Prefetcher::Read(uint64_t handle, uint64_t offset, uint64_t size) {
     }
     st.read_once = true;
     st.last_block = block;
-    st.next_offset = offset + size;
-    const uint64_t nblocks = (st.attr.size + bs - 1) / bs;
-    const uint64_t last_read = (offset + size - 1) / bs;
+    st.next_offset = SaturatingAdd(offset, size);
+    const uint64_t nblocks = BlockCount(st.attr.size, bs);
+    const uint64_t last_read = (st.next_offset - 1) / bs;
     const uint64_t from = std::max(st.issued_until, last_read + 1);
-    const uint64_t to = std::min(nblocks, last_read + 1 + st.window);
+    const uint64_t to = std::min(nblocks, SaturatingAdd(last_read + 1, st.window));
     for (uint64_t b = from; b < to; ++b) {
       blocks.push_back(b);
       st.issued.push_back(BlockKey{st.object_id, b});
@@ -142,7 +152,8 @@ void Prefetcher::Withdraw(std::vector<BlockKey> keys) {
 void Prefetcher::PrefetchDirectory(const ObjectPath& dir, const std::string& after) {
   auto entries = names_.ReadDir(dir, DeadlineAfter(options_.lookup_timeout));
   if (!entries.ok()) {
-    spdlog::debug("prefetch: cannot list {}: {}", dir.str(), entries.status().ToString());
+    spdlog::debug("prefetch: cannot list {}: {}", EscapeForLog(dir.str()),
+                  EscapeForLog(entries.status().ToString()));
     return;
   }
   std::vector<const DirEntry*> files;
@@ -150,19 +161,21 @@ void Prefetcher::PrefetchDirectory(const ObjectPath& dir, const std::string& aft
   for (const DirEntry& e : *entries) {
     if (e.attr.is_dir) continue;
     files.push_back(&e);
-    bytes += e.attr.size;
+    bytes = SaturatingAdd(bytes, e.attr.size);  // sizes come from a server: never wrap
+    if (files.size() > options_.dir_max_entries || bytes > options_.dir_max_bytes) {
+      spdlog::debug("prefetch: {} has more than {} files or {} bytes: too large to prefetch",
+                    EscapeForLog(dir.str()), options_.dir_max_entries, options_.dir_max_bytes);
+      return;
+    }
   }
   if (files.size() <= 1) return;
-  if (files.size() > options_.dir_max_entries || bytes > options_.dir_max_bytes) {
-    spdlog::debug("prefetch: {} has {} files, {} bytes: too large to prefetch", dir.str(), files.size(), bytes);
-    return;
-  }
   // Entries are sorted by name: start after the file that was opened, wrap around.
   auto start = std::upper_bound(files.begin(), files.end(), after,
                                 [](const std::string& name, const DirEntry* e) { return name < e->name; });
   std::rotate(files.begin(), start, files.end());
   const FetchClass cls{Priority::kSpeculative, ""};
   for (const DirEntry* e : files) {
+    if (!alive_->load()) return;
     if (e->name == after) continue;
     auto child = dir.Child(e->name);
     if (!child.ok()) continue;

@@ -17,7 +17,9 @@
 //    as speculative fetches; the scheduler keeps enough of them in flight to
 //    cover the latency and lets any demand read pass. Huge directories (more
 //    than `dir_max_entries` files or `dir_max_bytes`) are left alone, since
-//    they would push useful data out of a cache smaller than them.
+//    they would push useful data out of a cache smaller than them. Sizes
+//    come from a server: the byte total saturates instead of wrapping, and
+//    no file gets more than `file_max_bytes` of speculative fetches.
 //
 // 3. Hints. A job that knows its order (a trainer's sampler) announces the
 //    list of paths it will read. The prefetcher fetches them in that order,
@@ -55,6 +57,7 @@ struct PrefetchOptions {
   bool directories = true;
   size_t dir_max_entries = 4096;             // larger directories are not prefetched
   uint64_t dir_max_bytes = 1ULL << 30;       // ... nor those holding more bytes than this
+  uint64_t file_max_bytes = 1ULL << 30;      // speculative fetches of one listed or hinted file
   std::chrono::seconds dir_repeat{600};      // a directory is prefetched at most once per this
   size_t hint_window = 512;                  // hinted files fetched ahead of the reader
   std::chrono::milliseconds lookup_timeout{30000};

@@ -4,6 +4,9 @@
 
 #include <thread>
 
+#include "daemon/core/limits.h"
+#include "daemon/core/log_escape.h"
+
 namespace perch::core {
 
 Warmer::Warmer(FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& jobs,
@@ -96,7 +99,9 @@ void WarmJob::Cancel() {
 }
 
 void WarmJob::NoteError(const std::string& path, const Status& s) {
-  if (progress_.errors.size() < WarmProgress::kMaxErrors) progress_.errors.push_back(path + ": " + s.ToString());
+  if (progress_.errors.size() < WarmProgress::kMaxErrors) {
+    progress_.errors.push_back(EscapeForLog(path) + ": " + EscapeForLog(s.ToString()));
+  }
 }
 
 void WarmJob::Walk() {
@@ -135,8 +140,8 @@ void WarmJob::Walk() {
       if (!child.ok()) continue;
       if (e.attr.is_dir) {
         todo.emplace_back(*child, recursive_);
-      } else {
-        AddFile(*child, e.attr);
+      } else if (!AddFile(*child, e.attr)) {
+        break;  // cancelled
       }
     }
   }
@@ -148,53 +153,90 @@ void WarmJob::Walk() {
   FinishIfDone();
 }
 
-void WarmJob::AddFile(const ObjectPath& path, const FileAttr& attr) {
-  const uint64_t bs = reader_.block_size();
-  const std::string id = fs_.ObjectId(path, attr);
-  const ObjectVersion version{attr.size, attr.etag};
+bool WarmJob::AddFile(const ObjectPath& path, const FileAttr& attr) {
+  const uint64_t blocks = BlockCount(attr.size, reader_.block_size());
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (progress_.cancelled) return;
+    if (progress_.cancelled) return false;
     size_t file = files_.size();
-    files_.push_back(File{path.str(), 0, false});
+    files_.push_back(File{path.str(), blocks, false});
     progress_.files_total++;
-    progress_.bytes_total += attr.size;
-    for (uint64_t b = 0; b * bs < attr.size; ++b) {
-      uint64_t len = std::min(bs, attr.size - b * bs);
-      if (catalog_.Contains(BlockKey{id, b})) {
-        progress_.bytes_done += len;
-        continue;
-      }
-      pending_.push_back(Block{path, version, id, b, len, file});
-      files_[file].remaining++;
+    progress_.bytes_total = SaturatingAdd(progress_.bytes_total, attr.size);
+    if (blocks == 0) {
+      progress_.files_done++;
+    } else {
+      pending_.push_back(Cursor{path, ObjectVersion{attr.size, attr.etag}, fs_.ObjectId(path, attr),
+                                0, blocks, file});
     }
-    if (files_[file].remaining == 0) progress_.files_done++;
   }
   Pump();
+  return true;
+}
+
+void WarmJob::FileBlockResolved(size_t file) {
+  File& f = files_[file];
+  if (--f.remaining == 0) {
+    if (f.failed) {
+      progress_.files_failed++;
+    } else {
+      progress_.files_done++;
+    }
+  }
+}
+
+std::optional<WarmJob::Block> WarmJob::NextBlock() {
+  const uint64_t bs = reader_.block_size();
+  while (!progress_.cancelled && !pending_.empty() && in_flight_ < options_.max_blocks_in_flight) {
+    Cursor& c = pending_.front();
+    File& f = files_[c.file];
+    if (f.failed) {
+      // Count the blocks never issued as resolved: the file is finished (failed).
+      f.remaining -= c.blocks - c.next - 1;
+      FileBlockResolved(c.file);
+      pending_.pop_front();
+      continue;
+    }
+    // c.next < c.blocks, so c.next * bs < size: no overflow.
+    const uint64_t offset = c.next * bs;
+    Block b{c.path, c.version, c.object_id, c.next, std::min(bs, c.version.size - offset), c.file};
+    if (++c.next == c.blocks) pending_.pop_front();
+    in_flight_++;  // held while the catalog is asked, so the job cannot finish under us
+    return b;
+  }
+  return std::nullopt;
 }
 
 void WarmJob::Pump() {
-  std::vector<Block> start;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    while (!pending_.empty() && in_flight_ < options_.max_blocks_in_flight) {
-      start.push_back(std::move(pending_.front()));
-      pending_.pop_front();
-      in_flight_++;
-    }
-  }
   auto self = shared_from_this();
-  for (Block& b : start) {
+  bool skipped = false;
+  for (;;) {
+    std::optional<Block> b;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      b = NextBlock();
+    }
+    if (!b) break;
+    if (catalog_.Contains(BlockKey{b->object_id, b->index})) {
+      std::lock_guard<std::mutex> l(mu_);
+      in_flight_--;
+      progress_.bytes_done = SaturatingAdd(progress_.bytes_done, b->length);
+      FileBlockResolved(b->file);
+      skipped = true;
+      continue;
+    }
     const uint64_t bs = reader_.block_size();
-    reader_.Read(b.path, b.version, b.object_id, ByteRange{b.index * bs, b.length},
-                 DeadlineAfter(options_.block_timeout), [self, b](Result<Bytes> r) {
-                   // Completions run on the net loop: hand the bookkeeping and
-                   // the next fetches to the executor.
-                   Status s = r.ok() ? Status::Ok() : r.status();
-                   self->executor_.Post([self, b, s] { self->BlockDone(b, s); });
-                 },
-                 FetchClass{Priority::kWarm, "warm#" + std::to_string(id_)});
+    reader_.Read(
+        b->path, b->version, b->object_id, ByteRange{b->index * bs, b->length},
+        DeadlineAfter(options_.block_timeout),
+        [self, b = *b](Result<Bytes> r) {
+          // Completions run on the net loop: hand the bookkeeping and
+          // the next fetches to the executor.
+          Status s = r.ok() ? Status::Ok() : r.status();
+          self->executor_.Post([self, b, s] { self->BlockDone(b, s); });
+        },
+        FetchClass{Priority::kWarm, "warm#" + std::to_string(id_)});
   }
+  if (skipped) FinishIfDone();
 }
 
 void WarmJob::BlockDone(const Block& b, const Status& s) {
@@ -203,18 +245,12 @@ void WarmJob::BlockDone(const Block& b, const Status& s) {
     in_flight_--;
     File& f = files_[b.file];
     if (s.ok()) {
-      progress_.bytes_done += b.length;
+      progress_.bytes_done = SaturatingAdd(progress_.bytes_done, b.length);
     } else if (!f.failed) {
       f.failed = true;
       NoteError(f.path, s);
     }
-    if (--f.remaining == 0) {
-      if (f.failed) {
-        progress_.files_failed++;
-      } else {
-        progress_.files_done++;
-      }
-    }
+    FileBlockResolved(b.file);
   }
   Notify();
   Pump();

@@ -7,7 +7,10 @@
 // same single-flight fetch path, failover and request budget as reads, so a
 // warm and a reader wanting the same block share one fetch. At most
 // `max_blocks_in_flight` blocks of one job are in flight, which leaves the
-// rest of the request budget to readers.
+// rest of the request budget to readers. A file's blocks are made one at a
+// time as slots free up (memory stays bounded whatever size a server
+// claims), totals saturate instead of wrapping, and a file stops at its
+// first failed block.
 //
 // The walk blocks (metadata may come from the network), so it runs on the
 // `jobs` executor, never on the caller's thread; block completions only
@@ -25,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,10 +114,21 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
     uint64_t length = 0;
     size_t file = 0;  // index into files_
   };
+  // A file's blocks not yet issued. Blocks are made one at a time as fetch
+  // slots free up, never all up front: a size comes from a server, and a
+  // listing claiming a petabyte must not become 2^28 queued blocks.
+  struct Cursor {
+    ObjectPath path;
+    ObjectVersion version;
+    std::string object_id;
+    uint64_t next = 0;    // the next block to issue
+    uint64_t blocks = 0;  // blocks in the file
+    size_t file = 0;      // index into files_
+  };
   struct File {
     std::string path;
-    uint64_t remaining = 0;  // blocks not yet back
-    bool failed = false;
+    uint64_t remaining = 0;  // blocks neither found cached nor back from a fetch
+    bool failed = false;     // a block failed: the file's other blocks are not fetched
   };
 
   WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive, Warmer::UpdateFn on_update,
@@ -121,8 +136,15 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
           const WarmerOptions& options);
 
   void Walk();  // runs on the executor
-  void AddFile(const ObjectPath& path, const FileAttr& attr);
-  void Pump();  // issues fetches up to the limit; runs on the executor
+  bool AddFile(const ObjectPath& path, const FileAttr& attr);  // false once cancelled
+  // Issues fetches up to the limit, skipping cached blocks; runs on the
+  // executor. Never holds mu_ across a catalog or reader call, and stops as
+  // soon as the job is cancelled.
+  void Pump();
+  // The next block to fetch, or nullopt when none may start now. Blocks that
+  // belong to a failed file are dropped here. REQUIRES: mu_ held.
+  std::optional<Block> NextBlock();
+  void FileBlockResolved(size_t file);  // REQUIRES: mu_ held
   void BlockDone(const Block& b, const Status& s);
   void NoteError(const std::string& path, const Status& s);  // REQUIRES: mu_ held
   void FinishIfDone();                                       // REQUIRES: mu_ not held
@@ -144,7 +166,7 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
   mutable std::mutex mu_;
   WarmProgress progress_;       // Protected by mu_
   std::vector<File> files_;     // Protected by mu_
-  std::deque<Block> pending_;   // Protected by mu_
+  std::deque<Cursor> pending_;  // Protected by mu_
   size_t in_flight_ = 0;        // Protected by mu_
 };
 

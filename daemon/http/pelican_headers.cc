@@ -4,9 +4,13 @@
 #include <charconv>
 #include <limits>
 
+#include "daemon/core/limits.h"
+#include "daemon/core/log_escape.h"
+
 namespace perch::http {
 namespace {
 
+using core::EscapeForLog;
 using core::InvalidArgumentError;
 using core::Result;
 
@@ -92,7 +96,7 @@ Result<std::vector<std::pair<std::string, std::string>>> ParseKeyValueList(
     if (part.empty()) continue;
     size_t eq = part.find('=');
     if (eq == std::string_view::npos) {
-      return InvalidArgumentError("element '" + std::string(part) + "' has no '='");
+      return InvalidArgumentError("element '" + EscapeForLog(part, 200) + "' has no '='");
     }
     out.emplace_back(Lower(Trim(part.substr(0, eq))), Unquote(part.substr(eq + 1)));
   }
@@ -102,13 +106,18 @@ Result<std::vector<std::pair<std::string, std::string>>> ParseKeyValueList(
 Result<std::vector<LinkEntry>> ParseLinkHeader(std::string_view value) {
   auto elements = SplitOutside(value, ',', "Link header");
   if (!elements.ok()) return elements.status();
+  if (elements->size() > 4 * core::kMaxLinkEntries) {
+    return InvalidArgumentError("Link header has " + std::to_string(elements->size()) +
+                                " elements (at most " + std::to_string(4 * core::kMaxLinkEntries) +
+                                " are read)");
+  }
   std::vector<LinkEntry> out;
   for (std::string_view element : *elements) {
     element = Trim(element);
     if (element.empty()) continue;
     if (element.front() != '<') {
       return InvalidArgumentError("Link header: element does not start with '<': '" +
-                                  std::string(element) + "'");
+                                  EscapeForLog(element, 200) + "'");
     }
     size_t close = element.find('>');
     if (close == std::string_view::npos) {
@@ -117,7 +126,8 @@ Result<std::vector<LinkEntry>> ParseLinkHeader(std::string_view value) {
     LinkEntry entry;
     entry.url = std::string(Trim(element.substr(1, close - 1)));
     if (!IsHttpUrl(entry.url)) {
-      return InvalidArgumentError("Link header: not an http(s) URL: '" + entry.url + "'");
+      return InvalidArgumentError("Link header: not an http(s) URL: '" +
+                                  EscapeForLog(entry.url, 200) + "'");
     }
     auto params = SplitOutside(element.substr(close + 1), ';', "Link header");
     if (!params.ok()) return params.status();
@@ -133,12 +143,12 @@ Result<std::vector<LinkEntry>> ParseLinkHeader(std::string_view value) {
         rel = Lower(val);
       } else if (key == "pri") {
         if (!ParseNumber(val, &entry.priority)) {
-          return InvalidArgumentError("Link header: bad pri '" + val + "'");
+          return InvalidArgumentError("Link header: bad pri '" + EscapeForLog(val, 100) + "'");
         }
         has_pri = true;
       } else if (key == "depth") {
         if (!ParseNumber(val, &entry.depth) || entry.depth < 0) {
-          return InvalidArgumentError("Link header: bad depth '" + val + "'");
+          return InvalidArgumentError("Link header: bad depth '" + EscapeForLog(val, 100) + "'");
         }
       }
     }
@@ -151,6 +161,7 @@ Result<std::vector<LinkEntry>> ParseLinkHeader(std::string_view value) {
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const LinkEntry& a, const LinkEntry& b) { return a.priority < b.priority; });
+  if (out.size() > core::kMaxLinkEntries) out.resize(core::kMaxLinkEntries);  // the best ones
   return out;
 }
 
@@ -166,12 +177,15 @@ Result<NamespaceHeader> ParseNamespaceHeader(std::string_view value) {
     } else if (k == "require-token") {
       std::string l = Lower(v);
       if (l != "true" && l != "false") {
-        return InvalidArgumentError("X-Pelican-Namespace: require-token must be true or false, not '" + v + "'");
+        return InvalidArgumentError(
+            "X-Pelican-Namespace: require-token must be true or false, not '" +
+            EscapeForLog(v, 100) + "'");
       }
       out.require_token = l == "true";
     } else if (k == "collections-url") {
       if (!v.empty() && !IsHttpUrl(v)) {
-        return InvalidArgumentError("X-Pelican-Namespace: collections-url is not http(s): '" + v + "'");
+        return InvalidArgumentError("X-Pelican-Namespace: collections-url is not http(s): '" +
+                                    EscapeForLog(v, 200) + "'");
       }
       out.collections_url = v;
       while (!out.collections_url.empty() && out.collections_url.back() == '/') {
@@ -181,7 +195,7 @@ Result<NamespaceHeader> ParseNamespaceHeader(std::string_view value) {
   }
   if (!has_ns || out.prefix.empty() || out.prefix.front() != '/') {
     return InvalidArgumentError("X-Pelican-Namespace: missing or relative namespace= in '" +
-                                std::string(value) + "'");
+                                EscapeForLog(value, 200) + "'");
   }
   while (out.prefix.size() > 1 && out.prefix.back() == '/') out.prefix.pop_back();
   return out;
@@ -189,13 +203,23 @@ Result<NamespaceHeader> ParseNamespaceHeader(std::string_view value) {
 
 Result<std::vector<std::string>> ParseAuthorizationHeaders(const std::vector<std::string>& lines) {
   std::vector<std::string> issuers;
+  if (lines.size() > core::kMaxAuthorizationIssuers) {
+    return InvalidArgumentError("X-Pelican-Authorization: " + std::to_string(lines.size()) +
+                                " header lines (at most " +
+                                std::to_string(core::kMaxAuthorizationIssuers) + ")");
+  }
   for (const std::string& line : lines) {
     auto kv = ParseKeyValueList(line);
     if (!kv.ok()) return kv.status().WithContext("X-Pelican-Authorization");
     for (auto& [k, v] : *kv) {
       if (k != "issuer") continue;
       if (!IsHttpUrl(v)) {
-        return InvalidArgumentError("X-Pelican-Authorization: issuer is not http(s): '" + v + "'");
+        return InvalidArgumentError("X-Pelican-Authorization: issuer is not http(s): '" +
+                                    EscapeForLog(v, 200) + "'");
+      }
+      if (issuers.size() == core::kMaxAuthorizationIssuers) {
+        return InvalidArgumentError("X-Pelican-Authorization: more than " +
+                                    std::to_string(core::kMaxAuthorizationIssuers) + " issuers");
       }
       issuers.push_back(v);
     }
@@ -213,7 +237,8 @@ Result<TokenGenerationHeader> ParseTokenGenerationHeader(std::string_view value)
       out.issuer = v;
     } else if (k == "max-scope-depth") {
       if (!ParseNumber(v, &out.max_scope_depth) || out.max_scope_depth < 0) {
-        return InvalidArgumentError("X-Pelican-Token-Generation: bad max-scope-depth '" + v + "'");
+        return InvalidArgumentError("X-Pelican-Token-Generation: bad max-scope-depth '" +
+                                    EscapeForLog(v, 100) + "'");
       }
       has_depth = true;
     } else if (k == "strategy") {
@@ -226,8 +251,9 @@ Result<TokenGenerationHeader> ParseTokenGenerationHeader(std::string_view value)
     return InvalidArgumentError("X-Pelican-Token-Generation: missing max-scope-depth");
   }
   if (out.strategy != "OAuth2" && out.strategy != "Vault") {
-    return InvalidArgumentError("X-Pelican-Token-Generation: strategy must be OAuth2 or Vault, not '" +
-                                out.strategy + "'");
+    return InvalidArgumentError(
+        "X-Pelican-Token-Generation: strategy must be OAuth2 or Vault, not '" +
+        EscapeForLog(out.strategy, 100) + "'");
   }
   return out;
 }
@@ -235,7 +261,8 @@ Result<TokenGenerationHeader> ParseTokenGenerationHeader(std::string_view value)
 Result<ContentRange> ParseContentRange(std::string_view value) {
   std::string_view v = Trim(value);
   auto bad = [&](std::string_view why) {
-    return InvalidArgumentError("Content-Range '" + std::string(value) + "': " + std::string(why));
+    return InvalidArgumentError("Content-Range '" + EscapeForLog(value, 200) +
+                                "': " + std::string(why));
   };
   if (Lower(v.substr(0, 6)) != "bytes ") return bad("does not start with 'bytes '");
   v.remove_prefix(6);

@@ -22,9 +22,10 @@ struct LinkEntry {
 
 // Parses a Link header value (several header lines joined with ", ").
 // Entries whose rel is not "duplicate" are ignored; the result is sorted by
-// priority (stable). Quoted strings and URLs containing ',' or ';' inside
-// <...> are handled. kInvalidArgument for an unterminated '<' or '"', a
-// non-numeric pri/depth, a non-http(s) URL, or no usable entry at all.
+// priority (stable) and cut to the best core::kMaxLinkEntries. Quoted
+// strings and URLs containing ',' or ';' inside <...> are handled.
+// kInvalidArgument for an unterminated '<' or '"', a non-numeric pri/depth, a
+// non-http(s) URL, more than 4 * kMaxLinkEntries elements, or no usable entry.
 core::Result<std::vector<LinkEntry>> ParseLinkHeader(std::string_view value);
 
 // X-Pelican-Namespace: namespace=/p, require-token=true, collections-url=https://o:8443
@@ -37,6 +38,7 @@ core::Result<NamespaceHeader> ParseNamespaceHeader(std::string_view value);
 
 // X-Pelican-Authorization: issuer=<url>[, issuer=<url>...]. All header lines
 // are passed; the issuers of all of them are returned in order.
+// kInvalidArgument past core::kMaxAuthorizationIssuers lines or issuers.
 core::Result<std::vector<std::string>> ParseAuthorizationHeaders(
     const std::vector<std::string>& lines);
 

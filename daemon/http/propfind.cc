@@ -3,15 +3,18 @@
 #include <curl/curl.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <set>
 
+#include "daemon/core/limits.h"
+#include "daemon/core/log_escape.h"
 #include "daemon/http/url.h"
 
 namespace perch::http {
@@ -25,6 +28,7 @@ const char kPropfindBody[] =
 namespace {
 
 using core::CorruptError;
+using core::EscapeForLog;
 using core::Result;
 
 constexpr const char kDavNs[] = "DAV:";
@@ -57,9 +61,14 @@ struct DocDeleter {
 
 // The path part of an href (absolute URL or path), still as written.
 Result<std::string> HrefPath(std::string_view href) {
+  if (href.size() > core::kMaxPathBytes + 1024) {
+    return CorruptError("PROPFIND href is longer than " + std::to_string(core::kMaxPathBytes) +
+                        " bytes");
+  }
   if (href.find("://") == std::string_view::npos) return std::string(href);
   auto split = SplitHttpUrl(href);
-  if (!split.ok()) return CorruptError("PROPFIND href '" + std::string(href) + "' is not http(s)");
+  if (!split.ok())
+    return CorruptError("PROPFIND href '" + EscapeForLog(href, 200) + "' is not http(s)");
   return split->path.empty() ? std::string("/") : split->path;
 }
 
@@ -78,13 +87,14 @@ bool HasRawCharacters(std::string_view s) {
 Result<std::string> HrefToPath(const std::string& path, bool raw) {
   if (raw) {
     auto p = core::ObjectPath::Parse(path);
-    if (!p.ok()) return CorruptError("PROPFIND href: " + p.status().message());
+    if (!p.ok()) return CorruptError("PROPFIND href: " + EscapeForLog(p.status().message(), 300));
     return p->str();
   }
   auto decoded = PercentDecode(path);
-  if (!decoded.ok()) return CorruptError("PROPFIND href: " + decoded.status().message());
+  if (!decoded.ok())
+    return CorruptError("PROPFIND href: " + EscapeForLog(decoded.status().message(), 300));
   auto p = core::ObjectPath::Parse(*decoded);
-  if (!p.ok()) return CorruptError("PROPFIND href: " + p.status().message());
+  if (!p.ok()) return CorruptError("PROPFIND href: " + EscapeForLog(p.status().message(), 300));
   return p->str();
 }
 
@@ -113,6 +123,10 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const Hr
   bool raw = false;
   for (const xmlNode* r = root->children; r != nullptr; r = r->next) {
     if (!IsDav(r, "response")) continue;
+    if (responses.size() > core::kMaxListingEntries) {
+      return CorruptError("PROPFIND answer has more than " +
+                          std::to_string(core::kMaxListingEntries) + " entries");
+    }
     const xmlNode* href = FirstDavChild(r, "href");
     if (href == nullptr) return CorruptError("PROPFIND response without href");
     std::string href_text = Text(href);
@@ -134,12 +148,16 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const Hr
     }
   }
   std::vector<DavResponse> out;
+  size_t bad_sizes = 0;
+  std::string bad_example;
   for (const auto& [r, href_path] : responses) {
     auto path = HrefToPath(href_path, raw);
     if (!path.ok()) return path.status();
     DavResponse resp;
     resp.href_path = *path;
     bool found_ok = false;
+    bool size_ok = true;
+    std::string size_text;
     for (const xmlNode* ps = r->children; ps != nullptr; ps = ps->next) {
       if (!IsDav(ps, "propstat")) continue;
       const xmlNode* status = FirstDavChild(ps, "status");
@@ -153,11 +171,11 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const Hr
         } else if (IsDav(p, "iscollection")) {
           if (Text(p) == "1") resp.attr.is_dir = true;
         } else if (IsDav(p, "getcontentlength")) {
-          std::string t = Text(p);
+          size_text = Text(p);
+          const std::string& t = size_text;
           auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), resp.attr.size);
-          if (t.empty() || ec != std::errc() || ptr != t.data() + t.size()) {
-            return CorruptError("PROPFIND getcontentlength is not a number: '" + t + "'");
-          }
+          size_ok = !t.empty() && ec == std::errc() && ptr == t.data() + t.size() &&
+                    resp.attr.size <= core::kMaxObjectSize;
         } else if (IsDav(p, "getlastmodified")) {
           std::string t = Text(p);
           time_t when = curl_getdate(t.c_str(), nullptr);
@@ -170,8 +188,20 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const Hr
       }
     }
     if (!found_ok) continue;  // a response without a 200 propstat carries no attributes
-    if (resp.attr.is_dir) resp.attr.size = 0;  // XRootD reports 4096 for directories
+    if (resp.attr.is_dir) {
+      resp.attr.size = 0;  // XRootD reports 4096 for directories; the value is not used
+    } else if (!size_ok) {
+      // A file whose size is not a number or is beyond kMaxObjectSize would
+      // drive prefetch and warm loops: skip the entry, keep the rest.
+      if (bad_sizes++ == 0) bad_example = resp.href_path + " (size '" + size_text + "')";
+      continue;
+    }
     out.push_back(std::move(resp));
+  }
+  if (bad_sizes > 0) {
+    spdlog::warn(
+        "PROPFIND: skipped {} entr{} with a size that is not a number or exceeds {} bytes, e.g. {}",
+        bad_sizes, bad_sizes == 1 ? "y" : "ies", core::kMaxObjectSize, EscapeForLog(bad_example));
   }
   if (out.empty()) return CorruptError("PROPFIND answer holds no usable response");
   return out;
@@ -195,20 +225,22 @@ Result<Listing> InterpretListing(const std::vector<DavResponse>& responses,
     }
     auto p = core::ObjectPath::Parse(r.href_path);
     if (!p.ok() || p->Parent() != *self_path || p->IsRoot()) {
-      return CorruptError("PROPFIND listing of '" + self_path->str() +
-                          "' names an entry outside it: '" + r.href_path + "'");
+      return CorruptError("PROPFIND listing of '" + EscapeForLog(self_path->str()) +
+                          "' names an entry outside it: '" + EscapeForLog(r.href_path) + "'");
     }
     std::string name(p->Name());
     if (!seen.insert(name).second) {
-      return CorruptError("PROPFIND listing names '" + name + "' twice");
+      return CorruptError("PROPFIND listing names '" + EscapeForLog(name) + "' twice");
     }
     out.children.push_back(core::DirEntry{name, r.attr});
   }
   if (!found_self) {
-    return CorruptError("PROPFIND listing of '" + self_path->str() + "' lacks the collection itself");
+    return CorruptError("PROPFIND listing of '" + EscapeForLog(self_path->str()) +
+                        "' lacks the collection itself");
   }
   if (!out.self.is_dir) {
-    return core::InvalidArgumentError("'" + self_path->str() + "' is not a directory");
+    return core::InvalidArgumentError("'" + EscapeForLog(self_path->str()) +
+                                      "' is not a directory");
   }
   std::sort(out.children.begin(), out.children.end(),
             [](const core::DirEntry& a, const core::DirEntry& b) { return a.name < b.name; });

@@ -39,8 +39,12 @@ struct HrefStyle {
 };
 
 // Parses a 207 body. kCorrupt for malformed XML, a missing multistatus root,
-// a response without href, a non-numeric length, or an href that does not
-// decode to a clean absolute path (e.g. containing "..").
+// more than core::kMaxListingEntries responses, a response without href, an
+// href that does not decode to a clean absolute path (e.g. containing "..":
+// a server naming paths outside the request is not trusted for the rest), or
+// no usable response. A file whose getcontentlength is not a number or
+// exceeds core::kMaxObjectSize is skipped (one warning per document, names
+// escaped), so one bad entry does not hide its directory.
 core::Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const HrefStyle& style = {});
 
 // A listing of one directory, from a Depth-1 answer.

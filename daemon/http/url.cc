@@ -4,6 +4,8 @@
 
 #include <memory>
 
+#include "daemon/core/log_escape.h"
+
 namespace perch::http {
 namespace {
 
@@ -167,16 +169,17 @@ Result<std::string> PercentDecode(std::string_view text) {
       continue;
     }
     if (i + 2 >= text.size()) {
-      return InvalidArgumentError("truncated percent escape in '" + std::string(text) + "'");
+      return InvalidArgumentError("truncated percent escape in '" + core::EscapeForLog(text, 300) +
+                                  "'");
     }
     int hi = hex(text[i + 1]);
     int lo = hex(text[i + 2]);
     if (hi < 0 || lo < 0) {
-      return InvalidArgumentError("bad percent escape in '" + std::string(text) + "'");
+      return InvalidArgumentError("bad percent escape in '" + core::EscapeForLog(text, 300) + "'");
     }
     char c = static_cast<char>(hi * 16 + lo);
     if (c == '\0') {
-      return InvalidArgumentError("encoded NUL in '" + std::string(text) + "'");
+      return InvalidArgumentError("encoded NUL in '" + core::EscapeForLog(text, 300) + "'");
     }
     out += c;
     i += 2;
@@ -188,12 +191,13 @@ Result<SplitUrl> SplitHttpUrl(std::string_view url) {
   size_t colon = url.find("://");
   std::string scheme = Lower(url.substr(0, colon == std::string_view::npos ? 0 : colon));
   if (colon == std::string_view::npos || (scheme != "http" && scheme != "https")) {
-    return InvalidArgumentError("not an absolute http(s) URL: '" + std::string(url) + "'");
+    return InvalidArgumentError("not an absolute http(s) URL: '" + core::EscapeForLog(url, 300) +
+                                "'");
   }
   size_t slash = url.find_first_of("/?#", colon + 3);
   SplitUrl out;
   if (slash == colon + 3) {
-    return InvalidArgumentError("URL without a host: '" + std::string(url) + "'");
+    return InvalidArgumentError("URL without a host: '" + core::EscapeForLog(url, 300) + "'");
   }
   out.base = scheme + std::string(url.substr(colon, (slash == std::string_view::npos
                                                          ? url.size()

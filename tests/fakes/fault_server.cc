@@ -3,6 +3,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <chrono>
 #include <list>
 
@@ -25,12 +26,15 @@ struct FaultServer::Impl {
   int override_status = 0;                               // Protected by mu
   int override_times = 0;                                // Protected by mu
   std::vector<std::pair<std::string, std::string>> override_headers;  // Protected by mu
+  std::map<std::string, std::vector<ListingEntry>> listings;          // Protected by mu
   std::list<std::thread> conns;                          // Protected by mu
   std::list<std::shared_ptr<tcp::socket>> sockets;       // Protected by mu
   uint16_t port = 0;
   FaultServer* owner = nullptr;
 
   void Serve(std::shared_ptr<tcp::socket> sock);
+  // The 207 answer for PROPFIND of `rel` (below /ns) at `depth`; "" if unknown.
+  std::string Multistatus(const std::string& rel, int depth);
   bool Handle(tcp::socket& sock, const bhttp::request<bhttp::string_body>& req);
 };
 
@@ -94,6 +98,63 @@ void FaultServer::SetDirectorOverride(int status, std::vector<std::pair<std::str
   impl_->override_times = times;
 }
 
+void FaultServer::SetListing(const std::string& dir, std::vector<ListingEntry> entries) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->listings[dir] = std::move(entries);
+}
+
+namespace {
+
+std::string EncodeHref(const std::string& s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  return out;
+}
+
+std::string DavResponse(const std::string& href, const std::string& size, bool is_dir) {
+  return "<D:response><D:href>" + EncodeHref(href) + "</D:href><D:propstat><D:prop>" +
+         (is_dir ? "<D:resourcetype><D:collection/></D:resourcetype>" : "<D:resourcetype/>") +
+         "<D:getcontentlength>" + size + "</D:getcontentlength>" +
+         "<D:getlastmodified>Mon, 23 Nov 2026 10:00:00 GMT</D:getlastmodified>"
+         "</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>";
+}
+
+}  // namespace
+
+std::string FaultServer::Impl::Multistatus(const std::string& rel, int depth) {
+  const std::string base = "/srv/dav/ns" + std::string(rel.empty() ? "" : "/") + rel;
+  std::string body;
+  std::lock_guard<std::mutex> l(mu);
+  if (auto dir = listings.find(rel); dir != listings.end()) {
+    body = DavResponse(base + "/", "4096", true);
+    if (depth > 0) {
+      for (const ListingEntry& e : dir->second)
+        body += DavResponse(base + "/" + e.name, e.size, e.is_dir);
+    }
+  } else {
+    size_t slash = rel.rfind('/');
+    std::string parent = slash == std::string::npos ? "" : rel.substr(0, slash);
+    std::string name = slash == std::string::npos ? rel : rel.substr(slash + 1);
+    auto it = listings.find(parent);
+    if (it == listings.end()) return "";
+    for (const ListingEntry& e : it->second) {
+      if (e.name == name) body = DavResponse(base, e.size, e.is_dir);
+    }
+    if (body.empty()) return "";
+  }
+  return "<?xml version=\"1.0\" encoding=\"utf-8\"?><D:multistatus xmlns:D=\"DAV:\">" + body +
+         "</D:multistatus>";
+}
+
 int FaultServer::Hits(const std::string& behaviour) const {
   std::lock_guard<std::mutex> l(impl_->mu);
   auto it = impl_->hits.find(behaviour);
@@ -130,9 +191,12 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
     return reply(200, "{\"director_endpoint\": \"http://127.0.0.1:" + std::to_string(port) + "\"}",
                  {{"Content-Type", "application/json"}});
   }
-  if (target.rfind("/ns/", 0) == 0) {
+  if (target.rfind("/ns/", 0) == 0 || target == "/ns") {
     owner->director_hits_++;
     std::unique_lock<std::mutex> l(mu);
+    std::string ns_header = "namespace=/ns, require-token=false";
+    if (!listings.empty())
+      ns_header += ", collections-url=http://127.0.0.1:" + std::to_string(port) + "/srv/dav";
     if (override_status != 0 && override_times != 0) {
       if (override_times > 0) --override_times;
       int status = override_status;
@@ -148,11 +212,33 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
                                              std::to_string(pri++) + "; depth=1");
     }
     l.unlock();
-    return reply(307, "", {{"Location", "http://127.0.0.1:1" + target},
-                           {"Link", link},
-                           {"X-Pelican-Namespace", "namespace=/ns, require-token=false"}});
+    return reply(307, "",
+                 {{"Location", "http://127.0.0.1:1" + target},
+                  {"Link", link},
+                  {"X-Pelican-Namespace", ns_header}});
   }
   if (target.rfind("/srv/", 0) != 0) return reply(404, "no route");
+  if (req.method_string() == "PROPFIND") {
+    size_t ns = target.find("/ns", 5);
+    std::string rel = ns == std::string::npos ? "" : target.substr(ns + 3);
+    while (!rel.empty() && rel.front() == '/') rel.erase(0, 1);
+    while (!rel.empty() && rel.back() == '/') rel.pop_back();
+    std::string decoded;
+    for (size_t i = 0; i < rel.size(); ++i) {
+      if (rel[i] == '%' && i + 2 < rel.size() &&
+          std::isxdigit(static_cast<unsigned char>(rel[i + 1])) &&
+          std::isxdigit(static_cast<unsigned char>(rel[i + 2]))) {
+        decoded += static_cast<char>(std::stoi(rel.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+      } else {
+        decoded += rel[i];
+      }
+    }
+    std::string depth(req["Depth"]);
+    std::string body = Multistatus(decoded, depth == "0" ? 0 : 1);
+    if (body.empty()) return reply(404, "not found");
+    return reply(207, body, {{"Content-Type", "application/xml; charset=utf-8"}});
+  }
   size_t slash = target.find('/', 5);
   std::string behaviour = target.substr(5, slash - 5);
   std::string name = target.substr(target.find("/ns/", slash) + 4);

@@ -7,6 +7,10 @@
 //                                             behaviours set by SetLinks()
 //   GET /srv/<behaviour>/ns/<name>            a data server behaving as asked
 //
+//   PROPFIND /srv/<behaviour>/ns[/<dir>]      WebDAV listings set by SetListing()
+//                                             (the director then names
+//                                             <base>/srv/dav as collections-url)
+//
 // Behaviours: ok, 500, 404, 403, silent (accepts, never answers), stall
 // (headers then silence), short (closes
 // after half the body), badrange (wrong Content-Range start), wrongsize
@@ -39,6 +43,17 @@ class FaultServer {
   void AddObject(const std::string& name, std::string bytes);
   // The data servers the director names, best first, e.g. {"500", "short", "ok"}.
   void SetLinks(std::vector<std::string> behaviours);
+  // One entry of a listing, as a hostile server may write it: `size` is put
+  // verbatim into getcontentlength (e.g. "18446744073709551615"), `name` may
+  // hold any byte (it is percent-encoded in the href).
+  struct ListingEntry {
+    std::string name;
+    std::string size;
+    bool is_dir = false;
+  };
+  // Serves a PROPFIND listing of directory `dir` below /ns ("" = /ns itself).
+  void SetListing(const std::string& dir, std::vector<ListingEntry> entries);
+
   // Replaces the director's answer with this raw header set (status, headers).
   void SetDirectorOverride(int status, std::vector<std::pair<std::string, std::string>> headers,
                            int times = -1);

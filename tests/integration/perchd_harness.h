@@ -51,6 +51,8 @@ class PerchdProcess {
   // Stop or the destructor unmounts it if nothing else does.
   void Kill();
   std::string Log() const;
+  // perchd's process id (-1 when not running), e.g. to read /proc/PID/status.
+  pid_t pid() const { return pid_; }
   // The control address perchd was given ("unix:/tmp/.../perchd-1.sock").
   const std::string& control() const { return control_; }
 

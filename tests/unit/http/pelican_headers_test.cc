@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/core/limits.h"
+
 namespace perch::http {
 namespace {
 
@@ -126,6 +128,42 @@ TEST(ContentRangeTest, Malformed) {
     EXPECT_FALSE(cr.ok()) << bad;
     EXPECT_NE(cr.status().message().find("Content-Range"), std::string::npos);
   }
+}
+
+// Hardening #11: counts from a director are bounded.
+TEST(PelicanHeadersTest, CountsAreBounded) {
+  auto links = [](size_t n) {
+    std::string v;
+    for (size_t i = 0; i < n; ++i) {
+      v += (v.empty() ? "" : ", ") + std::string("<https://c") + std::to_string(i) +
+           "/ns>; rel=\"duplicate\"; pri=" + std::to_string(n - i);
+    }
+    return v;
+  };
+  auto best = ParseLinkHeader(links(4 * core::kMaxLinkEntries));
+  ASSERT_TRUE(best.ok()) << best.status().ToString();
+  ASSERT_EQ(best->size(), core::kMaxLinkEntries);
+  EXPECT_EQ(best->front().priority, 1);  // the best ones are kept
+  auto too_many = ParseLinkHeader(links(4 * core::kMaxLinkEntries + 1));
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("elements"), std::string::npos);
+
+  std::vector<std::string> lines(core::kMaxAuthorizationIssuers, "issuer=https://i.example");
+  EXPECT_TRUE(ParseAuthorizationHeaders(lines).ok());
+  lines.push_back("issuer=https://i.example");
+  EXPECT_FALSE(ParseAuthorizationHeaders(lines).ok());
+  std::string one_line;
+  for (size_t i = 0; i <= core::kMaxAuthorizationIssuers; ++i)
+    one_line += "issuer=https://i.example, ";
+  EXPECT_FALSE(ParseAuthorizationHeaders({one_line}).ok());
+}
+
+// Error messages quote header values escaped: they end up in log lines.
+TEST(PelicanHeadersTest, MessagesEscapeControlCharacters) {
+  auto r = ParseContentRange("bytes 1-0/5\n2026-11-23 [error] forged");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("\\n2026"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

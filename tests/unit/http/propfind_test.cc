@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/core/limits.h"
+
 namespace perch::http {
 namespace {
 
@@ -128,9 +130,10 @@ TEST(PropfindTest, MalformedAnswersGiveClearErrors) {
       {head + ok_prop + "</D:response></D:multistatus>", "without href"},
       {head + "<D:href></D:href>" + ok_prop + "</D:response></D:multistatus>", "empty href"},
       {head + "<D:href>/a/../../etc</D:href>" + ok_prop + "</D:response></D:multistatus>", "'..'"},
+      // The only entry has a bad size: skipped, so nothing is left.
       {head + "<D:href>/a</D:href><D:propstat><D:prop><D:getcontentlength>-4</D:getcontentlength>"
               "</D:prop></D:propstat></D:response></D:multistatus>",
-       "not a number"},
+       "no usable response"},
       {R"(<D:multistatus xmlns:D="DAV:"></D:multistatus>)", "no usable response"},
       {R"(<!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><D:multistatus xmlns:D="DAV:"><D:response><D:href>&e;</D:href></D:response></D:multistatus>)",
        "PROPFIND"},
@@ -142,6 +145,35 @@ TEST(PropfindTest, MalformedAnswersGiveClearErrors) {
     EXPECT_NE(r.status().message().find(c.needle), std::string::npos)
         << c.xml << " -> " << r.status().message();
   }
+}
+
+// Hardening #11: a size that is not a number or beyond 1 PiB skips that
+// entry (with one warning), keeping its siblings.
+TEST(PropfindTest, HostileSizesSkipTheEntryOnly) {
+  auto entry = [](const std::string& name, const std::string& size) {
+    return "<D:response><D:href>/ns/d/" + name +
+           "</D:href><D:propstat><D:prop><D:getcontentlength>" + size +
+           "</D:getcontentlength></D:prop><D:status>HTTP/1.1 200 "
+           "OK</D:status></D:propstat></D:response>";
+  };
+  const std::string xml =
+      R"(<D:multistatus xmlns:D="DAV:"><D:response><D:href>/ns/d/</D:href><D:propstat><D:prop>)"
+      R"(<D:resourcetype><D:collection/></D:resourcetype><D:getcontentlength>18446744073709551615)"
+      R"(</D:getcontentlength></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>)" +
+      entry("huge", "18446744073709551615") + entry("wraps", "18446744073709551616") +
+      entry("over", std::to_string(core::kMaxObjectSize + 1)) +
+      entry("limit", std::to_string(core::kMaxObjectSize)) + entry("neg", "-4") +
+      entry("text", "12abc") + entry("small", "5") + "</D:multistatus>";
+  auto r = ParseMultistatus(xml);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto listing = InterpretListing(*r, "/ns/d");
+  ASSERT_TRUE(listing.ok()) << listing.status().ToString();
+  ASSERT_EQ(listing->children.size(), 2u);
+  EXPECT_EQ(listing->children[0].name, "limit");
+  EXPECT_EQ(listing->children[0].attr.size, core::kMaxObjectSize);
+  EXPECT_EQ(listing->children[1].name, "small");
+  EXPECT_EQ(listing->children[1].attr.size, 5u);
+  EXPECT_TRUE(listing->self.is_dir);  // a directory's size is not used, whatever it says
 }
 
 TEST(PropfindTest, HostileListingEntriesAreRejected) {

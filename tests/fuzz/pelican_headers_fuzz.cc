@@ -1,0 +1,44 @@
+// Fuzzes the director's header parsers and Content-Range. The input is one
+// header value; for X-Pelican-Authorization its lines are the header lines.
+// Invariants: Link entries are bounded, sorted and http(s); a Content-Range
+// has first <= last < total.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/core/limits.h"
+#include "daemon/http/pelican_headers.h"
+#include "tests/fuzz/fuzz_common.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  perch::fuzz::QuietLogs();
+  using namespace perch;
+  std::string_view v(reinterpret_cast<const char*>(data), size);
+  if (auto links = http::ParseLinkHeader(v); links.ok()) {
+    FUZZ_CHECK(!links->empty() && links->size() <= core::kMaxLinkEntries);
+    for (size_t i = 1; i < links->size(); ++i)
+      FUZZ_CHECK((*links)[i - 1].priority <= (*links)[i].priority);
+    for (const auto& l : *links) FUZZ_CHECK(l.url.size() >= 7);
+  }
+  if (auto ns = http::ParseNamespaceHeader(v); ns.ok())
+    FUZZ_CHECK(!ns->prefix.empty() && ns->prefix[0] == '/');
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t i = 0; i <= v.size(); ++i) {
+    if (i == v.size() || v[i] == '\n') {
+      lines.emplace_back(v.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (auto issuers = http::ParseAuthorizationHeaders(lines); issuers.ok()) {
+    FUZZ_CHECK(issuers->size() <= core::kMaxAuthorizationIssuers);
+  }
+  http::ParseTokenGenerationHeader(v).status().IgnoreError();
+  http::ParseKeyValueList(v).status().IgnoreError();
+  if (auto cr = http::ParseContentRange(v); cr.ok()) {
+    FUZZ_CHECK(cr->first <= cr->last);
+    FUZZ_CHECK(cr->total < 0 || cr->last < static_cast<uint64_t>(cr->total));
+  }
+  return 0;
+}
