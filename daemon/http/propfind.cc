@@ -158,6 +158,10 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const Hr
     bool found_ok = false;
     bool size_ok = true;
     std::string size_text;
+    // XRootD 5.5 describes a file with an execute bit as <iscollection>0 and
+    // then again as <iscollection>1: resourcetype decides when present, else
+    // the first iscollection.
+    bool has_resourcetype = false, has_iscollection = false;
     for (const xmlNode* ps = r->children; ps != nullptr; ps = ps->next) {
       if (!IsDav(ps, "propstat")) continue;
       const xmlNode* status = FirstDavChild(ps, "status");
@@ -167,9 +171,11 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const Hr
       found_ok = true;
       for (const xmlNode* p = prop->children; p != nullptr; p = p->next) {
         if (IsDav(p, "resourcetype")) {
-          if (FirstDavChild(p, "collection") != nullptr) resp.attr.is_dir = true;
+          has_resourcetype = true;
+          resp.attr.is_dir = FirstDavChild(p, "collection") != nullptr;
         } else if (IsDav(p, "iscollection")) {
-          if (Text(p) == "1") resp.attr.is_dir = true;
+          if (!has_resourcetype && !has_iscollection) resp.attr.is_dir = Text(p) == "1";
+          has_iscollection = true;
         } else if (IsDav(p, "getcontentlength")) {
           size_text = Text(p);
           const std::string& t = size_text;

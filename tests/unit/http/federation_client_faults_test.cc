@@ -98,6 +98,25 @@ TEST_F(FaultsTest, ASilentServerIsLeftAfterTheFirstByteTimeNotTheLowSpeedLimit) 
   EXPECT_EQ(client_->counters().failovers.load(), 1u);
 }
 
+TEST_F(FaultsTest, AListingWhoseOriginMovedAsksTheDirectorAgain) {
+  // The director's first answer names an origin that is gone (a closed
+  // port); its next answer names where the origin is now.
+  server_.SetListing("", {{"a.txt", "5"}});
+  server_.SetDirectorOverride(
+      307,
+      {{"Link", "<" + server_.BaseUrl() + "/srv/ok/ns/>; rel=\"duplicate\"; pri=1; depth=0"},
+       {"X-Pelican-Namespace", "namespace=/ns, require-token=false, collections-url=http://127.0.0.1:1"}},
+      /*times=*/1);
+  std::promise<Result<std::vector<core::DirEntry>>> p;
+  client_->List(*core::ObjectPath::Parse("/"), core::DeadlineAfter(std::chrono::seconds(10)),
+                [&](Result<std::vector<core::DirEntry>> r) { p.set_value(std::move(r)); });
+  auto r = p.get_future().get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ(r->front().name, "a.txt");
+  EXPECT_EQ(server_.DirectorHits(), 2);
+}
+
 TEST_F(FaultsTest, ExhaustedListIsUnavailableAndNamesTheLastError) {
   server_.SetLinks({"500", "refuse"});
   auto r = Read(0, 10);

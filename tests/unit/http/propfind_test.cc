@@ -73,6 +73,33 @@ TEST(PropfindTest, ParsesXrootdListing) {
   EXPECT_TRUE(listing->children[2].attr.is_dir);
 }
 
+TEST(PropfindTest, XrootdExecutableFileIsNotACollection) {
+  // What XRootD 5.5 answers for a file with an execute bit (seen on a real
+  // origin): iscollection 0, then iscollection 1. A directory has resourcetype.
+  constexpr char kAnswer[] = R"(<?xml version="1.0" encoding="utf-8"?>
+<D:multistatus xmlns:D="DAV:" xmlns:lp1="DAV:">
+<D:response><D:href>/ns/run.sh</D:href><D:propstat><D:prop>
+<lp1:getcontentlength>7</lp1:getcontentlength>
+<lp1:iscollection>0</lp1:iscollection>
+<lp1:executable>T</lp1:executable>
+<lp1:iscollection>1</lp1:iscollection>
+</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+<D:response><D:href>/ns/dir</D:href><D:propstat><D:prop>
+<lp1:getcontentlength>4096</lp1:getcontentlength>
+<lp1:resourcetype><D:collection/></lp1:resourcetype>
+<lp1:iscollection>1</lp1:iscollection>
+<lp1:executable>T</lp1:executable>
+<lp1:iscollection>1</lp1:iscollection>
+</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>
+</D:multistatus>)";
+  auto r = ParseMultistatus(kAnswer);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_FALSE((*r)[0].attr.is_dir);
+  EXPECT_EQ((*r)[0].attr.size, 7u);
+  EXPECT_TRUE((*r)[1].attr.is_dir);
+}
+
 TEST(PropfindTest, GoStyleAnswerWithOtherPrefixesAndAbsoluteHrefs) {
   constexpr char kGo[] = R"(<?xml version="1.0" encoding="UTF-8"?>
 <multistatus xmlns="DAV:"><response><href>https://o:8443/ns/d/</href><propstat><prop>
