@@ -12,6 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/core/log_escape.h"
+
 namespace perch::fuse {
 
 using core::ObjectPath;
@@ -47,7 +49,7 @@ void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   Self(req)->CountError(s);
   int err = ToErrno(s);
   spdlog::log(err == ENOENT || err == EACCES ? spdlog::level::debug : spdlog::level::warn,
-              "fuse {}: {} -> {}", op, s.ToString(), std::strerror(err));
+              "fuse {}: {} -> {}", op, core::EscapeForLog(s.ToString()), std::strerror(err));
   fuse_reply_err(req, err);
 }
 

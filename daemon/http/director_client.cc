@@ -1,4 +1,5 @@
 #include "daemon/http/director_client.h"
+#include "daemon/core/log_escape.h"
 
 #include <spdlog/spdlog.h>
 
@@ -24,11 +25,9 @@ namespace {
 std::string JsonMessage(const std::string& body) {
   auto doc = nlohmann::json::parse(body, nullptr, false);
   if (!doc.is_discarded() && doc.is_object() && doc.contains("msg") && doc["msg"].is_string()) {
-    return doc["msg"].get<std::string>();
+    return core::EscapeForLog(doc["msg"].get<std::string>(), 512);
   }
-  std::string s = body.substr(0, 200);
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  return s;
+  return core::EscapeForLog(body, 200);
 }
 
 bool IsRedirect(long code) {
@@ -245,11 +244,11 @@ void DirectorClient::FinishDiscovery(Result<std::string> result) {
   if (result.ok()) {
     director_ = *result;
     director_expires_ = Clock::now() + ctx_->options.discovery_ttl;
-    spdlog::info("federation {}: director is {}", ctx_->url.ToString(), director_);
+    spdlog::info("federation {}: director is {}", ctx_->url.ToString(), core::EscapeForLog(director_));
   } else {
     discovery_error_ = result.status();
     discovery_error_expires_ = Clock::now() + ctx_->options.discovery_failure_ttl;
-    spdlog::warn("{}", result.status().ToString());
+    spdlog::warn("{}", core::EscapeForLog(result.status().ToString()));
   }
   auto waiters = std::move(discovery_waiters_);
   discovery_waiters_.clear();

@@ -1,4 +1,5 @@
 #include "daemon/http/lister.h"
+#include "daemon/core/log_escape.h"
 
 #include <spdlog/spdlog.h>
 
@@ -201,7 +202,7 @@ void Lister::ListIn(EntryPtr entry, const ObjectPath& fed, core::Deadline deadli
       spdlog::warn(
           "namespace {} offers no listings (the director sent no collections-url): its "
           "directories list as empty; files are still read by path",
-          entry->prefix.str());
+          core::EscapeForLog(entry->prefix.str()));
     }
     done(Merge({}, nested));
     return;

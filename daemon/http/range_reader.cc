@@ -1,4 +1,5 @@
 #include "daemon/http/range_reader.h"
+#include "daemon/core/log_escape.h"
 
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
@@ -280,7 +281,8 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
   if (op->plan.Fail(failure, http_status) == FailureClass::kServer) {
     health_.Penalize(op->server, Clock::now());
     spdlog::warn("read of {}: {} failed ({}); {} bytes kept, trying the next server",
-                 op->fed_path.str(), op->server, failure.ToString(), op->buffer.size());
+                 core::EscapeForLog(op->fed_path.str()), core::EscapeForLog(op->server),
+                 core::EscapeForLog(failure.ToString()), op->buffer.size());
   }
   ctx_->counters.failovers++;
   Attempt(op);

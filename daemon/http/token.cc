@@ -1,4 +1,5 @@
 #include "daemon/http/token.h"
+#include "daemon/core/log_escape.h"
 
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -230,7 +231,7 @@ core::Result<std::vector<std::string>> NamespaceAuth::Headers(bool require_token
     if (!warned_[prefix]) {
       warned_[prefix] = true;
       spdlog::warn("namespace {} requires a token and none is usable ({}): its files are EACCES",
-                   prefix, found.status().message());
+                   core::EscapeForLog(prefix), core::EscapeForLog(found.status().message()));
     }
     if (warned_.size() > 4096) warned_.clear();
     return core::PermissionDeniedError(
@@ -240,7 +241,7 @@ core::Result<std::vector<std::string>> NamespaceAuth::Headers(bool require_token
   warned_.erase(prefix);
   if (!found->acceptable) {
     spdlog::warn("namespace {}: no token found is acceptable for it; using the one from {}",
-                 prefix, found->source);
+                 core::EscapeForLog(prefix), found->source);
   } else {
     spdlog::debug("namespace {}: using token from {}", prefix, found->source);
   }
