@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -164,9 +165,15 @@ std::string XrootdServer::Start(const XrootdConfig& c) {
       Stop();
       return "xrootd " + c.name + " did not answer on port " + std::to_string(port_) + " within 20 s; log tail:\n" + tail;
     }
-    if (tail.find("Address already in use") == std::string::npos || c.port > 0) {
+    // A port taken between FreePort() and xrootd's bind shows as "Address
+    // already in use", or (seen under load) as an exit with an empty log:
+    // both are tried again on another port.
+    bool retry = c.port == 0 && (tail.find("Address already in use") != std::string::npos ||
+                                 tail.find_first_not_of(" \n") == std::string::npos);
+    if (!retry || attempt == 4) {
       return "xrootd " + c.name + " exited at start; log " + log_ + " ends:\n" + tail;
     }
+    spdlog::warn("xrootd {} exited at start on port {}; trying another port", c.name, port_);
   }
   return "xrootd " + c.name + ": no free port after 5 attempts";
 }
