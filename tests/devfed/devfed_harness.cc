@@ -198,6 +198,18 @@ std::vector<std::string> DevFed::CacheUrls(const std::string& ns) const {
   return out;
 }
 
+void DevFed::Signal(const std::string& ns, int i, int sig) {
+  if (i < 0) {
+    auto it = origins_.find(ns);
+    if (it != origins_.end() && it->second.pid > 0) kill(it->second.pid, sig);
+    return;
+  }
+  auto it = caches_.find(ns);
+  if (it != caches_.end() && static_cast<size_t>(i) < it->second.size() && it->second[i].pid > 0) {
+    kill(it->second[i].pid, sig);
+  }
+}
+
 void DevFed::KillCache(const std::string& ns, size_t i) {
   auto it = caches_.find(ns);
   if (it != caches_.end() && i < it->second.size() && it->second[i].pid > 0) kill(it->second[i].pid, SIGKILL);

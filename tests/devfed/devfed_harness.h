@@ -43,6 +43,9 @@ class DevFed {
   std::vector<std::string> CacheUrls(const std::string& ns) const;
   // SIGKILLs cache `i` (0-based) of `ns`.
   void KillCache(const std::string& ns, size_t i);
+  // Sends `sig` to cache `i` of `ns`, or to its origin when `i` is -1
+  // (SIGSTOP makes a server that accepts connections and never answers).
+  void Signal(const std::string& ns, int i, int sig);
   std::string CaFile() const { return ca_; }
   std::string TokenFile() const { return token_; }
   // perch-devfed's pid, and those of the XRootD servers it started.
