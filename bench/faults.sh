@@ -39,6 +39,7 @@ FAULT=${FAULT:-0.05}
 STALL=${STALL:-0.01}
 CASES=${CASES:-base cut reset stall kill stop curl}
 SEEDS=${SEEDS:-1}
+CACHES=${CACHES:-2}
 trap 'bench_tcpcount_stop; bench_cleanup' EXIT INT TERM
 # Without faults, perch-devfed puts no proxy in front of the servers; a link of
 # 2 µs RTT and no rate limit adds one, so that every case counts the same way.
@@ -129,7 +130,7 @@ M=$WORK/perch
 # capture of what perch sends to its origin and cache ports; sets DEVFED_PID.
 start_fed() {
   local name=$1 seed=$2; shift 2
-  bench_devfed "$name-$seed" --caches 2 --fault-seed "$seed" "$@"
+  bench_devfed "$name-$seed" --caches "$CACHES" --fault-seed "$seed" "$@"
   DEVFED_PID=${PIDS[-1]}
   local ports=()
   ports+=("origin:$(sed -n 's|^origin /bench: http://127.0.0.1:\([0-9]*\).*|\1|p' "$WORK/$name-$seed.out")")
@@ -208,11 +209,12 @@ PY
 )
   echo "$row" >> "$RESULTS"
   echo "$CASE seed $SEED: $sum" >> "$DETAIL"
+  echo "$CASE seed $SEED: prefetch $(json 'd["prefetch"]' <<< "$st")" >> "$DETAIL"
   echo "$row" >&2
   if ! awk -F'\t' '{ exit !($8 == 0) }' <<< "$row"; then
     echo "!! $CASE seed $SEED: failed reads; perchd log kept" >&2
     cp "$WORK/perchd-$CASE-$SEED.log" "$OUTDIR/faults-$STAMP-$CASE-$SEED.perchd.log"
-    grep -v $'\tok\t' "$WORK/reads-$CASE-$SEED.tsv" | head -50 > "$OUTDIR/faults-$STAMP-$CASE-$SEED.failed.tsv"
+    grep -v $'\tok\t' "$WORK/reads-$CASE-$SEED.tsv" > "$OUTDIR/faults-$STAMP-$CASE-$SEED.failed.tsv" || true
   fi
 }
 
@@ -289,3 +291,24 @@ CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 } > "$TXT"
 cat "$TXT"
 echo "wrote $TXT" >&2
+awk -F'\t' '$3 != "-" { printf "\"%s/%s\" %s %s\n", $1, $2, $3, ($12 == "-" ? 0 : $12) }' "$RESULTS" \
+  > "$WORK/plot.dat"
+gnuplot <<GP
+set terminal pngcairo size 1100,500 font ",10"
+set output "$OUTDIR/faults-$STAMP.png"
+set title "Fault economy ($STAMP, $(nproc) cores, loopback, 2 caches): bytes fetched / delivered and slowest read"
+set style data histograms
+set style fill solid 0.8 border -1
+set ylabel "fetched / delivered"
+set yrange [0.95:1.05]
+set y2label "slowest read (s)"
+set y2range [0:35]
+set ytics nomirror
+set y2tics
+set xtics rotate by -30
+set key top left
+set arrow from graph 0, first 1.02 to graph 1, first 1.02 nohead dt 2 lc rgb "red"
+plot "$WORK/plot.dat" using 2:xtic(1) title "fetched/delivered (target <= 1.02, dashed)" axes x1y1, \
+  '' using 3 title "slowest read, s" axes x1y2
+GP
+echo "wrote $OUTDIR/faults-$STAMP.png" >&2
