@@ -13,6 +13,8 @@
 #   kill      no faults; the cache that has served the most is SIGKILLed when
 #             40 % of the files are read
 #   stop      the same with SIGSTOP (a hung cache: connections open, no answer)
+#   kill2     no faults; both caches SIGKILLed when 40 % are read (the origin
+#             stays: perch-devfed's director names it once no cache is left)
 #   curl      FAULT % cut, each file fetched by curl through the director
 #             (-L) with --retry-all-errors: a client that restarts, not resumes
 # For each: bytes the origin and caches sent (nftables counters on the fault
@@ -149,8 +151,14 @@ wire() {
   bench_tcpcount_read | awk '{ t += $2; s = s sprintf("%s=%.1fMB/%d ", $1, $2 / 1e6, $3) }
     END { printf "%d %s\n", t, s }'
 }
-# The stop command for kill/stop: signal the cache whose proxy has sent the most.
+# The stop command for kill/stop: signal the cache whose proxy has sent the most
+# (kill2: every cache).
 signal_cmd() {
+  if [[ $1 == KILL2 ]]; then
+    echo "echo \"\$(date +%T.%N) SIGKILL every cache\" >> $WORK/events.log"
+    echo "kill -KILL $(sed -n 's|^cache /bench .* pid=||p' "$WORK/$CASE-$SEED.out" | tr '\n' ' ')"
+    return
+  fi
   cat <<EOF
 busiest=\$(source bench/lib.sh; WORK=$WORK TCPCOUNT_NAMES=(${TCPCOUNT_NAMES[*]}); bench_tcpcount_peek | grep '^cache' | sort -k2 -n | tail -1 | cut -d' ' -f1)
 pid=\$(sed -n "s|^cache /bench \${busiest#cache}: .* pid=||p" "$WORK/$CASE-$SEED.out")
@@ -260,6 +268,7 @@ for SEED in $SEEDS; do
       stall) run_perch stall "$SEED" 0 - --fault-stall "$STALL" ;;
       kill) run_perch kill "$SEED" "$AT" KILL $NOFAULT ;;
       stop) run_perch stop "$SEED" "$AT" STOP $NOFAULT ;;
+      kill2) run_perch kill2 "$SEED" "$AT" KILL2 $NOFAULT ;;
       curl) run_curl "$SEED" ;;
       *) echo "unknown case $c" >&2; exit 2 ;;
     esac
@@ -272,7 +281,7 @@ CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 {
   echo "Fault economy, $STAMP, $(nproc) cores ($CPU), $(free -g | awk '/Mem:/{print $2}') GiB RAM, loopback."
   echo "$NFILES files, $DELIVERED bytes ($SMALL_FILES of ~110 KB, $LARGE_MB MiB, $LARGE2_MB MiB), one shuffled"
-  echo "order, $READERS readers, each file compared byte-exact; perch-devfed --caches 2; cold perch per run."
+  echo "order, $READERS readers, each file compared byte-exact; perch-devfed --caches $CACHES; cold perch per run."
   echo "cut/reset: $FAULT of origin+cache response bodies; stall: $STALL; kill/stop: the busiest cache"
   echo "signalled after $AT files. wire/deliv: bytes the origin and caches delivered to perch's sockets"
   echo "(tcpdump: last ACK less first, per connection; HTTP headers and listings included) / bytes read;"
@@ -296,7 +305,7 @@ awk -F'\t' '$3 != "-" { printf "\"%s/%s\" %s %s\n", $1, $2, $3, ($12 == "-" ? 0 
 gnuplot <<GP
 set terminal pngcairo size 1100,500 font ",10"
 set output "$OUTDIR/faults-$STAMP.png"
-set title "Fault economy ($STAMP, $(nproc) cores, loopback, 2 caches): bytes fetched / delivered and slowest read"
+set title "Fault economy ($STAMP, $(nproc) cores, loopback, $CACHES caches): bytes fetched / delivered and slowest read"
 set style data histograms
 set style fill solid 0.8 border -1
 set ylabel "fetched / delivered"
