@@ -17,21 +17,23 @@
 #             stays: perch-devfed's director names it once no cache is left)
 #   curl      FAULT % cut, each file fetched by curl through the director
 #             (-L) with --retry-all-errors: a client that restarts, not resumes
-# For each: bytes the origin and caches sent (nftables counters on the fault
-# proxies' ports, TCP payload) / bytes delivered, perch's own counters
-# (bytes_from_network, failovers, resumes), failed and wrong reads, wall time,
-# read latency (p50/p99/max; for kill/stop: reads in flight at the signal or
-# started within 10 s after it) and perchd CPU seconds per GB delivered.
+# For each: bytes the origin and caches delivered to perch (tcpdump on the
+# fault proxies' ports: per connection perch's last ACK less its first) /
+# bytes read, perch's own counters (bytes_from_network, failovers, resumes),
+# failed and wrong reads, wall time, read latency (p50/p99/max; for kill/stop:
+# reads in flight at the signal or started within 5 s after it) and perchd CPU
+# seconds per GB delivered.
 # Targets: cut with 2 caches, fetched/delivered <= 1.02 and no failed read;
 # kill/stop: no failed read. Writes bench/results/faults-<date>.txt (and .png).
 #
-# Needs root (FUSE, nftables). Run from the repository root after a build
+# Needs root (FUSE, tcpdump). Run from the repository root after a build
 # (perchd, perchctl, perch-devfed):  sudo bench/faults.sh
-# CASES="base cut" RUNS=3 SEEDS="1 2 3" select what runs.
+# CASES="base cut" SEEDS="1 2 3" CACHES=2 select what runs; LOGDIR=DIR keeps
+# each run's perchd log, devfed stderr, per-file reads and capture.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-bench_setup faults nftables curl gnuplot-nox bc
+bench_setup faults tcpdump curl gnuplot-nox bc
 
 SMALL_FILES=${SMALL_FILES:-1000}
 LARGE_MB=${LARGE_MB:-64}
