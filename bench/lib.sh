@@ -105,3 +105,77 @@ bench_rclone() {
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc -l; }
+
+# bench_tcpcount_start NAME:PORT...: captures, with tcpdump on loopback, the
+# TCP headers of what clients send to each local PORT; bench_tcpcount_read then
+# tells how many bytes each server's answers delivered to its clients: per
+# connection, the last acknowledgement number less the first, so bytes
+# retransmitted (loopback drops them under load) are counted once and
+# bytes sent but never received not at all. HTTP headers are included.
+bench_tcpcount_start() {
+  TCPCOUNT_NAMES=("$@")
+  local filter="" np
+  for np in "$@"; do filter+="${filter:+ or }dst port ${np#*:}"; done
+  tcpdump -i lo -n -U --immediate-mode -s 96 -B 16384 -Z root -w "$WORK/tcpcount.pcap" "tcp and ($filter)" \
+    2> "$WORK/tcpcount.err" &
+  TCPCOUNT_PID=$!
+  for _ in $(seq 100); do grep -q listening "$WORK/tcpcount.err" && break; sleep 0.05; done
+}
+
+# bench_tcpcount_read -> "NAME BYTES CONNECTIONS" per port given to
+# bench_tcpcount_start; stops the capture (and says if it missed packets: on
+# lo the filter sees each packet twice, going out and coming in). bench_tcpcount_peek: the same so
+# far, the capture going on.
+bench_tcpcount_read() {
+  bench_tcpcount_stop
+  awk '/captured/ { c = $1 } /received by filter/ { r = $1 } /dropped by kernel/ { d = $1 }
+    END { if (2 * c < r || d) printf "tcpcount: %d of %d packets captured, %d dropped\n", c, r / 2, d }' \
+    "$WORK/tcpcount.err" >&2
+  bench_tcpcount_peek
+}
+bench_tcpcount_peek() {
+  python3 - "$WORK/tcpcount.pcap" "${TCPCOUNT_NAMES[@]}" <<'PY2'
+import struct, sys
+path, names = sys.argv[1], dict(a.split(":")[::-1] for a in sys.argv[2:])
+data = open(path, "rb").read()
+end = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+link = {1: 14, 113: 16, 276: 20, 0: 4}[struct.unpack(end + "I", data[20:24])[0]]
+conns, done, off = {}, [], 24  # (sport, dport) -> [first ack, furthest ack]
+while off + 16 <= len(data):
+    incl = struct.unpack(end + "I", data[off + 8:off + 12])[0]
+    if off + 16 + incl > len(data): break  # being written
+    pkt, off = data[off + 16 + link:off + 16 + incl], off + 16 + incl
+    ihl = (pkt[0] & 15) * 4
+    sport, dport, _, ack, _, flags = struct.unpack(">HHIIBB", pkt[ihl:ihl + 14])
+    key = (sport, dport)
+    if flags & 0x02:  # a new connection on this pair of ports
+        if key in conns: done.append((dport, conns.pop(key)))
+        continue
+    if not flags & 0x10: continue
+    c = conns.setdefault(key, [ack, 0])
+    c[1] = max(c[1], (ack - c[0]) % (1 << 32))
+done += [(k[1], c) for k, c in conns.items()]
+total = {p: [0, 0] for p in names}
+for port, c in done:
+    t = total[str(port)]
+    t[0] += c[1]
+    t[1] += 1
+for port, name in names.items():
+    print(name, *total[port])
+PY2
+}
+
+bench_tcpcount_stop() {
+  [[ -n ${TCPCOUNT_PID:-} ]] || return 0
+  sleep 1.5  # what the kernel holds for tcpdump is lost when it stops
+  kill -INT "$TCPCOUNT_PID" 2>/dev/null || true
+  # wait only works in the shell that started it, not in $(...)
+  for _ in $(seq 200); do kill -0 "$TCPCOUNT_PID" 2>/dev/null || break; sleep 0.05; done
+  wait "$TCPCOUNT_PID" 2>/dev/null || true
+  TCPCOUNT_PID=
+}
+
+# bench_cpu_ticks PID -> utime + stime of PID in clock ticks (getconf CLK_TCK).
+bench_cpu_ticks() {
+  awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
