@@ -66,27 +66,38 @@ FailoverPlan::Step FailoverPlan::Next(const std::string& what, Clock::time_point
   if (now >= deadline) {
     std::string msg = what + " ran past its deadline";
     if (!last_error_.ok()) msg += "; last error: " + last_error_.message();
-    return {Step::kFail, 0, core::DeadlineExceededError(msg)};
+    return {Step::kFail, 0, core::DeadlineExceededError(msg), {}};
   }
-  if (next_ < order_.size()) return {Step::kTry, order_[next_++], Status()};
-  if (!refreshed_ && not_found_ == 0 && denied_ == 0) {
-    refreshed_ = true;  // every server failed: the director's list may be stale
-    return {Step::kRefresh, 0, Status()};
+  if (next_ < order_.size()) return {Step::kTry, order_[next_++], Status(), {}};
+  if (refreshes_ < kMaxRefreshes && not_found_ == 0 && denied_ == 0) {
+    // Every server failed: the director's list may be stale.
+    static constexpr std::chrono::milliseconds kDelays[kMaxRefreshes] = {
+        std::chrono::milliseconds(0), std::chrono::milliseconds(500),
+        std::chrono::milliseconds(1500)};
+    auto delay = kDelays[refreshes_];
+    if (refreshes_ == 0 || now + delay < deadline) {
+      refreshes_++;
+      return {Step::kRefresh, 0, Status(), delay};
+    }
   }
   if (attempts_ > 0 && not_found_ == attempts_) {
-    return {Step::kFail, 0, core::NotFoundError(what + ": not found on any server")};
+    return {Step::kFail, 0, core::NotFoundError(what + ": not found on any server"), {}};
   }
   if (denied_ > 0) {
-    return {Step::kFail, 0, core::PermissionDeniedError(what + " refused: " + last_error_.message())};
+    return {Step::kFail, 0, core::PermissionDeniedError(what + " refused: " + last_error_.message()),
+            {}};
   }
   if (attempts_ == 0) {
-    return {Step::kFail, 0, core::UnavailableError(what + ": the director named no usable server",
-                                                   FailureSite::kDirector)};
+    return {Step::kFail, 0,
+            core::UnavailableError(what + ": the director named no usable server",
+                                   FailureSite::kDirector),
+            {}};
   }
   return {Step::kFail, 0,
           core::UnavailableError(what + " failed on all " + std::to_string(order_.size()) +
                                      " servers; last error: " + last_error_.message(),
-                                 last_error_.where())};
+                                 last_error_.where()),
+          {}};
 }
 
 FailureClass FailoverPlan::Fail(const Status& failure, long http_status) {

@@ -13,7 +13,9 @@
 // - cancellation and the read's deadline end the read at once.
 //
 // When every server failed for its own reasons, the director's answer may be
-// stale: the plan asks for it once more (kRefresh), then gives up with
+// stale (its caches just died; it drops them within moments and names the
+// origin): the plan asks for it again (kRefresh) up to kMaxRefreshes times,
+// after 0, 0.5 and 1.5 s, while the deadline allows, then gives up with
 // kUnavailable (retryable).
 //
 // Thread-safety: none; the federation client uses these on its loop thread.
@@ -81,6 +83,7 @@ class FailoverPlan {
     enum Kind { kTry, kRefresh, kFail } kind;
     size_t server = 0;     // kTry: index into the namespace's server list
     core::Status status;   // kFail: the read's result
+    std::chrono::milliseconds delay{0};  // kRefresh: wait this long first
   };
 
   // Starts (or, after kRefresh, restarts) the walk over `order`.
@@ -108,9 +111,10 @@ class FailoverPlan {
   const core::Status& last_error() const { return last_error_; }
 
  private:
+  static constexpr int kMaxRefreshes = 3;
   std::vector<size_t> order_;
   size_t next_ = 0;
-  bool refreshed_ = false;
+  int refreshes_ = 0;
   int attempts_ = 0, not_found_ = 0, denied_ = 0;
   core::Status last_error_;
 };

@@ -99,7 +99,15 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
   auto step = op->plan.Next("read of " + op->fed_path.str(), Clock::now(), op->deadline);
   if (step.kind == FailoverPlan::Step::kRefresh) {
     director_->Invalidate(op->ns);
-    Start(op);
+    if (step.delay.count() == 0) {
+      Start(op);
+    } else {
+      auto self = shared_from_this();
+      ctx_->loop.PostAfter(step.delay, [self, op] {
+        self->director_->Invalidate(op->ns);  // a read meanwhile may have put it back
+        self->Start(op);
+      });
+    }
     return;
   }
   if (step.kind == FailoverPlan::Step::kFail) {

@@ -40,7 +40,7 @@ TEST(FirstByteTimerTest, AdaptsWithinBounds) {
   EXPECT_EQ(t.Timeout(), std::chrono::milliseconds(10000));
 }
 
-TEST(FailoverPlanTest, ServerFaultsWalkTheListThenAskTheDirectorOnceThenFail) {
+TEST(FailoverPlanTest, ServerFaultsWalkTheListThenAskTheDirectorAgainWithBackoffThenFail) {
   FailoverPlan plan;
   auto now = Clock::now();
   auto deadline = now + std::chrono::seconds(10);
@@ -53,15 +53,38 @@ TEST(FailoverPlanTest, ServerFaultsWalkTheListThenAskTheDirectorOnceThenFail) {
   ASSERT_EQ(s.kind, FailoverPlan::Step::kTry);
   EXPECT_EQ(s.server, 0u);
   EXPECT_EQ(plan.Fail(core::UnavailableError("HTTP 503"), 503), FailureClass::kServer);
-  EXPECT_EQ(plan.Next("read of /x", now, deadline).kind, FailoverPlan::Step::kRefresh);
-  plan.Begin({0});
-  EXPECT_EQ(plan.Next("read of /x", now, deadline).kind, FailoverPlan::Step::kTry);
-  plan.Fail(core::UnavailableError("HTTP 502"), 502);
+  // The director may name other servers in a moment (its caches just died).
+  std::vector<std::chrono::milliseconds> delays;
+  for (int i = 0; i < 3; ++i) {
+    s = plan.Next("read of /x", now, deadline);
+    ASSERT_EQ(s.kind, FailoverPlan::Step::kRefresh) << i;
+    delays.push_back(s.delay);
+    plan.Begin({0});
+    ASSERT_EQ(plan.Next("read of /x", now, deadline).kind, FailoverPlan::Step::kTry);
+    plan.Fail(core::UnavailableError("HTTP 502"), 502);
+  }
+  EXPECT_EQ(delays, (std::vector<std::chrono::milliseconds>{std::chrono::milliseconds(0),
+                                                            std::chrono::milliseconds(500),
+                                                            std::chrono::milliseconds(1500)}));
   s = plan.Next("read of /x", now, deadline);
   ASSERT_EQ(s.kind, FailoverPlan::Step::kFail);
   EXPECT_EQ(s.status.code(), StatusCode::kUnavailable);
   EXPECT_TRUE(s.status.retryable());
   EXPECT_NE(s.status.message().find("failed on all"), std::string::npos);
+}
+
+TEST(FailoverPlanTest, NoRefreshThatTheDeadlineCannotWaitFor) {
+  FailoverPlan plan;
+  auto now = Clock::now();
+  auto deadline = now + std::chrono::milliseconds(300);
+  plan.Begin({0});
+  plan.Next("r", now, deadline);
+  plan.Fail(core::UnavailableError("reset"), 0);
+  EXPECT_EQ(plan.Next("r", now, deadline).kind, FailoverPlan::Step::kRefresh);  // at once
+  plan.Begin({0});
+  plan.Next("r", now, deadline);
+  plan.Fail(core::UnavailableError("reset"), 0);
+  EXPECT_EQ(plan.Next("r", now, deadline).kind, FailoverPlan::Step::kFail);  // 500 ms > 300 ms
 }
 
 TEST(FailoverPlanTest, NotFoundEverywhereIsTheObjectsAnswer) {
