@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace perch {
 
@@ -15,9 +16,23 @@ struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct DaemonConfig {
+// One federation mounted ([[mount]] in TOML). Every mount shares the cache
+// (directory, quota, LRU), the fetch budget and the control socket.
+struct MountConfig {
   std::string federation_url;
   std::string mountpoint;
+  std::string token_file;  // "" = the top-level token_file
+  // [mount.tokens]: token files per federation path prefix, before the top-level [tokens].
+  std::map<std::string, std::string> namespace_tokens;
+  bool allow_nonempty_mountpoint = false;  // or the top-level one
+};
+
+struct DaemonConfig {
+  // The one-mount form (top-level keys, positional arguments) ...
+  std::string federation_url;
+  std::string mountpoint;
+  // ... or [[mount]] tables; not both.
+  std::vector<MountConfig> mounts;
   std::string cache_dir = "/var/cache/perch";
   uint64_t cache_size = 10ULL << 30;
   uint64_t block_size = 4ULL << 20;
@@ -61,7 +76,11 @@ std::chrono::milliseconds ParseDuration(const std::string& text, const std::stri
 // Applies the TOML file at `path` over `config`. Unknown keys are errors.
 void ApplyConfigFile(const std::string& path, DaemonConfig* config);
 
-// Checks cross-field rules (watermarks, block size bounds, control and metrics
+// The mounts to serve: `mounts`, or the one-mount form as a list of one.
+std::vector<MountConfig> MountsOf(const DaemonConfig& config);
+
+// Checks cross-field rules (at least one mount, mountpoints and federations
+// distinct, watermarks, block size bounds, control and metrics
 // addresses on loopback unless allowed). Throws ConfigError.
 void Validate(const DaemonConfig& config);
 
