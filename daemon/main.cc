@@ -65,9 +65,9 @@ core::StackOptions StackOptionsOf(const DaemonConfig& cfg) {
   o.scheduler = core::SchedulerOptions{cfg.max_requests_in_flight, cfg.max_bytes_in_flight, 0.75};
   o.reader.block_size = cfg.block_size;
   o.prefetch = cfg.prefetch;
-  o.readahead = cfg.readahead;
-  o.prefetch_dir_max_entries = cfg.prefetch_dir_max_entries;
-  o.hint_window = cfg.hint_window;
+  o.prefetch_options.max_window_bytes = cfg.readahead;
+  o.prefetch_options.dir_max_entries = cfg.prefetch_dir_max_entries;
+  o.prefetch_options.hint_window = cfg.hint_window;
   return o;
 }
 

@@ -165,15 +165,13 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
   m.names_ = std::make_unique<NamespaceCache>(*s.origin, index_, s.names);
   m.reader_ = std::make_unique<BlockReader>(*s.origin, store_, disk_, options_.reader, m.listener_.get(), &scheduler_);
   if (options_.prefetch) {
-    PrefetchOptions popts;
+    PrefetchOptions popts = options_.prefetch_options;
     // Nothing is fetched ahead so far that it would push out what is being
     // read (of the quota as the filesystem caps it: a small disk prefetches
     // less), and one directory's prefetch never flushes the cache.
     const uint64_t quota = catalog_.capacity_bytes();
-    popts.max_window_bytes = std::min(options_.readahead, quota / 8);
-    popts.dir_max_entries = options_.prefetch_dir_max_entries;
-    popts.dir_max_bytes = quota / 8;
-    popts.hint_window = options_.hint_window;
+    popts.max_window_bytes = std::min(popts.max_window_bytes, quota / 8);
+    popts.dir_max_bytes = std::min(popts.dir_max_bytes, quota / 8);
     m.prefetcher_ = std::make_unique<Prefetcher>(
         *m.names_, *m.reader_, jobs_, popts,
         [fed = s.federation_id](const ObjectPath& p, const FileAttr& a) { return ObjectIdFor(fed, p, a); });

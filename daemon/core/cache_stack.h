@@ -45,10 +45,10 @@ struct StackOptions {
   CatalogOptions catalog;
   SchedulerOptions scheduler;
   BlockReaderOptions reader;
-  bool prefetch = true;                       // read-ahead, directory prefetch, hints
-  uint64_t readahead = 64ULL << 20;           // capped to quota/8
-  size_t prefetch_dir_max_entries = 4096;
-  size_t hint_window = 512;
+  bool prefetch = true;  // a Prefetcher per mount (read-ahead, directory prefetch, hints)
+  // Its options; max_window_bytes and dir_max_bytes are capped to an eighth
+  // of the effective quota.
+  PrefetchOptions prefetch_options;
   WarmerOptions warmer;
   // Access times reach the index (and the free space is re-read) this often;
   // zero: no timer (tests call Flush themselves).
