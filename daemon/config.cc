@@ -236,10 +236,8 @@ std::vector<MountConfig> MountsOf(const DaemonConfig& c) {
 }
 
 void Validate(const DaemonConfig& c) {
-  std::vector<MountConfig> mounts = MountsOf(c);
-  if (mounts.empty()) throw ConfigError("FEDERATION_URL and MOUNTPOINT (or [[mount]] tables) are required (see --help)");
   std::set<std::string> mountpoints, federations;
-  for (const MountConfig& m : mounts) {
+  for (const MountConfig& m : MountsOf(c)) {
     if (m.federation_url.empty() || m.mountpoint.empty()) {
       throw ConfigError("FEDERATION_URL and MOUNTPOINT are required (see --help)");
     }

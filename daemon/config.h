@@ -79,7 +79,7 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* config);
 // The mounts to serve: `mounts`, or the one-mount form as a list of one.
 std::vector<MountConfig> MountsOf(const DaemonConfig& config);
 
-// Checks cross-field rules (at least one mount, mountpoints and federations
+// Checks cross-field rules (each mount complete, mountpoints and federations
 // distinct, watermarks, block size bounds, control and metrics
 // addresses on loopback unless allowed). Throws ConfigError.
 void Validate(const DaemonConfig& config);

@@ -369,6 +369,9 @@ int main(int argc, char** argv) {
     if (metrics_allow_remote) cfg.metrics_allow_remote = true;
     if (allow_nonempty_mountpoint) cfg.allow_nonempty_mountpoint = true;
     if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
+    if (perch::MountsOf(cfg).empty()) {
+      throw ConfigError("FEDERATION_URL and MOUNTPOINT (or [[mount]] tables in --config) are required (see --help)");
+    }
     perch::Validate(cfg);
   } catch (const ConfigError& e) {
     std::cerr << "perchd: " << e.what() << "\n";
