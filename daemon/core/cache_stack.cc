@@ -163,7 +163,9 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
   const MountSpec& s = m.spec_;
   m.listener_ = std::make_unique<Mount::Listener>(catalog_, m);
   m.names_ = std::make_unique<NamespaceCache>(*s.origin, index_, s.names);
-  m.reader_ = std::make_unique<BlockReader>(*s.origin, store_, disk_, options_.reader, m.listener_.get(), &scheduler_);
+  BlockReaderOptions ropts = options_.reader;
+  ropts.flow_prefix = m.tag_ + ":";  // fair between namespaces of every mount
+  m.reader_ = std::make_unique<BlockReader>(*s.origin, store_, disk_, ropts, m.listener_.get(), &scheduler_);
   if (options_.prefetch) {
     PrefetchOptions popts = options_.prefetch_options;
     // Nothing is fetched ahead so far that it would push out what is being
