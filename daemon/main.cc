@@ -50,7 +50,8 @@ int ExitFor(const core::Status& s) {
 
 core::Status DiskSpace(const std::string& dir, uint64_t* total, uint64_t* free) {
   struct statvfs st {};
-  if (::statvfs(dir.c_str(), &st) != 0) return core::InternalError(std::string("statvfs: ") + std::strerror(errno));
+  if (::statvfs(dir.c_str(), &st) != 0)
+    return core::InternalError(std::string("statvfs: ") + std::strerror(errno));
   *total = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
   *free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
   return core::Status::Ok();
@@ -86,7 +87,8 @@ core::Result<std::vector<std::unique_ptr<Federation>>> PrepareMounts(const Daemo
   for (const MountConfig& m : MountsOf(cfg)) {
     auto url = http::ParseFederationUrl(m.federation_url);
     if (!url.ok()) return url.status();
-    if (core::Status s = fuse::PrepareMountpoint(m.mountpoint, m.allow_nonempty_mountpoint || cfg.allow_nonempty_mountpoint);
+    if (core::Status s = fuse::PrepareMountpoint(
+            m.mountpoint, m.allow_nonempty_mountpoint || cfg.allow_nonempty_mountpoint);
         !s.ok()) {
       return s;
     }
@@ -99,11 +101,13 @@ core::Result<std::vector<std::unique_ptr<Federation>>> PrepareMounts(const Daemo
 }
 
 // Adds `f` to the stack over its own client, and checks that it can serve.
-core::Status AddMount(const DaemonConfig& cfg, http::CurlLoop& loop, core::CacheStack& stack, Federation& f) {
+core::Status AddMount(const DaemonConfig& cfg, http::CurlLoop& loop, core::CacheStack& stack,
+                      Federation& f) {
   http::FederationClientOptions client_opts;
   client_opts.token_file = f.cfg.token_file.empty() ? cfg.token_file : f.cfg.token_file;
   client_opts.namespace_token_files = f.cfg.namespace_tokens;
-  client_opts.namespace_token_files.insert(cfg.namespace_tokens.begin(), cfg.namespace_tokens.end());
+  client_opts.namespace_token_files.insert(cfg.namespace_tokens.begin(),
+                                           cfg.namespace_tokens.end());
   f.client = std::make_unique<http::FederationClient>(loop, f.url, client_opts);
   core::MountSpec spec;
   spec.federation_id = f.url.ToString();
@@ -121,11 +125,14 @@ core::Status AddMount(const DaemonConfig& cfg, http::CurlLoop& loop, core::Cache
     auto other = http::ParseFederationUrl(text);
     if (!other.ok()) return other.status();
     if (other->discovery_url != fed.discovery_url) {
-      return core::InvalidArgumentError(std::string(text) + " names another federation than " + fed.ToString());
+      return core::InvalidArgumentError(std::string(text) + " names another federation than " +
+                                        fed.ToString());
     }
     return other->path.str();
   };
-  spec.last_server = [client = f.client.get()](const core::ObjectPath& p) { return client->LastServer(p); };
+  spec.last_server = [client = f.client.get()](const core::ObjectPath& p) {
+    return client->LastServer(p);
+  };
   auto mount = stack.AddMount(std::move(spec));
   if (!mount.ok()) return mount.status();
   f.mount = *mount;
@@ -142,7 +149,8 @@ core::Result<fuse::FuseOptions> FuseOptionsOf(const DaemonConfig& cfg, core::Cac
   if (!cfg.protected_group.empty()) {
     struct group* g = ::getgrnam(cfg.protected_group.c_str());
     if (g == nullptr) {
-      return core::InvalidArgumentError("protected_group '" + cfg.protected_group + "' is not a group on this node");
+      return core::InvalidArgumentError("protected_group '" + cfg.protected_group +
+                                        "' is not a group on this node");
     }
     o.restricted_gid = static_cast<int>(g->gr_gid);
   }
@@ -156,7 +164,8 @@ core::Result<fuse::FuseOptions> FuseOptionsOf(const DaemonConfig& cfg, core::Cac
 }
 
 // Sums the federation clients' counters (the one loop's queue is shared).
-core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& feds, const http::CurlLoop& loop) {
+core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& feds,
+                             const http::CurlLoop& loop) {
   core::NetworkStats n;
   n.inflight_requests = loop.InFlight();
   n.queued_requests = loop.Queued();
@@ -232,7 +241,8 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   auto lock = store::CacheDirLock::Acquire(cfg.cache_dir);
   if (!lock.ok()) return ExitFor(core::InternalError(lock.status().message()));
   auto index = store::RocksDbIndex::Open((std::filesystem::path(cfg.cache_dir) / "index").string());
-  if (!index.ok()) return ExitFor(core::InternalError("cannot open the cache index: " + index.status().message()));
+  if (!index.ok())
+    return ExitFor(core::InternalError("cannot open the cache index: " + index.status().message()));
   store::FileBlockStore blocks(cfg.cache_dir);
   http::CurlLoop::Options loop_opts;
   loop_opts.max_in_flight = cfg.max_requests_in_flight;
@@ -243,7 +253,8 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   ThreadPoolExecutor jobs(4);  // background work that may block: warm walks, listings, hints
   core::CacheStack stack(**index, blocks, disk, jobs, StackOptionsOf(cfg));
   int rc = 0;
-  if (core::Status s = stack.Open([&](const core::Status& why) { return (*index)->Reset(why); }); !s.ok()) {
+  if (core::Status s = stack.Open([&](const core::Status& why) { return (*index)->Reset(why); });
+      !s.ok()) {
     rc = ExitFor(core::InternalError(s.message()));
   }
   for (size_t i = 0; rc == 0 && i < feds->size(); ++i) {
@@ -256,7 +267,9 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
     Federation& f = *(*feds)[i];
     fuse::FuseOptions o = *fopts;
     o.fsname = "perch:" + f.url.ToString();
-    o.xattrs = [m = f.mount](const core::ObjectPath& p, const core::FileAttr& a) { return m->Xattrs(p, a); };
+    o.xattrs = [m = f.mount](const core::ObjectPath& p, const core::FileAttr& a) {
+      return m->Xattrs(p, a);
+    };
     f.server = std::make_unique<fuse::FuseServer>(f.mount->fs(), o);
     f.mount->set_mounted_probe([s = f.server.get()] { return s->mounted(); });
   }
@@ -264,7 +277,9 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   // The control plane: perchctl over gRPC, Prometheus, warm jobs.
   core::NodeControl node(
       stack, cfg.cache_dir, op_metrics, [&feds, &loop] { return NetworkOf(*feds, loop); },
-      [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) { return DiskSpace(dir, total, free); });
+      [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {
+        return DiskSpace(dir, total, free);
+      });
   control::MetricsServer metrics(node);
   control::ControlServer control(node);
   if (rc == 0 && !cfg.metrics_address.empty()) {
@@ -273,11 +288,13 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
     }
   }
   control::ControlOptions copts;
-  copts.address = cfg.control_address.empty() ? "unix:" + DefaultControlSocket() : cfg.control_address;
+  copts.address =
+      cfg.control_address.empty() ? "unix:" + DefaultControlSocket() : cfg.control_address;
   copts.socket_group = cfg.control_group;
   copts.metrics_address = metrics.address();
   if (rc == 0) {
-    if (core::Status s = control.Start(copts); !s.ok()) rc = ExitFor(core::InternalError(s.message()));
+    if (core::Status s = control.Start(copts); !s.ok())
+      rc = ExitFor(core::InternalError(s.message()));
   }
   for (size_t i = 0; rc == 0 && i < feds->size(); ++i) {
     Federation& f = *(*feds)[i];
@@ -285,8 +302,8 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
       rc = ExitFor(core::InvalidArgumentError(s.message()));
       break;
     }
-    spdlog::info("mounted {} at {} (cache {}, {} MiB, blocks of {} KiB)", f.url.ToString(), f.cfg.mountpoint,
-                 cfg.cache_dir, cfg.cache_size >> 20, cfg.block_size >> 10);
+    spdlog::info("mounted {} at {} (cache {}, {} MiB, blocks of {} KiB)", f.url.ToString(),
+                 f.cfg.mountpoint, cfg.cache_dir, cfg.cache_size >> 20, cfg.block_size >> 10);
   }
   core::Status run;
   if (rc == 0) {
@@ -313,79 +330,9 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   return rc;
 }
 
-}  // namespace
-}  // namespace perch
-
-int main(int argc, char** argv) {
-  // Everything perchd creates (block files, the index, sockets' directories)
-  // is private to it: cached paths of protected namespaces must not leak.
-  ::umask(077);
-  using perch::ConfigError;
-  perch::DaemonConfig cfg;
-  CLI::App app{"perchd: mount a Pelican/OSDF federation namespace read-only, with a persistent node cache.\n"
-               "Example: perchd --cache-dir /var/cache/perch --cache-size 50G osdf:///ospool/uc-shared/public /osdf"};
-  std::string config_file, cache_size, block_size, op_timeout;
-  app.add_option("--config", config_file, "TOML configuration file (flags override it)")->check(CLI::ExistingFile);
-  app.add_option("--cache-dir", cfg.cache_dir, "cache directory (block files and index)");
-  app.add_option("--cache-size", cache_size, "cache quota, e.g. 50G (default 10G)");
-  app.add_option("--block-size", block_size, "block size for large objects, e.g. 4M (default 4M)");
-  app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error");
-  app.add_option("--ca-file", cfg.ca_file, "extra CA bundle for the federation's https servers");
-  app.add_option("--token-file", cfg.token_file, "bearer token file for protected namespaces");
-  app.add_option("--protected-group", cfg.protected_group,
-                 "group that may read namespaces requiring a token (default: root only)");
-  app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
-  app.add_flag("-f,--foreground", cfg.foreground, "stay in the foreground (systemd, debugging)");
-  std::string control_address, metrics_address;
-  app.add_option("--control", control_address,
-                 "control API address: unix:PATH or tcp:127.0.0.1:PORT (default unix:" + perch::DefaultControlSocket() + ")");
-  bool no_prefetch = false;
-  app.add_flag("--no-prefetch", no_prefetch, "no read-ahead, directory prefetch or hints (benchmarks)");
-  std::string control_group;
-  app.add_option("--control-group", control_group, "group owning the control socket: its members may use perchctl");
-  app.add_option("--metrics", metrics_address, "serve Prometheus metrics at http://IP:PORT/metrics (loopback)");
-  bool metrics_allow_remote = false, allow_nonempty_mountpoint = false;
-  app.add_flag("--metrics-allow-remote", metrics_allow_remote,
-               "allow --metrics on a non-loopback address (the endpoint has no authentication)");
-  app.add_flag("--allow-nonempty-mountpoint", allow_nonempty_mountpoint,
-               "mount over a directory that has entries (they are hidden while mounted)");
-  std::string url, mountpoint;
-  app.add_option("FEDERATION_URL", url, "pelican://host/path, osdf:///path or http(s)://host:port/path");
-  app.add_option("MOUNTPOINT", mountpoint, "an existing empty directory");
-  if (auto rc = perch::cli::Parse(app, argc, argv)) return *rc;
-  try {
-    if (!config_file.empty()) perch::ApplyConfigFile(config_file, &cfg);
-    if (!url.empty() || !mountpoint.empty()) {
-      cfg.mounts.clear();  // the arguments name the one mount
-      cfg.federation_url = url;
-      cfg.mountpoint = mountpoint;
-    }
-    if (!cache_size.empty()) cfg.cache_size = perch::ParseSize(cache_size, "--cache-size");
-    if (!block_size.empty()) cfg.block_size = perch::ParseSize(block_size, "--block-size");
-    if (!control_address.empty()) cfg.control_address = control_address;
-    if (no_prefetch) cfg.prefetch = false;
-    if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
-    if (!control_group.empty()) cfg.control_group = control_group;
-    if (metrics_allow_remote) cfg.metrics_allow_remote = true;
-    if (allow_nonempty_mountpoint) cfg.allow_nonempty_mountpoint = true;
-    if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
-    if (perch::MountsOf(cfg).empty()) {
-      throw ConfigError("FEDERATION_URL and MOUNTPOINT (or [[mount]] tables in --config) are required (see --help)");
-    }
-    perch::Validate(cfg);
-  } catch (const ConfigError& e) {
-    std::cerr << "perchd: " << e.what() << "\n";
-    return 2;
-  }
-  spdlog::set_default_logger(spdlog::stderr_color_mt("perchd"));
-  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-
-  if (cfg.foreground) {
-    return perch::Serve(cfg, [] {});
-  }
-  // Background: fork before any thread exists; the parent waits until the
-  // child has mounted (or failed) so that the exit status tells the truth.
+// Forks before any thread exists; the parent waits until the child has
+// mounted (or failed) so that the exit status tells the truth.
+int ServeInTheBackground(const DaemonConfig& cfg) {
   int pipefd[2];
   if (pipe(pipefd) != 0) {
     std::perror("perchd: pipe");
@@ -404,7 +351,7 @@ int main(int argc, char** argv) {
   }
   close(pipefd[0]);
   setsid();
-  int rc = perch::Serve(cfg, [&] {
+  int rc = Serve(cfg, [&] {
     char ok = 0;
     if (write(pipefd[1], &ok, 1) != 1) {
       // The parent is gone; nothing to tell.
@@ -426,4 +373,88 @@ int main(int argc, char** argv) {
     // Already reported ready, or the parent is gone.
   }
   return rc;
+}
+
+}  // namespace
+}  // namespace perch
+
+int main(int argc, char** argv) {
+  // Everything perchd creates (block files, the index, sockets' directories)
+  // is private to it: cached paths of protected namespaces must not leak.
+  ::umask(077);
+  using perch::ConfigError;
+  perch::DaemonConfig cfg;
+  CLI::App app{
+      "perchd: mount a Pelican/OSDF federation namespace read-only, with a persistent node cache.\n"
+      "Example: perchd --cache-dir /var/cache/perch --cache-size 50G "
+      "osdf:///ospool/uc-shared/public /osdf"};
+  std::string config_file, cache_size, block_size, op_timeout;
+  app.add_option("--config", config_file, "TOML configuration file (flags override it)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cache-dir", cfg.cache_dir, "cache directory (block files and index)");
+  app.add_option("--cache-size", cache_size, "cache quota, e.g. 50G (default 10G)");
+  app.add_option("--block-size", block_size, "block size for large objects, e.g. 4M (default 4M)");
+  app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error");
+  app.add_option("--ca-file", cfg.ca_file, "extra CA bundle for the federation's https servers");
+  app.add_option("--token-file", cfg.token_file, "bearer token file for protected namespaces");
+  app.add_option("--protected-group", cfg.protected_group,
+                 "group that may read namespaces requiring a token (default: root only)");
+  app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
+  app.add_flag("-f,--foreground", cfg.foreground, "stay in the foreground (systemd, debugging)");
+  std::string control_address, metrics_address;
+  app.add_option("--control", control_address,
+                 "control API address: unix:PATH or tcp:127.0.0.1:PORT (default unix:" +
+                     perch::DefaultControlSocket() + ")");
+  bool no_prefetch = false;
+  app.add_flag("--no-prefetch", no_prefetch,
+               "no read-ahead, directory prefetch or hints (benchmarks)");
+  std::string control_group;
+  app.add_option("--control-group", control_group,
+                 "group owning the control socket: its members may use perchctl");
+  app.add_option("--metrics", metrics_address,
+                 "serve Prometheus metrics at http://IP:PORT/metrics (loopback)");
+  bool metrics_allow_remote = false, allow_nonempty_mountpoint = false;
+  app.add_flag("--metrics-allow-remote", metrics_allow_remote,
+               "allow --metrics on a non-loopback address (the endpoint has no authentication)");
+  app.add_flag("--allow-nonempty-mountpoint", allow_nonempty_mountpoint,
+               "mount over a directory that has entries (they are hidden while mounted)");
+  std::string url, mountpoint;
+  app.add_option("FEDERATION_URL", url,
+                 "pelican://host/path, osdf:///path or http(s)://host:port/path");
+  app.add_option("MOUNTPOINT", mountpoint, "an existing empty directory");
+  if (auto rc = perch::cli::Parse(app, argc, argv)) return *rc;
+  try {
+    if (!config_file.empty()) perch::ApplyConfigFile(config_file, &cfg);
+    if (!url.empty() || !mountpoint.empty()) {
+      cfg.mounts.clear();  // the arguments name the one mount
+      cfg.federation_url = url;
+      cfg.mountpoint = mountpoint;
+    }
+    if (!cache_size.empty()) cfg.cache_size = perch::ParseSize(cache_size, "--cache-size");
+    if (!block_size.empty()) cfg.block_size = perch::ParseSize(block_size, "--block-size");
+    if (!control_address.empty()) cfg.control_address = control_address;
+    if (no_prefetch) cfg.prefetch = false;
+    if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
+    if (!control_group.empty()) cfg.control_group = control_group;
+    if (metrics_allow_remote) cfg.metrics_allow_remote = true;
+    if (allow_nonempty_mountpoint) cfg.allow_nonempty_mountpoint = true;
+    if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
+    if (perch::MountsOf(cfg).empty()) {
+      throw ConfigError(
+          "FEDERATION_URL and MOUNTPOINT (or [[mount]] tables in --config) are required (see "
+          "--help)");
+    }
+    perch::Validate(cfg);
+  } catch (const ConfigError& e) {
+    std::cerr << "perchd: " << e.what() << "\n";
+    return 2;
+  }
+  spdlog::set_default_logger(spdlog::stderr_color_mt("perchd"));
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  if (cfg.foreground) {
+    return perch::Serve(cfg, [] {});
+  }
+  return perch::ServeInTheBackground(cfg);
 }

@@ -11,7 +11,8 @@ namespace perch::core {
 class Mount::Listener : public BlockListener {
  public:
   Listener(CacheCatalog& catalog, const Mount& mount) : catalog_(catalog), mount_(mount) {}
-  void Stored(const BlockKey& key, uint64_t length, const ObjectPath& path, const ObjectVersion& version) override {
+  void Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
+              const ObjectVersion& version) override {
     catalog_.Stored(key, length, mount_.CatalogPath(path), version);
   }
   void Touched(const BlockKey& key, uint64_t length) override { catalog_.Touched(key, length); }
@@ -50,15 +51,19 @@ std::string Mount::FederationPath(const ObjectPath& p) const {
   return spec_.federation_prefix.str() + p.str();
 }
 
-std::vector<CachedObject> Mount::List(const ObjectPath& prefix, const std::string& after, size_t limit) const {
+std::vector<CachedObject> Mount::List(const ObjectPath& prefix, const std::string& after,
+                                      size_t limit) const {
   std::string catalog_after;
-  if (auto a = ObjectPath::Parse(after); !after.empty() && a.ok()) catalog_after = CatalogPath(*a).str();
+  if (auto a = ObjectPath::Parse(after); !after.empty() && a.ok())
+    catalog_after = CatalogPath(*a).str();
   auto objects = catalog_.List(CatalogPath(prefix), catalog_after, limit);
   for (CachedObject& o : objects) o.path = FromCatalogPath(o.path).value_or(o.path);
   return objects;
 }
 
-Result<EvictResult> Mount::Evict(const ObjectPath& prefix) { return catalog_.Evict(CatalogPath(prefix)); }
+Result<EvictResult> Mount::Evict(const ObjectPath& prefix) {
+  return catalog_.Evict(CatalogPath(prefix));
+}
 Status Mount::Pin(const ObjectPath& prefix) { return catalog_.Pin(CatalogPath(prefix)); }
 Status Mount::Unpin(const ObjectPath& prefix) { return catalog_.Unpin(CatalogPath(prefix)); }
 
@@ -78,9 +83,11 @@ std::map<std::string, std::string> Mount::Xattrs(const ObjectPath& p, const File
     x["user.perch.cache_id"] = id;
     x["user.perch.cached_bytes"] = std::to_string(catalog_.CachedBytes(id));
     // The federation URL of the root ends in '/', one of a prefix does not.
-    x["user.perch.url"] = spec_.federation_id + (spec_.federation_prefix.IsRoot() ? p.str().substr(1) : p.str());
+    x["user.perch.url"] =
+        spec_.federation_id + (spec_.federation_prefix.IsRoot() ? p.str().substr(1) : p.str());
     if (spec_.last_server) {
-      if (std::string server = spec_.last_server(p); !server.empty()) x["user.perch.server"] = server;
+      if (std::string server = spec_.last_server(p); !server.empty())
+        x["user.perch.server"] = server;
     }
   }
   return x;
@@ -90,20 +97,25 @@ Status Mount::CheckRoot(std::chrono::milliseconds timeout) {
   auto root = names_->GetAttr(ObjectPath(), DeadlineAfter(timeout));
   if (root.ok()) {
     if (root->is_dir) return Status::Ok();
-    return InvalidArgumentError(spec_.federation_id + " is a file, not a directory; mount its parent");
+    return InvalidArgumentError(spec_.federation_id +
+                                " is a file, not a directory; mount its parent");
   }
   bool unreachable = root.status().code() == StatusCode::kUnavailable ||
                      root.status().code() == StatusCode::kDeadlineExceeded;
   if (unreachable && names_->HasPersistedEntries()) {
-    spdlog::warn("federation {} unreachable ({}); serving the cached namespace and retrying in the background",
-                 spec_.federation_id, root.status().message());
+    spdlog::warn(
+        "federation {} unreachable ({}); serving the cached namespace and retrying in the "
+        "background",
+        spec_.federation_id, root.status().message());
     return Status::Ok();
   }
-  return Status(root.status().code(), "cannot mount " + spec_.federation_id + ": " + root.status().message(),
+  return Status(root.status().code(),
+                "cannot mount " + spec_.federation_id + ": " + root.status().message(),
                 root.status().where(), root.status().retryable());
 }
 
-CacheStack::CacheStack(Index& index, BlockStore& store, Executor& disk, Executor& jobs, StackOptions options)
+CacheStack::CacheStack(Index& index, BlockStore& store, Executor& disk, Executor& jobs,
+                       StackOptions options)
     : index_(index),
       store_(store),
       disk_(disk),
@@ -128,7 +140,8 @@ Status CacheStack::Open(const std::function<Status(const Status&)>& reset_index)
     if (Status s = reset_index(loaded); !s.ok()) return s;
     loaded = catalog_.Load();
   }
-  if (!loaded.ok()) return Status(loaded.code(), "cannot read the cache index: " + loaded.ToString());
+  if (!loaded.ok())
+    return Status(loaded.code(), "cannot read the cache index: " + loaded.ToString());
   catalog_.Reconcile();  // background: orphans, leftovers, records without files
   if (options_.flush_period.count() > 0) ScheduleFlush();
   return Status::Ok();
@@ -150,8 +163,8 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
   if (spec.origin == nullptr) return InvalidArgumentError("a mount needs an origin");
   for (Mount* m : mounts()) {
     if (m->spec().federation_id == spec.federation_id) {
-      return InvalidArgumentError(spec.federation_id + " is mounted twice (at " + m->spec().mountpoint + " and " +
-                                  spec.mountpoint + ")");
+      return InvalidArgumentError(spec.federation_id + " is mounted twice (at " +
+                                  m->spec().mountpoint + " and " + spec.mountpoint + ")");
     }
   }
   std::string tag = TagOf(spec.federation_id);
@@ -165,7 +178,8 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
   m.names_ = std::make_unique<NamespaceCache>(*s.origin, index_, s.names);
   BlockReaderOptions ropts = options_.reader;
   ropts.flow_prefix = m.tag_ + ":";  // fair between namespaces of every mount
-  m.reader_ = std::make_unique<BlockReader>(*s.origin, store_, disk_, ropts, m.listener_.get(), &scheduler_);
+  m.reader_ = std::make_unique<BlockReader>(*s.origin, store_, disk_, ropts, m.listener_.get(),
+                                            &scheduler_);
   if (options_.prefetch) {
     PrefetchOptions popts = options_.prefetch_options;
     // Nothing is fetched ahead so far that it would push out what is being
@@ -176,7 +190,9 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
     popts.dir_max_bytes = std::min(popts.dir_max_bytes, quota / 8);
     m.prefetcher_ = std::make_unique<Prefetcher>(
         *m.names_, *m.reader_, jobs_, popts,
-        [fed = s.federation_id](const ObjectPath& p, const FileAttr& a) { return ObjectIdFor(fed, p, a); });
+        [fed = s.federation_id](const ObjectPath& p, const FileAttr& a) {
+          return ObjectIdFor(fed, p, a);
+        });
   }
   m.fs_ = std::make_unique<FileSystem>(*m.names_, *m.reader_, s.fs, m.prefetcher_.get());
   WarmerOptions wopts = options_.warmer;

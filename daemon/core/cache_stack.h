@@ -56,16 +56,16 @@ struct StackOptions {
 };
 
 struct MountSpec {
-  std::string federation_id;   // the federation URL as users see it (pelican://host/prefix)
+  std::string federation_id;     // the federation URL as users see it (pelican://host/prefix)
   ObjectPath federation_prefix;  // the mounted path in the federation
   // The federation itself (its discovery URL; "" = federation_id): mounts of
   // one federation see the same federation paths, mounts of two do not.
   std::string federation;
-  Origin* origin = nullptr;    // the federation; outlives the stack
-  std::string mountpoint;      // where users see it ("" in tests)
-  NamespaceOptions names;      // key_prefix is set by AddMount
+  Origin* origin = nullptr;  // the federation; outlives the stack
+  std::string mountpoint;    // where users see it ("" in tests)
+  NamespaceOptions names;    // key_prefix is set by AddMount
   std::chrono::milliseconds op_timeout{30000};
-  FileSystemOptions fs;        // op_timeout and federation_id are set by AddMount
+  FileSystemOptions fs;  // op_timeout and federation_id are set by AddMount
   // The federation path a URL names (osdf:///ns/x -> /ns/x); an error when
   // malformed or of another federation. May be empty (URLs refused).
   std::function<Result<std::string>(std::string_view url)> path_of_url;
@@ -97,7 +97,8 @@ class Mount {
   std::string FederationPath(const ObjectPath& p) const;
 
   // The catalog, by this mount's object paths.
-  std::vector<CachedObject> List(const ObjectPath& prefix, const std::string& after, size_t limit) const;
+  std::vector<CachedObject> List(const ObjectPath& prefix, const std::string& after,
+                                 size_t limit) const;
   Result<EvictResult> Evict(const ObjectPath& prefix);
   Status Pin(const ObjectPath& prefix);
   Status Unpin(const ObjectPath& prefix);
@@ -186,7 +187,7 @@ class CacheStack {
   const StackOptions options_;
   CacheCatalog catalog_;
   FetchScheduler scheduler_;
-  mutable std::mutex mu_;  // a leaf lock
+  mutable std::mutex mu_;                      // a leaf lock
   std::deque<std::unique_ptr<Mount>> mounts_;  // Protected by mu_; only grows
   std::atomic<bool> closing_{false};
 };

@@ -8,22 +8,35 @@ namespace perch::core {
 
 const char* OpMetrics::Name(Op op) {
   switch (op) {
-    case kLookup: return "lookup";
-    case kGetAttr: return "getattr";
-    case kOpenDir: return "opendir";
-    case kReadDir: return "readdir";
-    case kOpen: return "open";
-    case kRead: return "read";
-    case kStatFs: return "statfs";
-    case kXattr: return "xattr";
-    case kCount: break;
+    case kLookup:
+      return "lookup";
+    case kGetAttr:
+      return "getattr";
+    case kOpenDir:
+      return "opendir";
+    case kReadDir:
+      return "readdir";
+    case kOpen:
+      return "open";
+    case kRead:
+      return "read";
+    case kStatFs:
+      return "statfs";
+    case kXattr:
+      return "xattr";
+    case kCount:
+      break;
   }
   return "unknown";
 }
 
-NodeControl::NodeControl(CacheStack& stack, std::string cache_dir, const OpMetrics& ops, NetworkStatsFn network,
-                         DiskSpaceFn disk)
-    : stack_(stack), cache_dir_(std::move(cache_dir)), ops_(ops), network_(std::move(network)), disk_(std::move(disk)) {}
+NodeControl::NodeControl(CacheStack& stack, std::string cache_dir, const OpMetrics& ops,
+                         NetworkStatsFn network, DiskSpaceFn disk)
+    : stack_(stack),
+      cache_dir_(std::move(cache_dir)),
+      ops_(ops),
+      network_(std::move(network)),
+      disk_(std::move(disk)) {}
 
 namespace {
 
@@ -54,7 +67,8 @@ void Add(LatencyHistogram::Snapshot* to, const LatencyHistogram::Snapshot& h) {
     *to = h;
     return;
   }
-  for (size_t i = 0; i < to->counts.size() && i < h.counts.size(); ++i) to->counts[i] += h.counts[i];
+  for (size_t i = 0; i < to->counts.size() && i < h.counts.size(); ++i)
+    to->counts[i] += h.counts[i];
   to->count += h.count;
   to->sum_seconds += h.sum_seconds;
 }
@@ -75,7 +89,8 @@ Result<std::pair<Mount*, ObjectPath>> ByFederationPath(const std::vector<Mount*>
     auto below = StripPrefix(parsed->str(), m->spec().federation_prefix.str());
     if (!below) continue;
     holders.push_back(m);
-    if (best == nullptr || m->spec().federation_prefix.str().size() > best->spec().federation_prefix.str().size()) {
+    if (best == nullptr ||
+        m->spec().federation_prefix.str().size() > best->spec().federation_prefix.str().size()) {
       best = m;
       best_below = *ObjectPath::Parse(*below);
     }
@@ -85,15 +100,15 @@ Result<std::pair<Mount*, ObjectPath>> ByFederationPath(const std::vector<Mount*>
     for (size_t i = 0; i < mounts.size(); ++i) {
       const MountSpec& m = mounts[i]->spec();
       why += std::string(i == 0 ? "" : "; nor") + " inside the mount (" + m.mountpoint +
-             ") nor below the mounted federation path (" + m.federation_prefix.str() + " of " + m.federation_id +
-             ")";
+             ") nor below the mounted federation path (" + m.federation_prefix.str() + " of " +
+             m.federation_id + ")";
     }
     return InvalidArgumentError(why);
   }
   for (Mount* m : holders) {
     if (FederationOfMount(*m) != FederationOfMount(*best)) {
-      return InvalidArgumentError(std::string(user_path) + " is ambiguous: both " + best->spec().federation_id +
-                                  " and " + m->spec().federation_id +
+      return InvalidArgumentError(std::string(user_path) + " is ambiguous: both " +
+                                  best->spec().federation_id + " and " + m->spec().federation_id +
                                   " hold it; name it by its mount path or its URL");
     }
   }
@@ -121,7 +136,8 @@ Result<ObjectPath> NodeControl::Resolve(std::string_view user_path) const {
     }
     return first;
   }
-  if (user_path.front() != '/') return InvalidArgumentError(std::string(user_path) + " is not an absolute path");
+  if (user_path.front() != '/')
+    return InvalidArgumentError(std::string(user_path) + " is not an absolute path");
   // A path inside a mount (the deepest mountpoint wins: mounts may nest).
   Mount* in = nullptr;
   std::string below;
@@ -160,12 +176,14 @@ StatsSnapshot NodeControl::Stats() const {
   StatsSnapshot s;
   for (Mount* m : stack_.mounts()) {
     const BlockReaderStats& r = m->reader().stats();
-    Add(&s.totals, {r.hits.load(), r.misses.load(), r.bytes_from_cache.load(), r.bytes_from_network.load()});
+    Add(&s.totals,
+        {r.hits.load(), r.misses.load(), r.bytes_from_cache.load(), r.bytes_from_network.load()});
     s.shared_fetches += r.shared_fetches.load();
     s.corrupt_blocks += r.corrupt_blocks.load();
     s.store_errors += r.store_errors.load();
     m->reader().namespace_stats().ForEach([&](const std::string& name, const ReadCounters& c) {
-      s.namespaces.push_back({m->spec().federation_id, m->FederationPath(*ObjectPath::Parse(name)), c.Take()});
+      s.namespaces.push_back(
+          {m->spec().federation_id, m->FederationPath(*ObjectPath::Parse(name)), c.Take()});
     });
     Add(&s.origin_get, m->reader().fetch_latency().Take());
     for (WarmProgress& w : m->warmer().Jobs()) s.warm_jobs.push_back(std::move(w));
@@ -192,8 +210,8 @@ StatsSnapshot NodeControl::Stats() const {
   }
   s.scheduler = stack_.scheduler().Stats();
   s.budget_requests = stack_.scheduler().options().max_requests;
-  s.uptime_seconds =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_).count());
+  s.uptime_seconds = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_).count());
   return s;
 }
 
@@ -201,8 +219,8 @@ void NodeControl::Evict(const ObjectPath& path, std::function<void(Result<EvictR
   stack_.jobs().Post([this, path, done = std::move(done)] { done(stack_.catalog().Evict(path)); });
 }
 
-Result<std::shared_ptr<WarmJob>> NodeControl::Warm(const std::vector<ObjectPath>& paths, bool recursive,
-                                                   Warmer::UpdateFn on_update) {
+Result<std::shared_ptr<WarmJob>> NodeControl::Warm(const std::vector<ObjectPath>& paths,
+                                                   bool recursive, Warmer::UpdateFn on_update) {
   Mount* mount = nullptr;
   std::vector<ObjectPath> below;
   for (const ObjectPath& p : paths) {
@@ -211,7 +229,8 @@ Result<std::shared_ptr<WarmJob>> NodeControl::Warm(const std::vector<ObjectPath>
     if (m == nullptr) return InvalidArgumentError(p.str() + " is of no mount");
     if (mount != nullptr && m != mount) {
       return InvalidArgumentError("the paths of one warm must lie under one mount (" +
-                                  mount->spec().federation_id + ", " + m->spec().federation_id + ")");
+                                  mount->spec().federation_id + ", " + m->spec().federation_id +
+                                  ")");
     }
     mount = m;
     below.push_back(std::move(b));
@@ -221,7 +240,7 @@ Result<std::shared_ptr<WarmJob>> NodeControl::Warm(const std::vector<ObjectPath>
 }
 
 Result<std::pair<uint64_t, uint64_t>> NodeControl::Hint(const std::string& job,
-                                                       const std::vector<std::string>& paths) {
+                                                        const std::vector<std::string>& paths) {
   if (!stack_.options().prefetch) return InvalidArgumentError("prefetch is off in this perchd");
   std::map<Mount*, std::vector<ObjectPath>> by_mount;
   for (Mount* m : stack_.mounts()) by_mount[m];  // a mount with no paths forgets the job's list
@@ -243,7 +262,8 @@ Result<std::pair<uint64_t, uint64_t>> NodeControl::Hint(const std::string& job,
   return std::make_pair(accepted, rejected);
 }
 
-void NodeControl::Health(std::chrono::milliseconds timeout, std::function<void(HealthReport)> done) {
+void NodeControl::Health(std::chrono::milliseconds timeout,
+                         std::function<void(HealthReport)> done) {
   HealthReport base;
   base.cache_dir = cache_dir_;
   const CacheCatalog& catalog = stack_.catalog();
@@ -265,11 +285,13 @@ void NodeControl::Health(std::chrono::milliseconds timeout, std::function<void(H
   const std::vector<Mount*> mounts = stack_.mounts();
   for (size_t i = 0; i < mounts.size(); ++i) {
     Mount* m = mounts[i];
-    base.mounts.push_back({m->spec().mountpoint, m->spec().federation_id, m->mounted(), m->offline(), false});
+    base.mounts.push_back(
+        {m->spec().mountpoint, m->spec().federation_id, m->mounted(), m->offline(), false});
     size_t before = probes.size();
     probes.push_back({m, i, ObjectPath()});
     m->reader().namespace_stats().ForEach([&](const std::string& name, const ReadCounters&) {
-      if (name != "/" && probes.size() - before < 16) probes.push_back({m, i, *ObjectPath::Parse(name)});
+      if (name != "/" && probes.size() - before < 16)
+        probes.push_back({m, i, *ObjectPath::Parse(name)});
     });
   }
 
@@ -298,31 +320,34 @@ void NodeControl::Health(std::chrono::milliseconds timeout, std::function<void(H
   const Deadline deadline = DeadlineAfter(timeout);
   for (size_t i = 0; i < probes.size(); ++i) {
     auto started = Clock::now();
-    probes[i].mount->spec().origin->Stat(probes[i].path, deadline, [pending, i, started](Result<FileAttr> r) {
-      std::function<void(HealthReport)> finish;
-      HealthReport out;
-      {
-        std::lock_guard<std::mutex> l(pending->mu);
-        NamespaceHealth& h = pending->report.namespaces[i];
-        h.latency = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
-        // A namespace that answers "not found" or "forbidden" is reachable.
-        h.reachable = r.ok() || r.status().code() == StatusCode::kNotFound ||
-                      r.status().code() == StatusCode::kPermissionDenied;
-        if (!r.ok()) h.error = r.status().ToString();
-        if (--pending->remaining > 0) return;
-        HealthReport& rep = pending->report;
-        for (MountHealth& m : rep.mounts) m.healthy = m.mounted;
-        for (size_t n = 0; n < rep.namespaces.size(); ++n) {
-          MountHealth& m = rep.mounts[pending->mount_of[n]];
-          m.healthy = m.healthy && rep.namespaces[n].reachable;
-        }
-        rep.healthy = rep.disk_error.empty() && rep.disk_free_bytes > 0 && rep.store_error.empty();
-        for (const MountHealth& m : rep.mounts) rep.healthy = rep.healthy && m.healthy;
-        out = std::move(rep);
-        finish = std::move(pending->done);
-      }
-      finish(std::move(out));
-    });
+    probes[i].mount->spec().origin->Stat(
+        probes[i].path, deadline, [pending, i, started](Result<FileAttr> r) {
+          std::function<void(HealthReport)> finish;
+          HealthReport out;
+          {
+            std::lock_guard<std::mutex> l(pending->mu);
+            NamespaceHealth& h = pending->report.namespaces[i];
+            h.latency =
+                std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+            // A namespace that answers "not found" or "forbidden" is reachable.
+            h.reachable = r.ok() || r.status().code() == StatusCode::kNotFound ||
+                          r.status().code() == StatusCode::kPermissionDenied;
+            if (!r.ok()) h.error = r.status().ToString();
+            if (--pending->remaining > 0) return;
+            HealthReport& rep = pending->report;
+            for (MountHealth& m : rep.mounts) m.healthy = m.mounted;
+            for (size_t n = 0; n < rep.namespaces.size(); ++n) {
+              MountHealth& m = rep.mounts[pending->mount_of[n]];
+              m.healthy = m.healthy && rep.namespaces[n].reachable;
+            }
+            rep.healthy =
+                rep.disk_error.empty() && rep.disk_free_bytes > 0 && rep.store_error.empty();
+            for (const MountHealth& m : rep.mounts) rep.healthy = rep.healthy && m.healthy;
+            out = std::move(rep);
+            finish = std::move(pending->done);
+          }
+          finish(std::move(out));
+        });
   }
 }
 

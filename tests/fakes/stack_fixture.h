@@ -41,7 +41,8 @@ class StackFixture {
     o.reader.block_size = config.block_size;
     o.prefetch = config.prefetch;
     o.prefetch_options = config.prefetch_options;
-    o.flush_period = std::chrono::milliseconds(0);  // the inline executor would run it at once, forever
+    o.flush_period =
+        std::chrono::milliseconds(0);  // the inline executor would run it at once, forever
     stack_ = std::make_unique<core::CacheStack>(index, store, disk, disk, o);
     if (core::Status s = stack_->Open(); !s.ok()) return s;
     mount_ = nullptr;

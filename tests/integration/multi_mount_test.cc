@@ -30,8 +30,11 @@ constexpr uint64_t kMiB = 1 << 20;
 
 // 8 MiB and a bit per federation; the quota (12 MiB) holds one, not both.
 std::vector<TreeFile> Files() {
-  return {{"a/f0.bin", 2 * kMiB}, {"a/f1.bin", 2 * kMiB}, {"b/g0.bin", 2 * kMiB},
-          {"b/g1.bin", 2 * kMiB}, {"small.txt", 100000}};
+  return {{"a/f0.bin", 2 * kMiB},
+          {"a/f1.bin", 2 * kMiB},
+          {"b/g0.bin", 2 * kMiB},
+          {"b/g1.bin", 2 * kMiB},
+          {"small.txt", 100000}};
 }
 
 class MultiMountTest : public ::testing::Test {
@@ -72,22 +75,26 @@ class MultiMountTest : public ::testing::Test {
     }
     config_ = work_->path() / "perchd.toml";
     std::ofstream(config_) << "[[mount]]\nfederation = \"" << feds_[0].url << "\"\nmountpoint = \""
-                           << feds_[0].mnt.string() << "\"\n\n[[mount]]\nfederation = \"" << feds_[1].url
-                           << "\"\nmountpoint = \"" << feds_[1].mnt.string() << "\"\n";
+                           << feds_[0].mnt.string() << "\"\n\n[[mount]]\nfederation = \""
+                           << feds_[1].url << "\"\nmountpoint = \"" << feds_[1].mnt.string()
+                           << "\"\n";
   }
 
   void TearDown() override {
     perchd_.Stop();
     // PerchdProcess cleans up the first mountpoint; the second is ours.
     for (const Fed& f : feds_) {
-      if (IsMounted(f.mnt)) (void)std::system(("fusermount3 -u -z '" + f.mnt.string() + "' 2>/dev/null").c_str());
+      if (IsMounted(f.mnt))
+        (void)std::system(("fusermount3 -u -z '" + f.mnt.string() + "' 2>/dev/null").c_str());
     }
   }
 
   void Start() {
-    std::vector<std::string> args = {"--config",     config_.string(), "--cache-dir",
-                                     (work_->path() / "cache").string(), "--cache-size", "12M",
-                                     "--block-size", "1M",             "--op-timeout", "20s",
+    std::vector<std::string> args = {"--config",     config_.string(),
+                                     "--cache-dir",  (work_->path() / "cache").string(),
+                                     "--cache-size", "12M",
+                                     "--block-size", "1M",
+                                     "--op-timeout", "20s",
                                      "--control",    "unix:" + Socket()};
     ASSERT_EQ(perchd_.Start(args, feds_[0].mnt, work_->path() / "perchd.log"), "");
     // Both mounts are up before perchd reports ready; the harness waits for the first.
@@ -142,7 +149,8 @@ class MultiMountTest : public ::testing::Test {
   // the cache under quota after each.
   void ReadAll(size_t i) {
     for (const TreeFile& t : Files()) {
-      ASSERT_EQ(ReadLocalFile(feds_[i].mnt / t.rel), ReadLocalFile(feds_[i].tree / t.rel)) << i << " " << t.rel;
+      ASSERT_EQ(ReadLocalFile(feds_[i].mnt / t.rel), ReadLocalFile(feds_[i].tree / t.rel))
+          << i << " " << t.rel;
       json s = CtlJson({"stats", "--json"});
       ASSERT_LE(s["cached_bytes"].get<uint64_t>(), s["capacity_bytes"].get<uint64_t>()) << s.dump();
     }
@@ -204,7 +212,8 @@ TEST_F(MultiMountTest, TwoFederationsShareOneCacheAndSurviveARestartOffline) {
     EXPECT_EQ(sum, s[key].get<uint64_t>()) << key << " " << s.dump();
     EXPECT_EQ(flat, s[key].get<uint64_t>()) << key;
   }
-  for (const Fed& f : feds_) EXPECT_TRUE(s["federations"].contains(f.url)) << s["federations"].dump();
+  for (const Fed& f : feds_)
+    EXPECT_TRUE(s["federations"].contains(f.url)) << s["federations"].dump();
 
   // perchctl paths of each mount: mount paths, federation URLs; /data is
   // both federations' path, so it is ambiguous and the error names both.
@@ -223,12 +232,23 @@ TEST_F(MultiMountTest, TwoFederationsShareOneCacheAndSurviveARestartOffline) {
     EXPECT_EQ(e["path"], "/data");
   }
   EXPECT_EQ(CtlJson({"stats", "--json"})["cached_bytes"].get<uint64_t>(), 0u);
+  // One warm is one mount's: paths of two are refused (and name both federations).
+  RunResult two_mounts =
+      Ctl({"warm", (feds_[0].mnt / "small.txt").string(), (feds_[1].mnt / "small.txt").string()});
+  EXPECT_NE(two_mounts.exit_code, 0);
+  EXPECT_NE(two_mounts.output.find("one mount"), std::string::npos) << two_mounts.output;
   // Warm one file under each mount, by mount path and by URL.
   json w = CtlJson({"warm", "--wait", "--json", (feds_[0].mnt / "small.txt").string()});
   EXPECT_EQ(w["files_done"], 1) << w.dump();
   w = CtlJson({"warm", "--wait", "--json", feds_[1].url + "/b/g0.bin"});
   EXPECT_EQ(w["files_done"], 1) << w.dump();
-  ASSERT_EQ(ReadLocalFile(feds_[1].mnt / "only-two.txt"), ReadLocalFile(feds_[1].tree / "only-two.txt"));
+  ASSERT_EQ(ReadLocalFile(feds_[1].mnt / "only-two.txt"),
+            ReadLocalFile(feds_[1].tree / "only-two.txt"));
+  // Plain ls groups by federation: each URL heads its objects.
+  RunResult ls = Ctl({"ls"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.output;
+  for (const Fed& f : feds_)
+    EXPECT_NE(ls.output.find(f.url + "\n"), std::string::npos) << ls.output;
   json h = Health();
   ASSERT_EQ(h["mounts"].size(), 2u) << h.dump();
   for (const json& m : h["mounts"]) EXPECT_TRUE(m["mounted"].get<bool>()) << h.dump();
@@ -239,7 +259,8 @@ TEST_F(MultiMountTest, TwoFederationsShareOneCacheAndSurviveARestartOffline) {
   Start();
   EXPECT_EQ(ReadLocalFile(feds_[0].mnt / "small.txt"), ReadLocalFile(feds_[0].tree / "small.txt"));
   EXPECT_EQ(ReadLocalFile(feds_[1].mnt / "b/g0.bin"), ReadLocalFile(feds_[1].tree / "b/g0.bin"));
-  EXPECT_EQ(ReadLocalFile(feds_[1].mnt / "only-two.txt"), ReadLocalFile(feds_[1].tree / "only-two.txt"));
+  EXPECT_EQ(ReadLocalFile(feds_[1].mnt / "only-two.txt"),
+            ReadLocalFile(feds_[1].tree / "only-two.txt"));
   h = Health();
   ASSERT_EQ(h["mounts"].size(), 2u) << h.dump();
   // Both are mounted and serve; neither federation answers.

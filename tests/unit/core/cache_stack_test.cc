@@ -70,7 +70,8 @@ TEST(CacheStackTest, AMountStartsOfflineOnlyWithAWarmCache) {
   StackFixture node;
   node.origin.AddFile("/d/a.bin", Data(2500, 1));
   StackConfig config;
-  config.names.file_ttl = config.names.dir_ttl = config.names.negative_ttl = std::chrono::seconds(-1);
+  config.names.file_ttl = config.names.dir_ttl = config.names.negative_ttl =
+      std::chrono::seconds(-1);
   ASSERT_TRUE(node.Build(config).ok());
   EXPECT_TRUE(node.mount().CheckRoot(std::chrono::seconds(1)).ok());
 
@@ -107,7 +108,8 @@ TEST(CacheStackTest, PrefetchIsCappedToAnEighthOfTheQuota) {
   ASSERT_TRUE(node.Build(config).ok());
   auto h = node.mount().fs().Open(P("/big.bin"));
   ASSERT_TRUE(h.ok());
-  for (uint64_t off = 0; off < 8000; off += 1000) ASSERT_TRUE(node.mount().fs().Read(*h, off, 1000).ok());
+  for (uint64_t off = 0; off < 8000; off += 1000)
+    ASSERT_TRUE(node.mount().fs().Read(*h, off, 1000).ok());
   node.mount().fs().Release(*h);
   // Never more than two blocks ahead of the reader, whatever the configured window.
   EXPECT_LE(node.origin.reads.load(), 8 + 2);
