@@ -130,6 +130,8 @@ core::Status AddMount(const DaemonConfig& cfg, http::CurlLoop& loop, core::Cache
     }
     return other->path.str();
   };
+  // A cache from before mount tags had one mount: its namespace entries are this one's.
+  spec.adopt_untagged_entries = MountsOf(cfg).size() == 1;
   spec.last_server = [client = f.client.get()](const core::ObjectPath& p) {
     return client->LastServer(p);
   };

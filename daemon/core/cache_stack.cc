@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 namespace perch::core {
@@ -168,6 +169,9 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
     }
   }
   std::string tag = TagOf(spec.federation_id);
+  if (spec.adopt_untagged_entries) {
+    if (Status s = AdoptUntaggedEntries(tag); !s.ok()) return s;
+  }
   spec.names.key_prefix = "/" + tag;
   spec.fs.op_timeout = spec.op_timeout;
   spec.fs.federation_id = spec.federation_id;
@@ -201,6 +205,42 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
   std::lock_guard<std::mutex> l(mu_);
   mounts_.push_back(std::move(mount));
   return &m;
+}
+
+namespace {
+
+// True if `path` starts with a mount tag ("/fed-" and 16 hex digits).
+bool IsTagged(std::string_view path) {
+  if (!path.starts_with("/fed-") || path.size() < 21) return false;
+  for (char c : path.substr(5, 16)) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return path.size() == 21 || path[21] == '/';
+}
+
+}  // namespace
+
+Status CacheStack::AdoptUntaggedEntries(const std::string& tag) {
+  // Every mount's first answer is its root's attributes: without an untagged
+  // root entry ("na/") there is nothing to adopt, and one Get says so.
+  auto root = index_.Get("na/");
+  if (!root.ok()) return root.status();
+  if (!root->has_value()) return Status::Ok();
+  std::vector<Index::Write> batch;
+  for (const char* kind : {"na/", "nl/"}) {
+    Status s = index_.Scan(kind, [&](std::string_view key, std::string_view value) {
+      std::string_view path = key.substr(2);
+      if (IsTagged(path)) return true;
+      batch.push_back(
+          {std::string(key.substr(0, 2)) + "/" + tag + std::string(path), std::string(value)});
+      batch.push_back({std::string(key), std::nullopt});
+      return true;
+    });
+    if (!s.ok()) return s;
+  }
+  spdlog::info("namespace: {} entries of the untagged layout moved under {}", batch.size() / 2,
+               tag);
+  return index_.Apply(batch);
 }
 
 std::vector<Mount*> CacheStack::mounts() const {

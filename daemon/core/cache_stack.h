@@ -71,6 +71,9 @@ struct MountSpec {
   std::function<Result<std::string>(std::string_view url)> path_of_url;
   // The server that last answered for a path (an xattr); may be empty.
   std::function<std::string(const ObjectPath&)> last_server;
+  // Takes over the namespace entries a perch from before mount tags wrote
+  // (one mount, untagged keys): set it when this is the node's only mount.
+  bool adopt_untagged_entries = false;
 };
 
 // One federation mounted: the per-mount parts over the stack's shared ones.
@@ -179,6 +182,9 @@ class CacheStack {
 
  private:
   void ScheduleFlush();
+  // Moves untagged namespace entries ("na/<path>", "nl/<path>") under `tag`,
+  // once: only when the untagged root entry exists.
+  Status AdoptUntaggedEntries(const std::string& tag);
 
   Index& index_;
   BlockStore& store_;

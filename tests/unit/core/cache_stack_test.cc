@@ -97,6 +97,48 @@ TEST(CacheStackTest, AMountStartsOfflineOnlyWithAWarmCache) {
   EXPECT_FALSE((*still_cold)->CheckRoot(std::chrono::seconds(1)).ok());
 }
 
+// A cache written before mount tags (untagged "na/<path>" keys): its only
+// mount takes the entries over once, so it still starts offline.
+TEST(CacheStackTest, TheOnlyMountAdoptsUntaggedNamespaceEntries) {
+  StackFixture node;
+  node.origin.AddFile("/d/a.bin", Data(2500, 1));
+  StackConfig config;
+  config.first_mount = false;
+  ASSERT_TRUE(node.Build(config).ok());
+  ASSERT_TRUE(node.AddMount(node.origin, "fed").ok());
+  ASSERT_TRUE(node.stack().mounts()[0]->CheckRoot(std::chrono::seconds(1)).ok());  // as perchd starts
+  ASSERT_EQ(ReadAll(*node.stack().mounts()[0], "/d/a.bin"), Data(2500, 1));
+  const std::string tag = CacheStack::TagOf("fed");
+  // Rewrite the entries as the old layout had them.
+  std::vector<Index::Write> old;
+  ASSERT_TRUE(node.index
+                  .Scan("n",
+                        [&](std::string_view k, std::string_view v) {
+                          std::string path(k.substr(2 + 1 + tag.size()));
+                          old.push_back({std::string(k.substr(0, 2)) + path, std::string(v)});
+                          old.push_back({std::string(k), std::nullopt});
+                          return true;
+                        })
+                  .ok());
+  ASSERT_FALSE(old.empty());
+  ASSERT_TRUE(node.index.Apply(old).ok());
+  ASSERT_EQ(node.index.CountPrefix("na/" + tag), 0u);
+  ASSERT_TRUE(node.index.Get("na/")->has_value());
+
+  node.origin.FailWith(UnavailableError("federation down"));
+  ASSERT_TRUE(node.Build(config).ok());
+  MountSpec spec;
+  spec.federation_id = "fed";
+  spec.origin = &node.origin;
+  spec.adopt_untagged_entries = true;
+  Mount& m = **node.stack().AddMount(std::move(spec));
+  EXPECT_TRUE(m.CheckRoot(std::chrono::seconds(1)).ok());
+  EXPECT_EQ(ReadAll(m, "/d/a.bin"), Data(2500, 1));  // blocks kept their ids
+  EXPECT_FALSE(node.index.Get("na/")->has_value());
+  EXPECT_GT(node.index.CountPrefix("na/" + tag + "/"), 0u);
+  EXPECT_EQ(node.index.CountPrefix("na/d"), 0u);
+}
+
 TEST(CacheStackTest, PrefetchIsCappedToAnEighthOfTheQuota) {
   StackFixture node;
   node.origin.AddFile("/big.bin", Data(20000, 1));  // 20 blocks of 1000
