@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -161,15 +162,24 @@ json StatsJson(const v1::Stats& s) {
   json errors = json::object();
   for (const auto& e : s.errors()) errors[e.error_class()] = e.count();
   j["errors"] = errors;
-  json ns = json::object();
+  // "namespaces" by federation path (summed where two federations have the
+  // same one), and the same grouped by federation: both add up to the totals.
+  json ns = json::object(), feds = json::object();
   for (const auto& n : s.namespaces()) {
     const auto& c = n.counters();
-    ns[n.path()] = json{{"hits", c.hits()},
-                        {"misses", c.misses()},
-                        {"bytes_from_cache", c.bytes_from_cache()},
-                        {"bytes_from_network", c.bytes_from_network()}};
+    json one{{"hits", c.hits()},
+             {"misses", c.misses()},
+             {"bytes_from_cache", c.bytes_from_cache()},
+             {"bytes_from_network", c.bytes_from_network()}};
+    feds[n.federation()]["namespaces"][n.path()] = one;
+    if (!ns.contains(n.path())) {
+      ns[n.path()] = one;
+    } else {
+      for (auto& [k, v] : one.items()) ns[n.path()][k] = ns[n.path()][k].get<uint64_t>() + v.get<uint64_t>();
+    }
   }
   j["namespaces"] = ns;
+  j["federations"] = feds;
   json ops = json::object();
   for (const auto& o : s.fuse_ops()) ops[o.op()] = HistogramJson(o.latency());
   j["fuse_ops"] = ops;
@@ -225,13 +235,20 @@ void PrintStats(const v1::Stats& s) {
             << "  (bucket upper bounds)\n";
   if (s.namespaces_size() > 0) {
     std::cout << "\n";
+    // Grouped by federation: a FEDERATION column once the node mounts several.
+    auto sorted = std::vector<v1::NamespaceStats>(s.namespaces().begin(), s.namespaces().end());
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const auto& a, const auto& b) { return a.federation() < b.federation(); });
+    bool several = !sorted.empty() && sorted.front().federation() != sorted.back().federation();
     rows.push_back({"NAMESPACE", "HITS", "MISSES", "HIT RATIO", "FROM CACHE", "FROM NETWORK"});
-    for (const auto& n : s.namespaces()) {
+    if (several) rows.back().push_back("FEDERATION");
+    for (const auto& n : sorted) {
       const auto& c = n.counters();
       rows.push_back({n.path(), Count(c.hits()), Count(c.misses()), Ratio(c.hits(), c.misses()),
                       Size(c.bytes_from_cache()), Size(c.bytes_from_network())});
+      if (several) rows.back().push_back(n.federation());
     }
-    Table(rows, "lrrrrr");
+    Table(rows, several ? "lrrrrrl" : "lrrrrr");
   }
   if (s.warm_jobs_size() > 0) {
     std::cout << "\n";
@@ -388,7 +405,8 @@ int Ls(Client& c, const std::string& path, bool as_json) {
   req.set_path(path.empty() ? path : Absolute(path));
   req.set_page_size(1000);
   json all = json::array();
-  std::vector<std::vector<std::string>> rows = {{"CACHED", "SIZE", "PIN", "PATH"}};
+  // Rows by federation (the node lists each mount's objects in turn).
+  std::map<std::string, std::vector<std::vector<std::string>>> rows;
   uint64_t total = 0, count = 0;
   for (;;) {
     v1::ListCachedReply reply;
@@ -400,9 +418,9 @@ int Ls(Client& c, const std::string& path, bool as_json) {
       ++count;
       if (as_json) {
         all.push_back(json{{"path", o.path()}, {"size", o.size()}, {"cached_bytes", o.cached_bytes()},
-                           {"blocks", o.blocks()}, {"pinned", o.pinned()}});
+                           {"blocks", o.blocks()}, {"pinned", o.pinned()}, {"federation", o.federation()}});
       } else {
-        rows.push_back({Size(o.cached_bytes()), Size(o.size()), o.pinned() ? "pin" : "", o.path()});
+        rows[o.federation()].push_back({Size(o.cached_bytes()), Size(o.size()), o.pinned() ? "pin" : "", o.path()});
       }
     }
     if (reply.next_page_token().empty()) break;
@@ -411,7 +429,11 @@ int Ls(Client& c, const std::string& path, bool as_json) {
   if (as_json) {
     std::cout << all.dump(2) << std::endl;
   } else {
-    if (count > 0) Table(rows, "rrll");
+    for (auto& [federation, group] : rows) {
+      if (rows.size() > 1) std::cout << (&group == &rows.begin()->second ? "" : "\n") << federation << "\n";
+      group.insert(group.begin(), {"CACHED", "SIZE", "PIN", "PATH"});
+      Table(group, "rrll");
+    }
     std::cout << Count(count) << " cached objects, " << Size(total) << "\n";
   }
   return 0;
@@ -453,10 +475,14 @@ int Health(Client& c, bool as_json) {
   grpc::Status st = c.stub().Health(ctx.get(), v1::HealthRequest(), &h);
   if (!st.ok()) return c.Fail(st, "health");
   if (as_json) {
-    json ns = json::array();
+    json ns = json::array(), mounts = json::array();
     for (const auto& n : h.namespaces()) {
       ns.push_back(json{{"path", n.path()}, {"reachable", n.reachable()}, {"latency_ms", n.latency_ms()},
-                        {"error", n.error()}});
+                        {"error", n.error()}, {"federation", n.federation()}});
+    }
+    for (const auto& m : h.mounts()) {
+      mounts.push_back(json{{"mountpoint", m.mountpoint()}, {"federation_url", m.federation_url()},
+                            {"mounted", m.mounted()}, {"offline", m.offline()}, {"healthy", m.healthy()}});
     }
     std::cout << json{{"healthy", h.healthy()},
                       {"mountpoint", h.mountpoint()},
@@ -464,6 +490,7 @@ int Health(Client& c, bool as_json) {
                       {"mounted", h.mounted()},
                       {"offline", h.offline()},
                       {"namespaces", ns},
+                      {"mounts", mounts},
                       {"cache_dir", h.cache_dir()},
                       {"cache_capacity_bytes", h.cache_capacity_bytes()},
                       {"cache_used_bytes", h.cache_used_bytes()},
@@ -481,12 +508,16 @@ int Health(Client& c, bool as_json) {
     std::cout << (h.healthy() ? "healthy" : "UNHEALTHY") << ": perchd " << h.version() << " (pid " << h.pid()
               << ")\n";
     std::vector<std::vector<std::string>> rows;
-    rows.push_back({"mount", h.mountpoint() + " <- " + h.federation_url(),
-                    h.mounted() ? (h.offline() ? "mounted, OFFLINE" : "mounted") : "NOT MOUNTED"});
-    for (const auto& n : h.namespaces()) {
-      rows.push_back({"federation", n.path(),
-                      n.reachable() ? "reachable (" + std::to_string(n.latency_ms()) + " ms)"
-                                    : "UNREACHABLE: " + n.error()});
+    // Each mount, then its federation's namespaces.
+    for (const auto& m : h.mounts()) {
+      rows.push_back({"mount", m.mountpoint() + " <- " + m.federation_url(),
+                      m.mounted() ? (m.offline() ? "mounted, OFFLINE" : "mounted") : "NOT MOUNTED"});
+      for (const auto& n : h.namespaces()) {
+        if (n.federation() != m.federation_url()) continue;
+        rows.push_back({"federation", n.path(),
+                        n.reachable() ? "reachable (" + std::to_string(n.latency_ms()) + " ms)"
+                                      : "UNREACHABLE: " + n.error()});
+      }
     }
     rows.push_back({"cache", h.cache_dir(),
                     Size(h.cache_used_bytes()) + " of " + Size(h.cache_capacity_bytes()) + " used; disk " +

@@ -15,6 +15,61 @@ std::string Lower(std::string s) {
   return s;
 }
 
+// Reads a table of "/prefix" = "/token/file" (`what` names it in errors).
+void ParseTokens(const toml::node& node, const std::string& path, const std::string& what,
+                 std::map<std::string, std::string>* out) {
+  const toml::table* tokens = node.as_table();
+  if (tokens == nullptr) {
+    throw ConfigError("config " + path + ": '" + what + "' must be a table of \"/prefix\" = \"/token/file\"");
+  }
+  for (const auto& [k, v] : *tokens) {
+    auto file = v.value<std::string>();
+    std::string prefix(k.str());
+    if (!file || prefix.empty() || prefix.front() != '/') {
+      throw ConfigError("config " + path + ": " + what + ".\"" + prefix +
+                        "\" must map a federation path such as \"/ns\" to a token file");
+    }
+    while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+    (*out)[prefix] = *file;
+  }
+}
+
+// One [[mount]] table (`n` counts from 1, for errors).
+MountConfig ParseMount(const toml::node& node, const std::string& path, size_t n) {
+  const std::string where = "config " + path + ": mount #" + std::to_string(n);
+  const toml::table* t = node.as_table();
+  if (t == nullptr) throw ConfigError(where + " must be a table ([[mount]])");
+  static const std::set<std::string> kKnown = {"federation", "mountpoint", "token_file", "tokens",
+                                               "allow_nonempty_mountpoint"};
+  for (const auto& [k, v] : *t) {
+    if (!kKnown.count(std::string(k.str()))) {
+      throw ConfigError(where + ": unknown key '" + std::string(k.str()) +
+                        "' (federation, mountpoint, token_file, tokens, allow_nonempty_mountpoint)");
+    }
+  }
+  MountConfig m;
+  auto str = [&](const char* key, std::string* out) {
+    if (auto v = (*t)[key]) {
+      auto s = v.value<std::string>();
+      if (!s) throw ConfigError(where + ": '" + key + "' must be a string");
+      *out = *s;
+    }
+  };
+  str("federation", &m.federation_url);
+  str("mountpoint", &m.mountpoint);
+  str("token_file", &m.token_file);
+  if (auto v = (*t)["tokens"]) ParseTokens(*v.node(), path, "mount.tokens", &m.namespace_tokens);
+  if (auto v = (*t)["allow_nonempty_mountpoint"]) {
+    auto b = v.value<bool>();
+    if (!b) throw ConfigError(where + ": 'allow_nonempty_mountpoint' must be true or false");
+    m.allow_nonempty_mountpoint = *b;
+  }
+  if (m.federation_url.empty() || m.mountpoint.empty()) {
+    throw ConfigError(where + " needs both 'federation' and 'mountpoint'");
+  }
+  return m;
+}
+
 }  // namespace
 
 uint64_t ParseSize(const std::string& text, const std::string& what) {
@@ -97,7 +152,7 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
       "token_file", "op_timeout", "fuse_threads", "max_requests_in_flight", "high_watermark",
       "low_watermark", "dir_ttl", "file_ttl", "negative_ttl", "control", "metrics", "prefetch", "readahead", "prefetch_dir_max_entries",
       "hint_window", "max_bytes_in_flight", "fuse_no_open", "control_group", "metrics_allow_remote",
-      "allow_nonempty_mountpoint", "tokens", "protected_group"};
+      "allow_nonempty_mountpoint", "tokens", "protected_group", "mount"};
   for (const auto& [k, v] : t) {
     if (!kKnown.count(std::string(k.str()))) {
       throw ConfigError("config " + path + ": unknown key '" + std::string(k.str()) + "'");
@@ -184,21 +239,16 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
   str("control", &c->control_address);
   str("metrics", &c->metrics_address);
   str("protected_group", &c->protected_group);
-  if (auto n = t["tokens"]) {
-    const toml::table* tokens = n.as_table();
-    if (tokens == nullptr) {
-      throw ConfigError("config " + path + ": 'tokens' must be a table of \"/prefix\" = \"/token/file\"");
+  if (auto n = t["tokens"]) ParseTokens(*n.node(), path, "tokens", &c->namespace_tokens);
+  if (auto n = t["mount"]) {
+    const toml::array* mounts = n.as_array();
+    if (mounts == nullptr) throw ConfigError("config " + path + ": 'mount' must be an array of tables ([[mount]])");
+    if (t.contains("federation") || t.contains("mountpoint")) {
+      throw ConfigError("config " + path +
+                        ": use either top-level 'federation'/'mountpoint' or [[mount]] tables, not both");
     }
-    for (const auto& [k, v] : *tokens) {
-      auto file = v.value<std::string>();
-      std::string prefix(k.str());
-      if (!file || prefix.empty() || prefix.front() != '/') {
-        throw ConfigError("config " + path + ": tokens.\"" + prefix +
-                          "\" must map a federation path such as \"/ns\" to a token file");
-      }
-      while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
-      c->namespace_tokens[prefix] = *file;
-    }
+    c->mounts.clear();
+    for (size_t i = 0; i < mounts->size(); ++i) c->mounts.push_back(ParseMount(*mounts->get(i), path, i + 1));
   }
   str("control_group", &c->control_group);
   flag("metrics_allow_remote", &c->metrics_allow_remote);
@@ -207,7 +257,27 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
 
 }  // namespace
 
+std::vector<MountConfig> MountsOf(const DaemonConfig& c) {
+  if (!c.mounts.empty()) return c.mounts;
+  if (c.federation_url.empty() && c.mountpoint.empty()) return {};
+  MountConfig m;
+  m.federation_url = c.federation_url;
+  m.mountpoint = c.mountpoint;
+  m.allow_nonempty_mountpoint = c.allow_nonempty_mountpoint;
+  return {m};
+}
+
 void Validate(const DaemonConfig& c) {
+  std::set<std::string> mountpoints, federations;
+  for (const MountConfig& m : MountsOf(c)) {
+    if (m.federation_url.empty() || m.mountpoint.empty()) {
+      throw ConfigError("FEDERATION_URL and MOUNTPOINT are required (see --help)");
+    }
+    if (!mountpoints.insert(m.mountpoint).second) throw ConfigError("mountpoint " + m.mountpoint + " is used twice");
+    if (!federations.insert(m.federation_url).second) {
+      throw ConfigError("federation " + m.federation_url + " is mounted twice");
+    }
+  }
   if (c.block_size < 64 * 1024 || c.block_size > 256ULL << 20) {
     throw ConfigError("block_size must be between 64K and 256M");
   }

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace perch {
 
@@ -16,9 +17,23 @@ struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct DaemonConfig {
+// One federation mounted ([[mount]] in TOML). Every mount shares the cache
+// (directory, quota, LRU), the fetch budget and the control socket.
+struct MountConfig {
   std::string federation_url;
   std::string mountpoint;
+  std::string token_file;  // "" = the top-level token_file
+  // [mount.tokens]: token files per federation path prefix, before the top-level [tokens].
+  std::map<std::string, std::string> namespace_tokens;
+  bool allow_nonempty_mountpoint = false;  // or the top-level one
+};
+
+struct DaemonConfig {
+  // The one-mount form (top-level keys, positional arguments) ...
+  std::string federation_url;
+  std::string mountpoint;
+  // ... or [[mount]] tables; not both.
+  std::vector<MountConfig> mounts;
   std::string cache_dir = "/var/cache/perch";
   uint64_t cache_size = 10ULL << 30;
   uint64_t block_size = 4ULL << 20;
@@ -65,7 +80,11 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* config);
 // The same for TOML text (`name` stands for the file in messages); for tests and fuzzing.
 void ApplyConfigString(std::string_view text, const std::string& name, DaemonConfig* config);
 
-// Checks cross-field rules (watermarks, block size bounds, control and metrics
+// The mounts to serve: `mounts`, or the one-mount form as a list of one.
+std::vector<MountConfig> MountsOf(const DaemonConfig& config);
+
+// Checks cross-field rules (each mount complete, mountpoints and federations
+// distinct, watermarks, block size bounds, control and metrics
 // addresses on loopback unless allowed). Throws ConfigError.
 void Validate(const DaemonConfig& config);
 

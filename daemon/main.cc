@@ -1,8 +1,11 @@
-// perchd: mounts a federation namespace read-only through FUSE over a
+// perchd: mounts federation namespaces read-only through FUSE over one
 // persistent block cache. This file only wires components together:
-// configuration, the cache stack, the mount, signals and orderly shutdown.
+// configuration, the concrete adapters around core::CacheStack, one FUSE
+// session per mount, signals and orderly shutdown.
 #include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -15,17 +18,15 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #include "client/cli_exit.h"
 #include "daemon/config.h"
 #include "daemon/control/control_server.h"
-#include "daemon/core/block_reader.h"
-#include "daemon/core/cache_catalog.h"
-#include "daemon/core/filesystem.h"
-#include "daemon/core/namespace_cache.h"
+#include "daemon/core/cache_stack.h"
 #include "daemon/core/node_control.h"
-#include "daemon/core/prefetcher.h"
-#include "daemon/core/warmer.h"
 #include "daemon/http/federation_client.h"
 #include "daemon/store/cache_dir_lock.h"
 #include "daemon/store/file_block_store.h"
@@ -41,306 +42,299 @@ namespace {
 constexpr int kExitUsage = 2;
 constexpr int kExitFailure = 1;
 
-// Runs the daemon proper; returns the exit status. `ready` is called once the
-// mount serves (it detaches from the terminal when not in the foreground).
-int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
-  auto url = http::ParseFederationUrl(cfg.federation_url);
-  if (!url.ok()) {
-    spdlog::error("{}", url.status().message());
-    return kExitUsage;
-  }
-  if (core::Status s = fuse::PrepareMountpoint(cfg.mountpoint, cfg.allow_nonempty_mountpoint); !s.ok()) {
-    spdlog::error("{}", s.message());
-    return s.code() == core::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
-  }
-  auto lock = store::CacheDirLock::Acquire(cfg.cache_dir);
-  if (!lock.ok()) {
-    spdlog::error("{}", lock.status().message());
-    return kExitFailure;
-  }
-  auto index = store::RocksDbIndex::Open((std::filesystem::path(cfg.cache_dir) / "index").string());
-  if (!index.ok()) {
-    spdlog::error("cannot open the cache index: {}", index.status().message());
-    return kExitFailure;
-  }
-  store::FileBlockStore blocks(cfg.cache_dir);
+// The exit status for a Status from setting up (usage errors: 2).
+int ExitFor(const core::Status& s) {
+  spdlog::error("{}", s.message());
+  return s.code() == core::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+}
 
+core::Status DiskSpace(const std::string& dir, uint64_t* total, uint64_t* free) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0)
+    return core::InternalError(std::string("statvfs: ") + std::strerror(errno));
+  *total = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
+  *free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+  return core::Status::Ok();
+}
+
+core::StackOptions StackOptionsOf(const DaemonConfig& cfg) {
+  core::StackOptions o;
+  o.catalog = core::CatalogOptions{cfg.cache_size, cfg.high_watermark, cfg.low_watermark, 1024,
+                                   [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {
+                                     return DiskSpace(dir, total, free);
+                                   }};
+  o.scheduler = core::SchedulerOptions{cfg.max_requests_in_flight, cfg.max_bytes_in_flight, 0.75};
+  o.reader.block_size = cfg.block_size;
+  o.prefetch = cfg.prefetch;
+  o.prefetch_options.max_window_bytes = cfg.readahead;
+  o.prefetch_options.dir_max_entries = cfg.prefetch_dir_max_entries;
+  o.prefetch_options.hint_window = cfg.hint_window;
+  return o;
+}
+
+// One federation mounted: its client, its part of the stack, its FUSE session.
+struct Federation {
+  MountConfig cfg;
+  http::FederationUrl url;
+  std::unique_ptr<http::FederationClient> client;
+  core::Mount* mount = nullptr;
+  std::unique_ptr<fuse::FuseServer> server;
+};
+
+// Parses and checks every mount's URL and mountpoint (before anything starts).
+core::Result<std::vector<std::unique_ptr<Federation>>> PrepareMounts(const DaemonConfig& cfg) {
+  std::vector<std::unique_ptr<Federation>> out;
+  for (const MountConfig& m : MountsOf(cfg)) {
+    auto url = http::ParseFederationUrl(m.federation_url);
+    if (!url.ok()) return url.status();
+    if (core::Status s = fuse::PrepareMountpoint(
+            m.mountpoint, m.allow_nonempty_mountpoint || cfg.allow_nonempty_mountpoint);
+        !s.ok()) {
+      return s;
+    }
+    auto f = std::make_unique<Federation>();
+    f->cfg = m;
+    f->url = *std::move(url);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// Adds `f` to the stack over its own client, and checks that it can serve.
+core::Status AddMount(const DaemonConfig& cfg, http::CurlLoop& loop, core::CacheStack& stack,
+                      Federation& f) {
+  http::FederationClientOptions client_opts;
+  client_opts.token_file = f.cfg.token_file.empty() ? cfg.token_file : f.cfg.token_file;
+  client_opts.namespace_token_files = f.cfg.namespace_tokens;
+  client_opts.namespace_token_files.insert(cfg.namespace_tokens.begin(),
+                                           cfg.namespace_tokens.end());
+  f.client = std::make_unique<http::FederationClient>(loop, f.url, client_opts);
+  core::MountSpec spec;
+  spec.federation_id = f.url.ToString();
+  spec.federation = f.url.discovery_url;
+  spec.federation_prefix = f.url.path;
+  spec.origin = f.client.get();
+  std::error_code ec;
+  spec.mountpoint = std::filesystem::canonical(f.cfg.mountpoint, ec).string();
+  if (ec) spec.mountpoint = f.cfg.mountpoint;
+  spec.names.file_ttl = cfg.file_ttl;
+  spec.names.dir_ttl = cfg.dir_ttl;
+  spec.names.negative_ttl = cfg.negative_ttl;
+  spec.op_timeout = cfg.op_timeout;
+  spec.path_of_url = [fed = f.url](std::string_view text) -> core::Result<std::string> {
+    auto other = http::ParseFederationUrl(text);
+    if (!other.ok()) return other.status();
+    if (other->discovery_url != fed.discovery_url) {
+      return core::InvalidArgumentError(std::string(text) + " names another federation than " +
+                                        fed.ToString());
+    }
+    return other->path.str();
+  };
+  // A cache from before mount tags had one mount: its namespace entries are this one's.
+  spec.adopt_untagged_entries = MountsOf(cfg).size() == 1;
+  spec.last_server = [client = f.client.get()](const core::ObjectPath& p) {
+    return client->LastServer(p);
+  };
+  auto mount = stack.AddMount(std::move(spec));
+  if (!mount.ok()) return mount.status();
+  f.mount = *mount;
+  // Is the federation there? With a warm cache perchd serves offline.
+  return f.mount->CheckRoot(std::min(cfg.op_timeout, std::chrono::milliseconds(15000)));
+}
+
+core::Result<fuse::FuseOptions> FuseOptionsOf(const DaemonConfig& cfg, core::CacheStack& stack,
+                                              core::OpMetrics& ops) {
+  fuse::FuseOptions o;
+  o.max_threads = cfg.fuse_threads;
+  o.metrics = &ops;
+  o.no_open = cfg.fuse_no_open;
+  if (!cfg.protected_group.empty()) {
+    struct group* g = ::getgrnam(cfg.protected_group.c_str());
+    if (g == nullptr) {
+      return core::InvalidArgumentError("protected_group '" + cfg.protected_group +
+                                        "' is not a group on this node");
+    }
+    o.restricted_gid = static_cast<int>(g->gr_gid);
+  }
+  o.statfs = [&stack](struct statvfs* st) {
+    uint64_t blocks = 0, free = 0;
+    stack.StatFs(st->f_frsize, &blocks, &free);
+    st->f_blocks = blocks;
+    st->f_bfree = st->f_bavail = free;
+  };
+  return o;
+}
+
+// Sums the federation clients' counters (the one loop's queue is shared).
+core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& feds,
+                             const http::CurlLoop& loop) {
+  core::NetworkStats n;
+  n.inflight_requests = loop.InFlight();
+  n.queued_requests = loop.Queued();
+  for (const auto& f : feds) {
+    const http::FederationCounters& c = f->client->counters();
+    n.range_gets += c.range_gets.load();
+    n.failovers += c.failovers.load();
+    n.resumes += c.resumes.load();
+  }
+  return n;
+}
+
+void Wake(int) {}
+
+// Serves every mount's FUSE session on its own thread until a signal
+// (SIGTERM, SIGINT, SIGHUP) or until one mount is unmounted; then ends them
+// all. REQUIRES: those signals blocked in every thread (Serve does it first).
+core::Status RunMounts(std::vector<std::unique_ptr<Federation>>& feds) {
+  struct Runner {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    core::Status status;
+  };
+  std::vector<std::unique_ptr<Runner>> runners;
+  struct sigaction wake {};
+  wake.sa_handler = Wake;  // no SA_RESTART: interrupts the loop's wait
+  ::sigaction(SIGUSR2, &wake, nullptr);
+  for (auto& f : feds) {
+    auto r = std::make_unique<Runner>();
+    r->thread = std::thread([&server = *f->server, r = r.get()] {
+      sigset_t usr2;
+      sigemptyset(&usr2);
+      sigaddset(&usr2, SIGUSR2);
+      pthread_sigmask(SIG_UNBLOCK, &usr2, nullptr);
+      r->status = server.Run();
+      r->done = true;
+      ::kill(::getpid(), SIGUSR1);  // tells the main thread
+    });
+    runners.push_back(std::move(r));
+  }
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&stop, sig);
+  int sig = 0;
+  sigwait(&stop, &sig);
+  spdlog::info("{}; stopping", sig == SIGUSR1 ? "a mount ended" : strsignal(sig));
+  // A loop ends once it sees the exit flag, which a signal to its thread makes it look at.
+  for (auto& f : feds) f->server->Exit();
+  for (auto& r : runners) {
+    while (!r->done) {
+      pthread_kill(r->thread.native_handle(), SIGUSR2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    r->thread.join();
+  }
+  for (auto& r : runners) {
+    if (!r->status.ok()) return r->status;
+  }
+  return core::Status::Ok();
+}
+
+// Runs the daemon proper; returns the exit status. `ready` is called once the
+// mounts serve (it detaches from the terminal when not in the foreground).
+int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
+  // Signals end the daemon through RunMounts on this thread, never a handler
+  // in some other thread: block them before any thread exists.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&stop, sig);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  auto feds = PrepareMounts(cfg);
+  if (!feds.ok()) return ExitFor(feds.status());
+  auto lock = store::CacheDirLock::Acquire(cfg.cache_dir);
+  if (!lock.ok()) return ExitFor(core::InternalError(lock.status().message()));
+  auto index = store::RocksDbIndex::Open((std::filesystem::path(cfg.cache_dir) / "index").string());
+  if (!index.ok())
+    return ExitFor(core::InternalError("cannot open the cache index: " + index.status().message()));
+  store::FileBlockStore blocks(cfg.cache_dir);
   http::CurlLoop::Options loop_opts;
   loop_opts.max_in_flight = cfg.max_requests_in_flight;
   loop_opts.ca_file = cfg.ca_file;
   loop_opts.user_agent = "perch/0.1";
   http::CurlLoop loop(loop_opts);
-  http::FederationClientOptions client_opts;
-  client_opts.token_file = cfg.token_file;
-  client_opts.namespace_token_files = cfg.namespace_tokens;
-  http::FederationClient client(loop, *url, client_opts);
-
   ThreadPoolExecutor disk(2);
-  auto disk_space = [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {
-    struct statvfs st {};
-    if (::statvfs(dir.c_str(), &st) != 0) return core::InternalError(std::string("statvfs: ") + std::strerror(errno));
-    *total = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
-    *free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
-    return core::Status::Ok();
-  };
-  std::atomic<core::BlockReader*> reader_ptr{nullptr};  // set below; the catalog asks it what is in use
-  core::CacheCatalog catalog(
-      **index, blocks, disk,
-      core::CatalogOptions{cfg.cache_size, cfg.high_watermark, cfg.low_watermark, 1024, disk_space},
-      [&reader_ptr](const core::BlockKey& k) {
-        core::BlockReader* r = reader_ptr.load();
-        return r != nullptr && r->InUse(k);
-      });
-  core::Status loaded = catalog.Load();
-  if (loaded.code() == core::StatusCode::kCorrupt) {
-    // Corruption found past Open: a new index; Reconcile re-adopts the blocks.
-    if (core::Status s = (*index)->Reset(loaded); !s.ok()) {
-      spdlog::error("{}", s.message());
-      return kExitFailure;
-    }
-    loaded = catalog.Load();
+  ThreadPoolExecutor jobs(4);  // background work that may block: warm walks, listings, hints
+  core::CacheStack stack(**index, blocks, disk, jobs, StackOptionsOf(cfg));
+  int rc = 0;
+  if (core::Status s = stack.Open([&](const core::Status& why) { return (*index)->Reset(why); });
+      !s.ok()) {
+    rc = ExitFor(core::InternalError(s.message()));
   }
-  if (!loaded.ok()) {
-    spdlog::error("cannot read the cache index: {}", loaded.ToString());
-    return kExitFailure;
+  for (size_t i = 0; rc == 0 && i < feds->size(); ++i) {
+    if (core::Status s = AddMount(cfg, loop, stack, *(*feds)[i]); !s.ok()) rc = ExitFor(s);
   }
-  catalog.Reconcile();  // background: orphans, leftovers, records without files
-  core::NamespaceCache names(client, **index,
-                             core::NamespaceOptions{cfg.file_ttl, cfg.dir_ttl, cfg.negative_ttl});
-  core::FetchScheduler scheduler(core::SchedulerOptions{cfg.max_requests_in_flight, cfg.max_bytes_in_flight, 0.75});
-  core::BlockReaderOptions reader_opts;
-  reader_opts.block_size = cfg.block_size;
-  core::BlockReader reader(client, blocks, disk, reader_opts, &catalog, &scheduler);
-  reader_ptr = &reader;
-  // Background work that may block: warm walks, prefetch listings and hint lookups.
-  ThreadPoolExecutor jobs(4);
-  core::PrefetchOptions popts;
-  popts.sequential = popts.directories = cfg.prefetch;
-  // Nothing is fetched ahead so far that it would push out what is being read
-  // (of the quota as the filesystem caps it: a small disk prefetches less).
-  const uint64_t quota = catalog.capacity_bytes();
-  popts.max_window_bytes = std::min(cfg.readahead, quota / 8);
-  popts.dir_max_entries = cfg.prefetch_dir_max_entries;
-  popts.dir_max_bytes = quota / 8;  // never let one directory's prefetch flush the cache
-  popts.hint_window = cfg.hint_window;
-  core::Prefetcher prefetcher(names, reader, jobs, popts, [fed = url->ToString()](const core::ObjectPath& p, const core::FileAttr& a) {
-    return core::ObjectIdFor(fed, p, a);
-  });
-  core::Prefetcher* prefetch = cfg.prefetch ? &prefetcher : nullptr;
-  core::FileSystem fs(names, reader, core::FileSystemOptions{cfg.op_timeout, url->ToString()}, prefetch);
-
-  // Is the federation there? With a warm cache perchd serves offline; without
-  // one there is nothing to serve.
-  auto root = names.GetAttr(core::ObjectPath(), core::DeadlineAfter(std::min(cfg.op_timeout, std::chrono::milliseconds(15000))));
-  if (!root.ok()) {
-    bool offline = root.status().code() == core::StatusCode::kUnavailable ||
-                   root.status().code() == core::StatusCode::kDeadlineExceeded;
-    if (offline && names.HasPersistedEntries()) {
-      spdlog::warn("federation {} unreachable ({}); serving the cached namespace and retrying in the background",
-                   url->ToString(), root.status().message());
-    } else {
-      spdlog::error("cannot mount {}: {}", url->ToString(), root.status().message());
-      return kExitFailure;
-    }
-  } else if (!root->is_dir) {
-    spdlog::error("{} is a file, not a directory; mount its parent", url->ToString());
-    return kExitUsage;
-  }
-
   core::OpMetrics op_metrics;
-  fuse::FuseOptions fopts;
-  fopts.max_threads = cfg.fuse_threads;
-  fopts.fsname = "perch:" + url->ToString();
-  fopts.metrics = &op_metrics;
-  fopts.no_open = cfg.fuse_no_open;
-  if (!cfg.protected_group.empty()) {
-    struct group* g = ::getgrnam(cfg.protected_group.c_str());
-    if (g == nullptr) {
-      spdlog::error("protected_group '{}' is not a group on this node", cfg.protected_group);
-      return kExitUsage;
-    }
-    fopts.restricted_gid = static_cast<int>(g->gr_gid);
+  auto fopts = FuseOptionsOf(cfg, stack, op_metrics);
+  if (rc == 0 && !fopts.ok()) rc = ExitFor(fopts.status());
+  for (size_t i = 0; rc == 0 && i < feds->size(); ++i) {
+    Federation& f = *(*feds)[i];
+    fuse::FuseOptions o = *fopts;
+    o.fsname = "perch:" + f.url.ToString();
+    o.xattrs = [m = f.mount](const core::ObjectPath& p, const core::FileAttr& a) {
+      return m->Xattrs(p, a);
+    };
+    f.server = std::make_unique<fuse::FuseServer>(f.mount->fs(), o);
+    f.mount->set_mounted_probe([s = f.server.get()] { return s->mounted(); });
   }
-  fopts.statfs = [&catalog](struct statvfs* st) {
-    st->f_blocks = catalog.capacity_bytes() / st->f_frsize;
-    uint64_t used = std::min(catalog.cached_bytes(), catalog.capacity_bytes());
-    st->f_bfree = st->f_bavail = (catalog.capacity_bytes() - used) / st->f_frsize;
-  };
-  fopts.xattrs = [&fs, &url, &catalog, &client](const core::ObjectPath& p, const core::FileAttr& a) {
-    std::map<std::string, std::string> x;
-    x["user.perch.federation"] = url->ToString();
-    if (!a.is_dir) {
-      std::string id = fs.ObjectId(p, a);
-      x["user.perch.cache_id"] = id;
-      x["user.perch.cached_bytes"] = std::to_string(catalog.CachedBytes(id));
-      x["user.perch.url"] = url->ToString() + (url->path.IsRoot() ? p.str().substr(1) : p.str());
-      if (std::string server = client.LastServer(p); !server.empty()) {
-        x["user.perch.server"] = server;
-      }
-    }
-    return x;
-  };
-  fuse::FuseServer server(fs, fopts);
 
   // The control plane: perchctl over gRPC, Prometheus, warm jobs.
-  core::Warmer warmer(fs, reader, catalog, jobs, core::WarmerOptions{});
-  std::error_code canon_ec;
-  core::NodeInfo info;
-  info.mountpoint = std::filesystem::canonical(cfg.mountpoint, canon_ec).string();
-  if (canon_ec) info.mountpoint = cfg.mountpoint;
-  info.federation_url = url->ToString();
-  info.federation_prefix = url->path;
-  info.cache_dir = cfg.cache_dir;
-  info.path_of_url = [fed = *url](std::string_view text) -> core::Result<std::string> {
-    auto other = http::ParseFederationUrl(text);
-    if (!other.ok()) return other.status();
-    if (other->discovery_url != fed.discovery_url) {
-      return core::InvalidArgumentError(std::string(text) + " names another federation than " + fed.ToString());
-    }
-    return other->path.str();
-  };
   core::NodeControl node(
-      std::move(info), reader, catalog, warmer, client, jobs, op_metrics,
-      [&client, &loop] {
-        const http::FederationCounters& c = client.counters();
-        core::NetworkStats n;
-        n.inflight_requests = loop.InFlight();
-        n.queued_requests = loop.Queued();
-        n.range_gets = c.range_gets.load();
-        n.failovers = c.failovers.load();
-        n.resumes = c.resumes.load();
-        return n;
-      },
-      disk_space,
-      [&server] { return server.mounted(); }, [&fs] { return fs.offline(); }, &scheduler, prefetch);
+      stack, cfg.cache_dir, op_metrics, [&feds, &loop] { return NetworkOf(*feds, loop); },
+      [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {
+        return DiskSpace(dir, total, free);
+      });
   control::MetricsServer metrics(node);
-  if (!cfg.metrics_address.empty()) {
+  control::ControlServer control(node);
+  if (rc == 0 && !cfg.metrics_address.empty()) {
     if (core::Status s = metrics.Start(cfg.metrics_address, cfg.metrics_allow_remote); !s.ok()) {
-      spdlog::error("{}", s.message());
-      return kExitUsage;
+      rc = ExitFor(core::InvalidArgumentError(s.message()));
     }
   }
-  control::ControlServer control(node);
   control::ControlOptions copts;
-  copts.address = cfg.control_address.empty() ? "unix:" + DefaultControlSocket() : cfg.control_address;
+  copts.address =
+      cfg.control_address.empty() ? "unix:" + DefaultControlSocket() : cfg.control_address;
   copts.socket_group = cfg.control_group;
   copts.metrics_address = metrics.address();
-  if (core::Status s = control.Start(copts); !s.ok()) {
-    spdlog::error("{}", s.message());
-    return kExitFailure;
+  if (rc == 0) {
+    if (core::Status s = control.Start(copts); !s.ok())
+      rc = ExitFor(core::InternalError(s.message()));
   }
-
-  if (core::Status s = server.Mount(cfg.mountpoint); !s.ok()) {
-    spdlog::error("{}", s.message());
-    return kExitUsage;
+  for (size_t i = 0; rc == 0 && i < feds->size(); ++i) {
+    Federation& f = *(*feds)[i];
+    if (core::Status s = f.server->Mount(f.cfg.mountpoint); !s.ok()) {
+      rc = ExitFor(core::InvalidArgumentError(s.message()));
+      break;
+    }
+    spdlog::info("mounted {} at {} (cache {}, {} MiB, blocks of {} KiB)", f.url.ToString(),
+                 f.cfg.mountpoint, cfg.cache_dir, cfg.cache_size >> 20, cfg.block_size >> 10);
   }
-  spdlog::info("mounted {} at {} (cache {} , {} MiB, blocks of {} KiB)", url->ToString(), cfg.mountpoint,
-               cfg.cache_dir, cfg.cache_size >> 20, cfg.block_size >> 10);
-
-  // Access times reach the index in batches every few seconds.
-  std::function<void()> flush_loop;
-  std::atomic<bool> stopping{false};
-  flush_loop = [&] {
-    if (stopping) return;
-    catalog.Flush().IgnoreError();
-    catalog.UpdateCapacity();  // the disk may be filling with other things
-    disk.PostAfter(std::chrono::seconds(5), flush_loop);
-  };
-  disk.PostAfter(std::chrono::seconds(5), flush_loop);
-
-  ready();
-  // Under systemd (Type=notify) the unit becomes active only now, with the mount serving.
-  sd_notifyf(0, "READY=1\nSTATUS=serving %s at %s", url->ToString().c_str(), cfg.mountpoint.c_str());
-  core::Status run = server.Run();
-  sd_notify(0, "STOPPING=1");
+  core::Status run;
+  if (rc == 0) {
+    ready();
+    // Under systemd (Type=notify) the unit becomes active only now, with every mount serving.
+    sd_notifyf(0, "READY=1\nSTATUS=serving %zu mount(s), first %s at %s", feds->size(),
+               (*feds)[0]->url.ToString().c_str(), (*feds)[0]->cfg.mountpoint.c_str());
+    run = RunMounts(*feds);
+    sd_notify(0, "STOPPING=1");
+  }
   control.Shutdown();  // ends warm streams (their warms are cancelled)
   metrics.Stop();
-  warmer.Shutdown(std::chrono::seconds(2));
-  prefetcher.Shutdown();
-  spdlog::info("unmounting {}", cfg.mountpoint);
-  server.Unmount();
+  stack.StopBackground(std::chrono::seconds(2));
+  for (auto& f : *feds) {
+    if (f->server == nullptr || !f->server->mounted()) continue;
+    spdlog::info("unmounting {}", f->cfg.mountpoint);
+    f->server->Unmount();
+  }
   loop.Shutdown();  // in-flight fetches end (cancelled) while the cache objects still exist
   jobs.Join();
-  stopping = true;
-  catalog.Flush().IgnoreError();
+  stack.Close();
   disk.Join();
-  if (!run.ok()) {
-    spdlog::error("{}", run.message());
-    return kExitFailure;
-  }
-  return 0;
+  if (rc == 0 && !run.ok()) rc = ExitFor(core::InternalError(run.message()));
+  return rc;
 }
 
-}  // namespace
-}  // namespace perch
-
-int main(int argc, char** argv) {
-  // Everything perchd creates (block files, the index, sockets' directories)
-  // is private to it: cached paths of protected namespaces must not leak.
-  ::umask(077);
-  using perch::ConfigError;
-  perch::DaemonConfig cfg;
-  CLI::App app{"perchd: mount a Pelican/OSDF federation namespace read-only, with a persistent node cache.\n"
-               "Example: perchd --cache-dir /var/cache/perch --cache-size 50G osdf:///ospool/uc-shared/public /osdf"};
-  std::string config_file, cache_size, block_size, op_timeout;
-  app.add_option("--config", config_file, "TOML configuration file (flags override it)")->check(CLI::ExistingFile);
-  app.add_option("--cache-dir", cfg.cache_dir, "cache directory (block files and index)");
-  app.add_option("--cache-size", cache_size, "cache quota, e.g. 50G (default 10G)");
-  app.add_option("--block-size", block_size, "block size for large objects, e.g. 4M (default 4M)");
-  app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error");
-  app.add_option("--ca-file", cfg.ca_file, "extra CA bundle for the federation's https servers");
-  app.add_option("--token-file", cfg.token_file, "bearer token file for protected namespaces");
-  app.add_option("--protected-group", cfg.protected_group,
-                 "group that may read namespaces requiring a token (default: root only)");
-  app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
-  app.add_flag("-f,--foreground", cfg.foreground, "stay in the foreground (systemd, debugging)");
-  std::string control_address, metrics_address;
-  app.add_option("--control", control_address,
-                 "control API address: unix:PATH or tcp:127.0.0.1:PORT (default unix:" + perch::DefaultControlSocket() + ")");
-  bool no_prefetch = false;
-  app.add_flag("--no-prefetch", no_prefetch, "no read-ahead, directory prefetch or hints (benchmarks)");
-  std::string control_group;
-  app.add_option("--control-group", control_group, "group owning the control socket: its members may use perchctl");
-  app.add_option("--metrics", metrics_address, "serve Prometheus metrics at http://IP:PORT/metrics (loopback)");
-  bool metrics_allow_remote = false, allow_nonempty_mountpoint = false;
-  app.add_flag("--metrics-allow-remote", metrics_allow_remote,
-               "allow --metrics on a non-loopback address (the endpoint has no authentication)");
-  app.add_flag("--allow-nonempty-mountpoint", allow_nonempty_mountpoint,
-               "mount over a directory that has entries (they are hidden while mounted)");
-  std::string url, mountpoint;
-  app.add_option("FEDERATION_URL", url, "pelican://host/path, osdf:///path or http(s)://host:port/path");
-  app.add_option("MOUNTPOINT", mountpoint, "an existing empty directory");
-  if (auto rc = perch::cli::Parse(app, argc, argv)) return *rc;
-  try {
-    if (!config_file.empty()) perch::ApplyConfigFile(config_file, &cfg);
-    if (!url.empty()) cfg.federation_url = url;
-    if (!mountpoint.empty()) cfg.mountpoint = mountpoint;
-    if (!cache_size.empty()) cfg.cache_size = perch::ParseSize(cache_size, "--cache-size");
-    if (!block_size.empty()) cfg.block_size = perch::ParseSize(block_size, "--block-size");
-    if (!control_address.empty()) cfg.control_address = control_address;
-    if (no_prefetch) cfg.prefetch = false;
-    if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
-    if (!control_group.empty()) cfg.control_group = control_group;
-    if (metrics_allow_remote) cfg.metrics_allow_remote = true;
-    if (allow_nonempty_mountpoint) cfg.allow_nonempty_mountpoint = true;
-    if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
-    if (cfg.federation_url.empty() || cfg.mountpoint.empty()) {
-      throw ConfigError("FEDERATION_URL and MOUNTPOINT are required (see --help)");
-    }
-    perch::Validate(cfg);
-  } catch (const ConfigError& e) {
-    std::cerr << "perchd: " << e.what() << "\n";
-    return 2;
-  }
-  spdlog::set_default_logger(spdlog::stderr_color_mt("perchd"));
-  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-
-  if (cfg.foreground) {
-    return perch::Serve(cfg, [] {});
-  }
-  // Background: fork before any thread exists; the parent waits until the
-  // child has mounted (or failed) so that the exit status tells the truth.
+// Forks before any thread exists; the parent waits until the child has
+// mounted (or failed) so that the exit status tells the truth.
+int ServeInTheBackground(const DaemonConfig& cfg) {
   int pipefd[2];
   if (pipe(pipefd) != 0) {
     std::perror("perchd: pipe");
@@ -359,7 +353,7 @@ int main(int argc, char** argv) {
   }
   close(pipefd[0]);
   setsid();
-  int rc = perch::Serve(cfg, [&] {
+  int rc = Serve(cfg, [&] {
     char ok = 0;
     if (write(pipefd[1], &ok, 1) != 1) {
       // The parent is gone; nothing to tell.
@@ -381,4 +375,88 @@ int main(int argc, char** argv) {
     // Already reported ready, or the parent is gone.
   }
   return rc;
+}
+
+}  // namespace
+}  // namespace perch
+
+int main(int argc, char** argv) {
+  // Everything perchd creates (block files, the index, sockets' directories)
+  // is private to it: cached paths of protected namespaces must not leak.
+  ::umask(077);
+  using perch::ConfigError;
+  perch::DaemonConfig cfg;
+  CLI::App app{
+      "perchd: mount a Pelican/OSDF federation namespace read-only, with a persistent node cache.\n"
+      "Example: perchd --cache-dir /var/cache/perch --cache-size 50G "
+      "osdf:///ospool/uc-shared/public /osdf"};
+  std::string config_file, cache_size, block_size, op_timeout;
+  app.add_option("--config", config_file, "TOML configuration file (flags override it)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cache-dir", cfg.cache_dir, "cache directory (block files and index)");
+  app.add_option("--cache-size", cache_size, "cache quota, e.g. 50G (default 10G)");
+  app.add_option("--block-size", block_size, "block size for large objects, e.g. 4M (default 4M)");
+  app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error");
+  app.add_option("--ca-file", cfg.ca_file, "extra CA bundle for the federation's https servers");
+  app.add_option("--token-file", cfg.token_file, "bearer token file for protected namespaces");
+  app.add_option("--protected-group", cfg.protected_group,
+                 "group that may read namespaces requiring a token (default: root only)");
+  app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
+  app.add_flag("-f,--foreground", cfg.foreground, "stay in the foreground (systemd, debugging)");
+  std::string control_address, metrics_address;
+  app.add_option("--control", control_address,
+                 "control API address: unix:PATH or tcp:127.0.0.1:PORT (default unix:" +
+                     perch::DefaultControlSocket() + ")");
+  bool no_prefetch = false;
+  app.add_flag("--no-prefetch", no_prefetch,
+               "no read-ahead, directory prefetch or hints (benchmarks)");
+  std::string control_group;
+  app.add_option("--control-group", control_group,
+                 "group owning the control socket: its members may use perchctl");
+  app.add_option("--metrics", metrics_address,
+                 "serve Prometheus metrics at http://IP:PORT/metrics (loopback)");
+  bool metrics_allow_remote = false, allow_nonempty_mountpoint = false;
+  app.add_flag("--metrics-allow-remote", metrics_allow_remote,
+               "allow --metrics on a non-loopback address (the endpoint has no authentication)");
+  app.add_flag("--allow-nonempty-mountpoint", allow_nonempty_mountpoint,
+               "mount over a directory that has entries (they are hidden while mounted)");
+  std::string url, mountpoint;
+  app.add_option("FEDERATION_URL", url,
+                 "pelican://host/path, osdf:///path or http(s)://host:port/path");
+  app.add_option("MOUNTPOINT", mountpoint, "an existing empty directory");
+  if (auto rc = perch::cli::Parse(app, argc, argv)) return *rc;
+  try {
+    if (!config_file.empty()) perch::ApplyConfigFile(config_file, &cfg);
+    if (!url.empty() || !mountpoint.empty()) {
+      cfg.mounts.clear();  // the arguments name the one mount
+      cfg.federation_url = url;
+      cfg.mountpoint = mountpoint;
+    }
+    if (!cache_size.empty()) cfg.cache_size = perch::ParseSize(cache_size, "--cache-size");
+    if (!block_size.empty()) cfg.block_size = perch::ParseSize(block_size, "--block-size");
+    if (!control_address.empty()) cfg.control_address = control_address;
+    if (no_prefetch) cfg.prefetch = false;
+    if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
+    if (!control_group.empty()) cfg.control_group = control_group;
+    if (metrics_allow_remote) cfg.metrics_allow_remote = true;
+    if (allow_nonempty_mountpoint) cfg.allow_nonempty_mountpoint = true;
+    if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
+    if (perch::MountsOf(cfg).empty()) {
+      throw ConfigError(
+          "FEDERATION_URL and MOUNTPOINT (or [[mount]] tables in --config) are required (see "
+          "--help)");
+    }
+    perch::Validate(cfg);
+  } catch (const ConfigError& e) {
+    std::cerr << "perchd: " << e.what() << "\n";
+    return 2;
+  }
+  spdlog::set_default_logger(spdlog::stderr_color_mt("perchd"));
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  if (cfg.foreground) {
+    return perch::Serve(cfg, [] {});
+  }
+  return perch::ServeInTheBackground(cfg);
 }

@@ -58,9 +58,8 @@ void Fill(const core::LatencyHistogram::Snapshot& h, v1::Histogram* out) {
 
 void Fill(const core::NodeControl& node, const core::WarmProgress& p, v1::WarmProgress* out) {
   out->set_job_id(p.id);
-  for (const std::string& path : p.paths) {
-    out->add_paths(node.FederationPath(*core::ObjectPath::Parse(path)));
-  }
+  (void)node;
+  for (const std::string& path : p.paths) out->add_paths(path);  // federation paths (Mount)
   out->set_files_total(p.files_total);
   out->set_files_done(p.files_done);
   out->set_files_failed(p.files_failed);
@@ -97,10 +96,11 @@ void Fill(const core::NodeControl& node, const core::StatsSnapshot& s, v1::Stats
     e->set_error_class(cls);
     e->set_count(n);
   }
-  for (const auto& [path, v] : s.namespaces) {
+  for (const core::NamespaceCounters& n : s.namespaces) {
     auto* ns = out->add_namespaces();
-    ns->set_path(path);
-    Fill(v, ns->mutable_counters());
+    ns->set_path(n.path);
+    ns->set_federation(n.federation);
+    Fill(n.values, ns->mutable_counters());
   }
   for (const auto& [op, h] : s.fuse_ops) {
     auto* o = out->add_fuse_ops();
@@ -184,7 +184,14 @@ class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
       std::lock_guard<std::mutex> l(link->mu);
       if (link->writer != nullptr) link->writer->OnProgress(p);
     };
-    job_ = node_.warmer().Start(paths, request.recursive(), detach_ ? core::Warmer::UpdateFn() : update);
+    auto job = node_.Warm(paths, request.recursive(), detach_ ? core::Warmer::UpdateFn() : update);
+    if (!job.ok()) {
+      link_->writer = nullptr;
+      Finish(ToGrpcStatus(job.status()));
+      finish_called_ = true;
+      return;
+    }
+    job_ = *std::move(job);
     OnProgress(job_->Progress());  // the first message names the job
   }
 
@@ -319,7 +326,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
   grpc::ServerUnaryReactor* ListCached(grpc::CallbackServerContext* ctx, const v1::ListCachedRequest* request,
                                        v1::ListCachedReply* reply) override {
     auto* r = ctx->DefaultReactor();
-    // No path: the whole mount.
+    // No path: every mount (the catalog's root holds each mount's tag).
     auto path = request->path().empty() ? core::Result<core::ObjectPath>(core::ObjectPath())
                                         : Resolve(request->path());
     if (!path.ok()) {
@@ -338,6 +345,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     for (const auto& o : objects) {
       auto* c = reply->add_objects();
       c->set_path(node_.FederationPath(o.path));
+      c->set_federation(node_.FederationOf(o.path));
       c->set_size(o.size);
       c->set_cached_bytes(o.cached_bytes);
       c->set_blocks(o.blocks);
@@ -379,13 +387,27 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     auto timeout = std::chrono::milliseconds(request->timeout_ms() == 0 ? 5000 : request->timeout_ms());
     node_.Health(timeout, [this, r, reply](core::HealthReport h) {
       reply->set_healthy(h.healthy);
-      reply->set_mountpoint(h.mountpoint);
-      reply->set_federation_url(h.federation_url);
-      reply->set_mounted(h.mounted);
-      reply->set_offline(h.offline);
+      if (!h.mounts.empty()) {
+        reply->set_mountpoint(h.mounts.front().mountpoint);
+        reply->set_federation_url(h.mounts.front().federation_url);
+      }
+      bool mounted = !h.mounts.empty(), offline = false;
+      for (const auto& m : h.mounts) {
+        auto* out = reply->add_mounts();
+        out->set_mountpoint(m.mountpoint);
+        out->set_federation_url(m.federation_url);
+        out->set_mounted(m.mounted);
+        out->set_offline(m.offline);
+        out->set_healthy(m.healthy);
+        mounted = mounted && m.mounted;
+        offline = offline || m.offline;
+      }
+      reply->set_mounted(mounted);
+      reply->set_offline(offline);
       for (const auto& n : h.namespaces) {
         auto* ns = reply->add_namespaces();
         ns->set_path(n.path);
+        ns->set_federation(n.federation);
         ns->set_reachable(n.reachable);
         ns->set_latency_ms(static_cast<uint64_t>(n.latency.count()));
         ns->set_error(n.error);

@@ -116,8 +116,13 @@ std::string RenderPrometheus(const core::StatsSnapshot& s) {
   };
   for (const NsMetric& m : ns_metrics) {
     w.Family(m.name, "counter", m.help);
-    for (const auto& [path, v] : s.namespaces) {
-      w.Sample(m.name, v.*(m.field), fmt::format("namespace=\"{}\"", Escape(path)));
+    // With several federations mounted, the namespace's federation is a label too.
+    bool several = false;
+    for (const core::NamespaceCounters& n : s.namespaces) several |= n.federation != s.namespaces[0].federation;
+    for (const core::NamespaceCounters& n : s.namespaces) {
+      std::string labels = fmt::format("namespace=\"{}\"", Escape(n.path));
+      if (several) labels += fmt::format(",federation=\"{}\"", Escape(n.federation));
+      w.Sample(m.name, n.values.*(m.field), labels);
     }
   }
 

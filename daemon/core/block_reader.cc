@@ -204,8 +204,8 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     start([] {});
     return;
   }
-  uint64_t ticket = scheduler_->Submit(cls.priority, cls.flow.empty() ? NamespaceOf(path) : cls.flow, block_len,
-                                       std::move(start));
+  const std::string flow = options_.flow_prefix + (cls.flow.empty() ? NamespaceOf(path) : cls.flow);
+  uint64_t ticket = scheduler_->Submit(cls.priority, flow, block_len, std::move(start));
   std::lock_guard<std::mutex> l(mu_);
   auto it = inflight_.find(key);
   if (it != inflight_.end() && it->second.generation == generation) it->second.ticket = ticket;

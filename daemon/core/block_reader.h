@@ -42,6 +42,9 @@ namespace perch::core {
 struct BlockReaderOptions {
   uint64_t block_size = 4 << 20;
   std::chrono::milliseconds prefetch_timeout{120000};  // deadline of a prefetch
+  // Put before every flow this reader submits, so that mounts sharing one
+  // scheduler have flows of their own (two federations' "/data" are two).
+  std::string flow_prefix = "";
 };
 
 // How urgent a fetch is, and whose (the scheduler's fairness unit; "" means

@@ -13,10 +13,8 @@
 namespace perch::core {
 namespace {
 
-// Index keys (README "On-disk format"): "na" + path -> attribute entry,
-// "nl" + path -> listing entry.
-std::string AttrKey(const ObjectPath& p) { return "na" + p.str(); }
-std::string ListKey(const ObjectPath& p) { return "nl" + p.str(); }
+// Index keys (README "On-disk format"): "na" + key_prefix + path -> attribute
+// entry, "nl" + key_prefix + path -> listing entry (NamespaceCache::AttrKey).
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -83,10 +81,13 @@ NamespaceCache::NamespaceCache(Origin& origin, Index& index, NamespaceOptions op
 
 bool NamespaceCache::HasPersistedEntries() {
   bool any = false;
-  index_.Scan("n", [&](std::string_view, std::string_view) {
-    any = true;
-    return false;
-  }).IgnoreError();
+  // Every path starts with '/', so "na<prefix>/" holds this cache's entries only.
+  for (const char* kind : {"na", "nl"}) {
+    index_.Scan(kind + options_.key_prefix + "/", [&](std::string_view, std::string_view) {
+      any = true;
+      return false;
+    }).IgnoreError();
+  }
   return any;
 }
 

@@ -34,6 +34,10 @@ struct NamespaceOptions {
   std::chrono::seconds file_ttl{3600};
   std::chrono::seconds dir_ttl{300};
   std::chrono::seconds negative_ttl{30};
+  // Put between the key type and the path of every persisted entry, so that
+  // several mounts share one index without sharing entries: "/<tag>" (see
+  // CacheStack), or "" for the unprefixed layout.
+  std::string key_prefix;
 };
 
 class NamespaceCache {
@@ -50,7 +54,8 @@ class NamespaceCache {
   // True while answers come from stale entries because the Origin failed.
   bool offline() const { return offline_.load(); }
 
-  // True if the index holds any namespace entry (a warm cache to serve offline).
+  // True if the index holds any namespace entry of this cache's key prefix
+  // (a warm cache to serve offline).
   bool HasPersistedEntries();
 
  private:
@@ -64,6 +69,8 @@ class NamespaceCache {
     int64_t expires = 0;
   };
 
+  std::string AttrKey(const ObjectPath& p) const { return "na" + options_.key_prefix + p.str(); }
+  std::string ListKey(const ObjectPath& p) const { return "nl" + options_.key_prefix + p.str(); }
   std::optional<AttrEntry> FindAttr(const ObjectPath& path);
   std::optional<ListEntry> FindList(const ObjectPath& path);
   void StoreAttr(const ObjectPath& path, const AttrEntry& e);

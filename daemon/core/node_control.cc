@@ -1,5 +1,6 @@
 #include "daemon/core/node_control.h"
 
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -7,36 +8,35 @@ namespace perch::core {
 
 const char* OpMetrics::Name(Op op) {
   switch (op) {
-    case kLookup: return "lookup";
-    case kGetAttr: return "getattr";
-    case kOpenDir: return "opendir";
-    case kReadDir: return "readdir";
-    case kOpen: return "open";
-    case kRead: return "read";
-    case kStatFs: return "statfs";
-    case kXattr: return "xattr";
-    case kCount: break;
+    case kLookup:
+      return "lookup";
+    case kGetAttr:
+      return "getattr";
+    case kOpenDir:
+      return "opendir";
+    case kReadDir:
+      return "readdir";
+    case kOpen:
+      return "open";
+    case kRead:
+      return "read";
+    case kStatFs:
+      return "statfs";
+    case kXattr:
+      return "xattr";
+    case kCount:
+      break;
   }
   return "unknown";
 }
 
-NodeControl::NodeControl(NodeInfo info, BlockReader& reader, CacheCatalog& catalog, Warmer& warmer,
-                         Origin& origin, Executor& jobs, const OpMetrics& ops, NetworkStatsFn network, DiskSpaceFn disk,
-                         MountedFn mounted, std::function<bool()> offline, const FetchScheduler* scheduler,
-                         Prefetcher* prefetcher)
-    : info_(std::move(info)),
-      reader_(reader),
-      catalog_(catalog),
-      warmer_(warmer),
-      origin_(origin),
-      jobs_(jobs),
+NodeControl::NodeControl(CacheStack& stack, std::string cache_dir, const OpMetrics& ops,
+                         NetworkStatsFn network, DiskSpaceFn disk)
+    : stack_(stack),
+      cache_dir_(std::move(cache_dir)),
       ops_(ops),
       network_(std::move(network)),
-      disk_(std::move(disk)),
-      mounted_(std::move(mounted)),
-      offline_(std::move(offline)),
-      scheduler_(scheduler),
-      prefetcher_(prefetcher) {}
+      disk_(std::move(disk)) {}
 
 namespace {
 
@@ -51,127 +51,254 @@ std::optional<std::string> StripPrefix(std::string_view path, std::string_view p
   return rest.empty() ? std::string("/") : std::string(rest);
 }
 
+const std::string& FederationOfMount(const Mount& m) {
+  return m.spec().federation.empty() ? m.spec().federation_id : m.spec().federation;
+}
+
+void Add(ReadCounters::Values* to, const ReadCounters::Values& v) {
+  to->hits += v.hits;
+  to->misses += v.misses;
+  to->bytes_from_cache += v.bytes_from_cache;
+  to->bytes_from_network += v.bytes_from_network;
+}
+
+void Add(LatencyHistogram::Snapshot* to, const LatencyHistogram::Snapshot& h) {
+  if (to->counts.empty()) {
+    *to = h;
+    return;
+  }
+  for (size_t i = 0; i < to->counts.size() && i < h.counts.size(); ++i)
+    to->counts[i] += h.counts[i];
+  to->count += h.count;
+  to->sum_seconds += h.sum_seconds;
+}
+
+// The mount whose federation path `federation_path` is (the most specific
+// prefix wins); ambiguous when mounts of two federations hold it.
+Result<std::pair<Mount*, ObjectPath>> ByFederationPath(const std::vector<Mount*>& mounts,
+                                                       std::string_view user_path,
+                                                       std::string_view federation_path,
+                                                       const std::string* only_federation) {
+  auto parsed = ObjectPath::Parse(federation_path);
+  if (!parsed.ok()) return parsed.status();
+  Mount* best = nullptr;
+  ObjectPath best_below;
+  std::vector<Mount*> holders;
+  for (Mount* m : mounts) {
+    if (only_federation != nullptr && FederationOfMount(*m) != *only_federation) continue;
+    auto below = StripPrefix(parsed->str(), m->spec().federation_prefix.str());
+    if (!below) continue;
+    holders.push_back(m);
+    if (best == nullptr ||
+        m->spec().federation_prefix.str().size() > best->spec().federation_prefix.str().size()) {
+      best = m;
+      best_below = *ObjectPath::Parse(*below);
+    }
+  }
+  if (best == nullptr) {
+    std::string why = std::string(user_path) + " is neither";
+    for (size_t i = 0; i < mounts.size(); ++i) {
+      const MountSpec& m = mounts[i]->spec();
+      why += std::string(i == 0 ? "" : "; nor") + " inside the mount (" + m.mountpoint +
+             ") nor below the mounted federation path (" + m.federation_prefix.str() + " of " +
+             m.federation_id + ")";
+    }
+    return InvalidArgumentError(why);
+  }
+  for (Mount* m : holders) {
+    if (FederationOfMount(*m) != FederationOfMount(*best)) {
+      return InvalidArgumentError(std::string(user_path) + " is ambiguous: both " +
+                                  best->spec().federation_id + " and " + m->spec().federation_id +
+                                  " hold it; name it by its mount path or its URL");
+    }
+  }
+  return std::make_pair(best, best_below);
+}
+
 }  // namespace
 
 Result<ObjectPath> NodeControl::Resolve(std::string_view user_path) const {
   if (user_path.empty()) return InvalidArgumentError("empty path");
-  std::string federation_path;
+  const std::vector<Mount*> mounts = stack_.mounts();
   if (user_path.find("://") != std::string_view::npos) {
-    // A federation URL: it must name this mount's federation.
-    if (!info_.path_of_url) return InvalidArgumentError("federation URLs are not accepted here");
-    auto path = info_.path_of_url(user_path);
-    if (!path.ok()) return path.status();
-    federation_path = *path;
-  } else if (user_path.front() != '/') {
+    // A federation URL: it must name a mounted federation.
+    Status first = InvalidArgumentError("federation URLs are not accepted here");
+    for (Mount* m : mounts) {
+      if (!m->spec().path_of_url) continue;
+      auto path = m->spec().path_of_url(user_path);
+      if (!path.ok()) {
+        if (first.message() == "federation URLs are not accepted here") first = path.status();
+        continue;
+      }
+      auto r = ByFederationPath(mounts, user_path, *path, &FederationOfMount(*m));
+      if (!r.ok()) return r.status();
+      return r->first->CatalogPath(r->second);
+    }
+    return first;
+  }
+  if (user_path.front() != '/')
     return InvalidArgumentError(std::string(user_path) + " is not an absolute path");
-  } else if (auto in_mount = StripPrefix(user_path, info_.mountpoint);
-             in_mount && !info_.mountpoint.empty()) {
-    auto p = ObjectPath::Parse(*in_mount);
+  // A path inside a mount (the deepest mountpoint wins: mounts may nest).
+  Mount* in = nullptr;
+  std::string below;
+  for (Mount* m : mounts) {
+    const std::string& mp = m->spec().mountpoint;
+    if (mp.empty()) continue;
+    auto rest = StripPrefix(user_path, mp);
+    if (rest && (in == nullptr || mp.size() > in->spec().mountpoint.size())) {
+      in = m;
+      below = *rest;
+    }
+  }
+  if (in != nullptr) {
+    auto p = ObjectPath::Parse(below);
     if (!p.ok()) return p.status();
-    return *p;
-  } else {
-    federation_path = std::string(user_path);
+    return in->CatalogPath(*p);
   }
-  auto parsed = ObjectPath::Parse(federation_path);
-  if (!parsed.ok()) return parsed.status();
-  auto below = StripPrefix(parsed->str(), info_.federation_prefix.str());
-  if (!below) {
-    return InvalidArgumentError(std::string(user_path) + " is neither inside the mount (" + info_.mountpoint +
-                                ") nor below the mounted federation path (" + info_.federation_prefix.str() +
-                                ")");
-  }
-  return ObjectPath::Parse(*below);
+  auto r = ByFederationPath(mounts, user_path, user_path, nullptr);
+  if (!r.ok()) return r.status();
+  return r->first->CatalogPath(r->second);
 }
 
 std::string NodeControl::FederationPath(const ObjectPath& p) const {
-  if (info_.federation_prefix.IsRoot()) return p.str();
-  if (p.IsRoot()) return info_.federation_prefix.str();
-  return info_.federation_prefix.str() + p.str();
+  ObjectPath below;
+  Mount* m = stack_.MountOfCatalogPath(p, &below);
+  return m == nullptr ? p.str() : m->FederationPath(below);
+}
+
+std::string NodeControl::FederationOf(const ObjectPath& p) const {
+  ObjectPath below;
+  Mount* m = stack_.MountOfCatalogPath(p, &below);
+  return m == nullptr ? "" : m->spec().federation_id;
 }
 
 StatsSnapshot NodeControl::Stats() const {
   StatsSnapshot s;
-  const BlockReaderStats& r = reader_.stats();
-  s.totals = {r.hits.load(), r.misses.load(), r.bytes_from_cache.load(), r.bytes_from_network.load()};
-  s.shared_fetches = r.shared_fetches.load();
-  s.corrupt_blocks = r.corrupt_blocks.load();
-  s.store_errors = r.store_errors.load();
-  reader_.namespace_stats().ForEach([&](const std::string& name, const ReadCounters& c) {
-    s.namespaces.emplace_back(FederationPath(*ObjectPath::Parse(name)), c.Take());
-  });
-  s.cached_bytes = catalog_.cached_bytes();
-  s.capacity_bytes = catalog_.capacity_bytes();
-  s.pinned_bytes = catalog_.pinned_bytes();
-  s.cached_blocks = catalog_.blocks();
-  s.evictions = catalog_.evictions();
+  for (Mount* m : stack_.mounts()) {
+    const BlockReaderStats& r = m->reader().stats();
+    Add(&s.totals,
+        {r.hits.load(), r.misses.load(), r.bytes_from_cache.load(), r.bytes_from_network.load()});
+    s.shared_fetches += r.shared_fetches.load();
+    s.corrupt_blocks += r.corrupt_blocks.load();
+    s.store_errors += r.store_errors.load();
+    m->reader().namespace_stats().ForEach([&](const std::string& name, const ReadCounters& c) {
+      s.namespaces.push_back(
+          {m->spec().federation_id, m->FederationPath(*ObjectPath::Parse(name)), c.Take()});
+    });
+    Add(&s.origin_get, m->reader().fetch_latency().Take());
+    for (WarmProgress& w : m->warmer().Jobs()) s.warm_jobs.push_back(std::move(w));
+    if (const Prefetcher* p = m->prefetcher()) {
+      const PrefetchStats& ps = p->stats();
+      s.prefetch.sequential_blocks += ps.sequential_blocks.load();
+      s.prefetch.directory_files += ps.directory_files.load();
+      s.prefetch.hinted_files += ps.hinted_files.load();
+      s.prefetch.withdrawn += ps.withdrawn.load();
+    }
+    s.offline = s.offline || m->offline();
+  }
+  const CacheCatalog& catalog = stack_.catalog();
+  s.cached_bytes = catalog.cached_bytes();
+  s.capacity_bytes = catalog.capacity_bytes();
+  s.pinned_bytes = catalog.pinned_bytes();
+  s.cached_blocks = catalog.blocks();
+  s.evictions = catalog.evictions();
   if (network_) s.network = network_();
   s.errors = ops_.errors().Take();
   for (int op = 0; op < OpMetrics::kCount; ++op) {
     auto o = static_cast<OpMetrics::Op>(op);
     s.fuse_ops.emplace_back(OpMetrics::Name(o), ops_.latency(o).Take());
   }
-  s.origin_get = reader_.fetch_latency().Take();
-  s.warm_jobs = warmer_.Jobs();
-  if (prefetcher_ != nullptr) {
-    const PrefetchStats& p = prefetcher_->stats();
-    s.prefetch = {p.sequential_blocks.load(), p.directory_files.load(), p.hinted_files.load(), p.withdrawn.load()};
-  }
-  if (scheduler_ != nullptr) {
-    s.scheduler = scheduler_->Stats();
-    s.budget_requests = scheduler_->options().max_requests;
-  }
-  s.offline = offline_ && offline_();
-  s.uptime_seconds =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_).count());
+  s.scheduler = stack_.scheduler().Stats();
+  s.budget_requests = stack_.scheduler().options().max_requests;
+  s.uptime_seconds = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_).count());
   return s;
 }
 
 void NodeControl::Evict(const ObjectPath& path, std::function<void(Result<EvictResult>)> done) {
-  jobs_.Post([this, path, done = std::move(done)] { done(catalog_.Evict(path)); });
+  stack_.jobs().Post([this, path, done = std::move(done)] { done(stack_.catalog().Evict(path)); });
+}
+
+Result<std::shared_ptr<WarmJob>> NodeControl::Warm(const std::vector<ObjectPath>& paths,
+                                                   bool recursive, Warmer::UpdateFn on_update) {
+  Mount* mount = nullptr;
+  std::vector<ObjectPath> below;
+  for (const ObjectPath& p : paths) {
+    ObjectPath b;
+    Mount* m = stack_.MountOfCatalogPath(p, &b);
+    if (m == nullptr) return InvalidArgumentError(p.str() + " is of no mount");
+    if (mount != nullptr && m != mount) {
+      return InvalidArgumentError("the paths of one warm must lie under one mount (" +
+                                  mount->spec().federation_id + ", " + m->spec().federation_id +
+                                  ")");
+    }
+    mount = m;
+    below.push_back(std::move(b));
+  }
+  if (mount == nullptr) return InvalidArgumentError("no paths to warm");
+  return mount->warmer().Start(std::move(below), recursive, std::move(on_update));
 }
 
 Result<std::pair<uint64_t, uint64_t>> NodeControl::Hint(const std::string& job,
-                                                       const std::vector<std::string>& paths) {
-  if (prefetcher_ == nullptr) return InvalidArgumentError("prefetch is off in this perchd");
-  std::vector<ObjectPath> resolved;
-  resolved.reserve(paths.size());
-  uint64_t rejected = 0;
+                                                        const std::vector<std::string>& paths) {
+  if (!stack_.options().prefetch) return InvalidArgumentError("prefetch is off in this perchd");
+  std::map<Mount*, std::vector<ObjectPath>> by_mount;
+  for (Mount* m : stack_.mounts()) by_mount[m];  // a mount with no paths forgets the job's list
+  uint64_t accepted = 0, rejected = 0;
   for (const std::string& p : paths) {
     auto r = Resolve(p);
-    if (r.ok()) {
-      resolved.push_back(*std::move(r));
-    } else {
+    ObjectPath below;
+    Mount* m = r.ok() ? stack_.MountOfCatalogPath(*r, &below) : nullptr;
+    if (m == nullptr) {
       ++rejected;
+      continue;
     }
+    by_mount[m].push_back(std::move(below));
+    ++accepted;
   }
-  uint64_t accepted = resolved.size();
-  prefetcher_->Hint(job, std::move(resolved));
+  for (auto& [m, list] : by_mount) {
+    if (m->prefetcher() != nullptr) m->prefetcher()->Hint(job, std::move(list));
+  }
   return std::make_pair(accepted, rejected);
 }
 
-void NodeControl::Health(std::chrono::milliseconds timeout, std::function<void(HealthReport)> done) {
+void NodeControl::Health(std::chrono::milliseconds timeout,
+                         std::function<void(HealthReport)> done) {
   HealthReport base;
-  base.mountpoint = info_.mountpoint;
-  base.federation_url = info_.federation_url;
-  base.mounted = mounted_ && mounted_();
-  base.offline = offline_ && offline_();
-  base.cache_dir = info_.cache_dir;
-  base.cache_capacity_bytes = catalog_.capacity_bytes();
-  base.cache_used_bytes = catalog_.cached_bytes();
+  base.cache_dir = cache_dir_;
+  const CacheCatalog& catalog = stack_.catalog();
+  base.cache_capacity_bytes = catalog.capacity_bytes();
+  base.cache_used_bytes = catalog.cached_bytes();
   if (disk_) {
     Status s = disk_(&base.disk_total_bytes, &base.disk_free_bytes);
     if (!s.ok()) base.disk_error = s.message();
   }
-  base.store_error = catalog_.StoreProblem();
+  base.store_error = catalog.StoreProblem();
 
-  std::vector<ObjectPath> probes = {ObjectPath()};
-  reader_.namespace_stats().ForEach([&](const std::string& name, const ReadCounters&) {
-    if (name != "/" && probes.size() < 16) probes.push_back(*ObjectPath::Parse(name));
-  });
+  // Probes: each mount's root and the namespaces read so far (16 per mount).
+  struct Probe {
+    Mount* mount;
+    size_t mount_index;
+    ObjectPath path;
+  };
+  std::vector<Probe> probes;
+  const std::vector<Mount*> mounts = stack_.mounts();
+  for (size_t i = 0; i < mounts.size(); ++i) {
+    Mount* m = mounts[i];
+    base.mounts.push_back(
+        {m->spec().mountpoint, m->spec().federation_id, m->mounted(), m->offline(), false});
+    size_t before = probes.size();
+    probes.push_back({m, i, ObjectPath()});
+    m->reader().namespace_stats().ForEach([&](const std::string& name, const ReadCounters&) {
+      if (name != "/" && probes.size() - before < 16)
+        probes.push_back({m, i, *ObjectPath::Parse(name)});
+    });
+  }
 
   struct Pending {
     std::mutex mu;
     HealthReport report;
+    std::vector<size_t> mount_of;  // of each namespace
     size_t remaining = 0;
     std::function<void(HealthReport)> done;
   };
@@ -180,30 +307,47 @@ void NodeControl::Health(std::chrono::milliseconds timeout, std::function<void(H
   pending->remaining = probes.size();
   pending->done = std::move(done);
   pending->report.namespaces.resize(probes.size());
+  for (size_t i = 0; i < probes.size(); ++i) {
+    pending->report.namespaces[i].federation = probes[i].mount->spec().federation_id;
+    pending->report.namespaces[i].path = probes[i].mount->FederationPath(probes[i].path);
+    pending->mount_of.push_back(probes[i].mount_index);
+  }
+  if (probes.empty()) {
+    pending->report.healthy = false;
+    pending->done(std::move(pending->report));
+    return;
+  }
   const Deadline deadline = DeadlineAfter(timeout);
   for (size_t i = 0; i < probes.size(); ++i) {
-    pending->report.namespaces[i].path = FederationPath(probes[i]);
     auto started = Clock::now();
-    origin_.Stat(probes[i], deadline, [pending, i, started](Result<FileAttr> r) {
-      std::function<void(HealthReport)> finish;
-      HealthReport out;
-      {
-        std::lock_guard<std::mutex> l(pending->mu);
-        NamespaceHealth& h = pending->report.namespaces[i];
-        h.latency = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
-        // A namespace that answers "not found" or "forbidden" is reachable.
-        h.reachable = r.ok() || r.status().code() == StatusCode::kNotFound ||
-                      r.status().code() == StatusCode::kPermissionDenied;
-        if (!r.ok()) h.error = r.status().ToString();
-        if (--pending->remaining > 0) return;
-        HealthReport& rep = pending->report;
-        rep.healthy = rep.mounted && rep.disk_error.empty() && rep.disk_free_bytes > 0 && rep.store_error.empty();
-        for (const NamespaceHealth& n : rep.namespaces) rep.healthy = rep.healthy && n.reachable;
-        out = std::move(rep);
-        finish = std::move(pending->done);
-      }
-      finish(std::move(out));
-    });
+    probes[i].mount->spec().origin->Stat(
+        probes[i].path, deadline, [pending, i, started](Result<FileAttr> r) {
+          std::function<void(HealthReport)> finish;
+          HealthReport out;
+          {
+            std::lock_guard<std::mutex> l(pending->mu);
+            NamespaceHealth& h = pending->report.namespaces[i];
+            h.latency =
+                std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+            // A namespace that answers "not found" or "forbidden" is reachable.
+            h.reachable = r.ok() || r.status().code() == StatusCode::kNotFound ||
+                          r.status().code() == StatusCode::kPermissionDenied;
+            if (!r.ok()) h.error = r.status().ToString();
+            if (--pending->remaining > 0) return;
+            HealthReport& rep = pending->report;
+            for (MountHealth& m : rep.mounts) m.healthy = m.mounted;
+            for (size_t n = 0; n < rep.namespaces.size(); ++n) {
+              MountHealth& m = rep.mounts[pending->mount_of[n]];
+              m.healthy = m.healthy && rep.namespaces[n].reachable;
+            }
+            rep.healthy =
+                rep.disk_error.empty() && rep.disk_free_bytes > 0 && rep.store_error.empty();
+            for (const MountHealth& m : rep.mounts) rep.healthy = rep.healthy && m.healthy;
+            out = std::move(rep);
+            finish = std::move(pending->done);
+          }
+          finish(std::move(out));
+        });
   }
 }
 

@@ -3,10 +3,15 @@
 // counters and histograms as one snapshot, warm / pin / unpin / evict / list
 // by path, and a health report that asks the federation itself.
 //
-// Paths. Users name things the way they see them: a path inside the mount
+// Several mounts share one node (one CacheStack): counters are summed over
+// them, namespaces and health are per mount, and every command works on
+// paths of any mount.
+//
+// Paths. Users name things the way they see them: a path inside a mount
 // (/osdf/ns/data/x), a federation URL (osdf:///ns/data/x) or a federation
-// path (/ns/data/x). Resolve() turns each into the object path below the
-// mounted prefix, or explains why it cannot.
+// path (/ns/data/x). Resolve() turns each into the catalog path of the mount
+// that holds it (Mount::CatalogPath), or explains why it cannot: a
+// federation path two mounts of different federations hold is ambiguous.
 //
 // Thread-safety: all methods are safe from any thread and never wait on the
 // data path: Health answers through a callback, Warm runs on the Warmer's
@@ -21,6 +26,7 @@
 
 #include "daemon/core/block_reader.h"
 #include "daemon/core/cache_catalog.h"
+#include "daemon/core/cache_stack.h"
 #include "daemon/core/metrics.h"
 #include "daemon/core/origin.h"
 #include "daemon/core/prefetcher.h"
@@ -52,12 +58,18 @@ struct NetworkStats {
   uint64_t resumes = 0;
 };
 
+struct NamespaceCounters {
+  std::string federation;  // the mount's federation URL
+  std::string path;        // federation path of the namespace
+  ReadCounters::Values values;
+};
+
 struct StatsSnapshot {
-  ReadCounters::Values totals;
+  ReadCounters::Values totals;  // summed over every mount
   uint64_t shared_fetches = 0;
   uint64_t corrupt_blocks = 0;
   uint64_t store_errors = 0;
-  std::vector<std::pair<std::string, ReadCounters::Values>> namespaces;
+  std::vector<NamespaceCounters> namespaces;  // add up to totals
   uint64_t cached_bytes = 0;
   uint64_t capacity_bytes = 0;
   uint64_t pinned_bytes = 0;
@@ -73,23 +85,29 @@ struct StatsSnapshot {
   } prefetch;
   SchedulerStats scheduler;
   size_t budget_requests = 0;
-  bool offline = false;
+  bool offline = false;  // some mount serves stale entries
   uint64_t uptime_seconds = 0;
 };
 
 struct NamespaceHealth {
-  std::string path;  // federation path
+  std::string federation;  // the mount's federation URL
+  std::string path;        // federation path
   bool reachable = false;
   std::chrono::milliseconds latency{0};
   std::string error;
 };
 
-struct HealthReport {
+struct MountHealth {
   std::string mountpoint;
   std::string federation_url;
   bool mounted = false;
   bool offline = false;
-  std::vector<NamespaceHealth> namespaces;
+  bool healthy = false;  // mounted and every namespace of it reachable
+};
+
+struct HealthReport {
+  std::vector<MountHealth> mounts;
+  std::vector<NamespaceHealth> namespaces;  // of every mount
   std::string cache_dir;
   uint64_t cache_capacity_bytes = 0;
   uint64_t cache_used_bytes = 0;
@@ -97,70 +115,55 @@ struct HealthReport {
   uint64_t disk_free_bytes = 0;
   std::string disk_error;  // "" when statvfs worked
   std::string store_error;  // "" unless block writes failed lately (CacheCatalog::StoreProblem)
-  bool healthy = false;    // mounted, every namespace reachable, disk readable with free space, store fine
-};
-
-struct NodeInfo {
-  std::string mountpoint;
-  std::string federation_url;   // pelican://host/prefix, as shown to users
-  ObjectPath federation_prefix; // the mounted namespace path
-  std::string cache_dir;
-  // The federation path a URL names (osdf:///ns/x -> /ns/x); an error when
-  // the URL is malformed or names another federation.
-  std::function<Result<std::string>(std::string_view url)> path_of_url;
+  bool healthy = false;    // every mount healthy, disk readable with free space, store fine
 };
 
 class NodeControl {
  public:
   using NetworkStatsFn = std::function<NetworkStats()>;
   using DiskSpaceFn = std::function<Status(uint64_t* total, uint64_t* free)>;
-  using MountedFn = std::function<bool()>;
 
-  // `scheduler` and `prefetcher` may be null (no prefetch).
-  // `jobs` runs the disk work of commands (Evict).
-  NodeControl(NodeInfo info, BlockReader& reader, CacheCatalog& catalog, Warmer& warmer, Origin& origin,
-              Executor& jobs, const OpMetrics& ops, NetworkStatsFn network, DiskSpaceFn disk, MountedFn mounted,
-              std::function<bool()> offline, const FetchScheduler* scheduler = nullptr,
-              Prefetcher* prefetcher = nullptr);
+  // Over every mount of `stack` (also those added later). `network` and
+  // `disk` may be empty. Commands' disk work (Evict) runs on stack.jobs().
+  NodeControl(CacheStack& stack, std::string cache_dir, const OpMetrics& ops, NetworkStatsFn network = nullptr,
+              DiskSpaceFn disk = nullptr);
 
-  // The object path (below the mounted prefix) that `user_path` names.
-  // kInvalidArgument when it is outside the mount and the federation prefix.
+  // The catalog path (see Mount::CatalogPath) that `user_path` names.
+  // kInvalidArgument when no mount holds it, or when it is ambiguous.
   Result<ObjectPath> Resolve(std::string_view user_path) const;
-  // The path users see for object path `p`: the federation path.
+  // The path users see for catalog path `p`: the federation path (`p`
+  // itself when it is of no mount).
   std::string FederationPath(const ObjectPath& p) const;
+  // The federation URL of the mount of catalog path `p` ("" if none).
+  std::string FederationOf(const ObjectPath& p) const;
 
   StatsSnapshot Stats() const;
 
-  // Asks the federation about the mounted prefix and every namespace read so
-  // far (at most 16), in parallel, each within `timeout`.
+  // Asks each federation about its mounted prefix and every namespace read
+  // so far (at most 16 per mount), in parallel, each within `timeout`.
   void Health(std::chrono::milliseconds timeout, std::function<void(HealthReport)> done);
 
-  // Evicts everything cached below `path` on the job executor (disk work)
-  // and calls `done` there.
+  // Evicts everything cached below catalog path `path` on the job executor
+  // (disk work) and calls `done` there.
   void Evict(const ObjectPath& path, std::function<void(Result<EvictResult>)> done);
 
-  // Resolves `paths` and hands them to the prefetcher as job `job`'s list;
-  // returns (accepted, rejected). kInvalidArgument without a prefetcher.
+  // Starts warming catalog paths `paths`, which must lie under one mount.
+  Result<std::shared_ptr<WarmJob>> Warm(const std::vector<ObjectPath>& paths, bool recursive,
+                                        Warmer::UpdateFn on_update);
+
+  // Resolves `paths` and hands each mount's to its prefetcher as job `job`'s
+  // list; returns (accepted, rejected). kInvalidArgument without prefetch.
   Result<std::pair<uint64_t, uint64_t>> Hint(const std::string& job, const std::vector<std::string>& paths);
 
-  const NodeInfo& info() const { return info_; }
-  CacheCatalog& catalog() { return catalog_; }
-  Warmer& warmer() { return warmer_; }
+  CacheCatalog& catalog() { return stack_.catalog(); }
+  CacheStack& stack() { return stack_; }
 
  private:
-  const NodeInfo info_;
-  BlockReader& reader_;
-  CacheCatalog& catalog_;
-  Warmer& warmer_;
-  Origin& origin_;
-  Executor& jobs_;
+  CacheStack& stack_;
+  const std::string cache_dir_;
   const OpMetrics& ops_;
   const NetworkStatsFn network_;
   const DiskSpaceFn disk_;
-  const MountedFn mounted_;
-  const std::function<bool()> offline_;
-  const FetchScheduler* const scheduler_;
-  Prefetcher* const prefetcher_;
   const Clock::time_point started_ = Clock::now();
 };
 

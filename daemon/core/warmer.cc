@@ -75,7 +75,7 @@ WarmJob::WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive, War
       options_(options),
       id_(id) {
   progress_.id = id;
-  for (const ObjectPath& p : roots_) progress_.paths.push_back(p.str());
+  for (const ObjectPath& p : roots_) progress_.paths.push_back(options_.path_name ? options_.path_name(p) : p.str());
 }
 
 WarmProgress WarmJob::Progress() const {

@@ -58,6 +58,8 @@ struct WarmerOptions {
   size_t max_blocks_in_flight = 64;             // per job
   std::chrono::milliseconds block_timeout{120000};
   size_t finished_jobs_kept = 8;                // for Jobs()
+  // How progress names the paths asked for (the federation path); null: the object path.
+  std::function<std::string(const ObjectPath&)> path_name;
   // Called between taking a progress snapshot and delivering it (tests widen races here).
   std::function<void(const WarmProgress&)> before_notify_for_test;
 };

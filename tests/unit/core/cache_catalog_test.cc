@@ -12,6 +12,7 @@
 #include "tests/fakes/fake_origin.h"
 #include "tests/fakes/mem_block_store.h"
 #include "tests/fakes/mem_index.h"
+#include "tests/fakes/stack_fixture.h"
 
 namespace perch::core {
 namespace {
@@ -109,21 +110,22 @@ struct FakeDisk {
 };
 
 TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
-  MemIndex index;
-  MemBlockStore store;
-  InlineExecutor disk;
+  testing::StackFixture node;
+  MemBlockStore& store = node.store;
   FakeDisk fs{200 * kMiB, 0, &store};
-  CatalogOptions opts{1ULL << 30, 0.95, 0.85, 1024, [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); }};
-  CacheCatalog catalog(index, store, disk, opts, nullptr);
-  ASSERT_TRUE(catalog.Load().ok());
+  testing::StackConfig config;
+  config.catalog = CatalogOptions{1ULL << 30, 0.95, 0.85, 1024, [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); }};
+  config.block_size = kMiB;
+  ASSERT_TRUE(node.Build(config).ok());
+  CacheCatalog& catalog = node.catalog();
   EXPECT_EQ(catalog.capacity_bytes(), 192 * kMiB);  // 200 MiB less the 8 MiB reserve
   // Something else fills the disk after the last look: 40 MiB left for perch.
   fs.Fill(160 * kMiB);
 
-  FakeOrigin origin;
+  FakeOrigin& origin = node.origin;
   const std::string data = Data(100 * kMiB);
   origin.AddFile("/ns/big", data);
-  BlockReader reader(origin, store, disk, BlockReaderOptions{kMiB}, &catalog);
+  BlockReader& reader = node.mount().reader();
   const ObjectVersion version{data.size(), "v"};
   for (uint64_t off = 0; off < data.size(); off += 128 * 1024) {
     std::optional<Result<Bytes>> got;

@@ -4,15 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 #include <thread>
 
 #include "daemon/core/cache_catalog.h"
+#include "daemon/core/cache_stack.h"
 #include "daemon/core/filesystem.h"
 #include "daemon/core/node_control.h"
 #include "daemon/core/warmer.h"
-#include "tests/fakes/fake_origin.h"
-#include "tests/fakes/mem_block_store.h"
-#include "tests/fakes/mem_index.h"
+#include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
 namespace perch::core {
@@ -22,6 +22,8 @@ using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::MemIndex;
+using testing::StackConfig;
+using testing::StackFixture;
 using testing::Data;
 using testing::P;
 
@@ -38,18 +40,14 @@ class ControlCoreTest : public ::testing::Test {
 
   // (Re)builds the stack over the same index and store, as a restart does.
   void Build(CatalogOptions copts) {
-    warmer_.reset();
-    fs_.reset();
-    reader_.reset();
-    catalog_.reset();
-    names_.reset();
-    catalog_ = std::make_unique<CacheCatalog>(index_, store_, disk_, copts,
-                                              [this](const BlockKey& k) { return reader_ && reader_->InUse(k); });
-    ASSERT_TRUE(catalog_->Load().ok());
-    names_ = std::make_unique<NamespaceCache>(origin_, index_, NamespaceOptions{});
-    reader_ = std::make_unique<BlockReader>(origin_, store_, disk_, BlockReaderOptions{1000}, catalog_.get());
-    fs_ = std::make_unique<FileSystem>(*names_, *reader_, FileSystemOptions{std::chrono::milliseconds(2000), "fed"});
-    warmer_ = std::make_unique<Warmer>(*fs_, *reader_, *catalog_, disk_, WarmerOptions{});
+    StackConfig config;
+    config.catalog = copts;
+    ASSERT_TRUE(node_.Build(config).ok());
+    mount_ = &node_.mount();
+    catalog_ = &node_.catalog();
+    reader_ = &mount_->reader();
+    fs_ = &mount_->fs();
+    warmer_ = &mount_->warmer();
   }
 
   void ReadAll(const std::string& path) {
@@ -62,7 +60,7 @@ class ControlCoreTest : public ::testing::Test {
 
   std::map<std::string, CachedObject> Listed(const std::string& prefix) {
     std::map<std::string, CachedObject> out;
-    for (auto& o : catalog_->List(P(prefix), "", 1000)) out[o.path.str()] = o;
+    for (auto& o : mount_->List(P(prefix), "", 1000)) out[o.path.str()] = o;
     return out;
   }
 
@@ -72,15 +70,16 @@ class ControlCoreTest : public ::testing::Test {
     return job->Progress();
   }
 
-  FakeOrigin origin_;
-  MemIndex index_;
-  MemBlockStore store_;
-  InlineExecutor disk_;
-  std::unique_ptr<CacheCatalog> catalog_;
-  std::unique_ptr<NamespaceCache> names_;
-  std::unique_ptr<BlockReader> reader_;
-  std::unique_ptr<FileSystem> fs_;
-  std::unique_ptr<Warmer> warmer_;
+  StackFixture node_;
+  FakeOrigin& origin_ = node_.origin;
+  MemIndex& index_ = node_.index;
+  MemBlockStore& store_ = node_.store;
+  InlineExecutor& disk_ = node_.disk;
+  Mount* mount_ = nullptr;
+  CacheCatalog* catalog_ = nullptr;
+  BlockReader* reader_ = nullptr;
+  FileSystem* fs_ = nullptr;
+  Warmer* warmer_ = nullptr;
 };
 
 TEST_F(ControlCoreTest, ListsCachedObjectsByPathAcrossARestart) {
@@ -98,21 +97,21 @@ TEST_F(ControlCoreTest, ListsCachedObjectsByPathAcrossARestart) {
   EXPECT_TRUE(Listed("/big").empty());
 
   // Pages: the token is the last path of the previous page.
-  auto first = catalog_->List(P("/"), "", 1);
+  auto first = mount_->List(P("/"), "", 1);
   ASSERT_EQ(first.size(), 1u);
-  auto second = catalog_->List(P("/"), first[0].path.str(), 1);
+  auto second = mount_->List(P("/"), first[0].path.str(), 1);
   ASSERT_EQ(second.size(), 1u);
   EXPECT_NE(first[0].path, second[0].path);
-  EXPECT_TRUE(catalog_->List(P("/"), second[0].path.str(), 1).empty());
+  EXPECT_TRUE(mount_->List(P("/"), second[0].path.str(), 1).empty());
 
-  ASSERT_TRUE(catalog_->Pin(P("/d/sub")).ok());
+  ASSERT_TRUE(mount_->Pin(P("/d/sub")).ok());
   Build(CatalogOptions{});
   listed = Listed("/");
   ASSERT_EQ(listed.size(), 2u);
   EXPECT_EQ(listed["/d/a.bin"].cached_bytes, 2500u);
   EXPECT_TRUE(listed["/d/sub/c.txt"].pinned);
   EXPECT_FALSE(listed["/d/a.bin"].pinned);
-  EXPECT_EQ(catalog_->Pins(), std::vector<ObjectPath>{P("/d/sub")});
+  EXPECT_EQ(mount_->Pins(), std::vector<ObjectPath>{P("/d/sub")});
   EXPECT_EQ(catalog_->pinned_bytes(), 5u);
 }
 
@@ -120,8 +119,8 @@ TEST_F(ControlCoreTest, EvictRemovesAPrefixButKeepsPins) {
   ReadAll("/d/a.bin");
   ReadAll("/d/b.bin");
   ReadAll("/d/sub/c.txt");
-  ASSERT_TRUE(catalog_->Pin(P("/d/sub")).ok());
-  auto r = catalog_->Evict(P("/d"));
+  ASSERT_TRUE(mount_->Pin(P("/d/sub")).ok());
+  auto r = mount_->Evict(P("/d"));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->objects, 2u);
   EXPECT_EQ(r->blocks, 4u);
@@ -131,9 +130,9 @@ TEST_F(ControlCoreTest, EvictRemovesAPrefixButKeepsPins) {
   EXPECT_EQ(index_.CountPrefix("o/"), 1u);  // object records go with their last block
   EXPECT_EQ(index_.CountPrefix("b/"), 1u);
 
-  EXPECT_EQ(catalog_->Unpin(P("/d")).code(), StatusCode::kNotFound);
-  ASSERT_TRUE(catalog_->Unpin(P("/d/sub")).ok());
-  r = catalog_->Evict(P("/"));
+  EXPECT_EQ(mount_->Unpin(P("/d")).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(mount_->Unpin(P("/d/sub")).ok());
+  r = mount_->Evict(P("/"));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->objects, 1u);
   EXPECT_EQ(catalog_->cached_bytes(), 0u);
@@ -146,7 +145,7 @@ TEST_F(ControlCoreTest, EvictRemovesAPrefixButKeepsPins) {
 
 TEST_F(ControlCoreTest, QuotaEvictionSparesPinnedObjects) {
   Build(CatalogOptions{3500, 0.95, 0.5, 1024, nullptr});
-  ASSERT_TRUE(catalog_->Pin(P("/d/a.bin")).ok());
+  ASSERT_TRUE(mount_->Pin(P("/d/a.bin")).ok());
   ReadAll("/d/a.bin");
   for (int i = 0; i < 6; ++i) ReadAll("/big/x" + std::to_string(i));
   EXPECT_GT(catalog_->evictions(), 0u);
@@ -273,29 +272,135 @@ TEST_F(ControlCoreTest, ProgressReachesListenersInOrderAndEndsFinished) {
   for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].bytes_done, seen[i - 1].bytes_done);
 }
 
+// A mount spec as perchd makes one: a mountpoint, a prefix and URLs of its federation.
+MountSpec SpecOf(Origin& origin, const std::string& host, const std::string& prefix, const std::string& mountpoint) {
+  MountSpec spec;
+  spec.federation_id = "pelican://" + host + prefix;
+  spec.federation = "pelican://" + host;
+  spec.federation_prefix = P(prefix);
+  spec.origin = &origin;
+  spec.mountpoint = mountpoint;
+  spec.path_of_url = [host](std::string_view url) -> Result<std::string> {
+    const std::string scheme = "pelican://" + host + "/";
+    if (url.starts_with(scheme)) return std::string(url.substr(scheme.size() - 1));
+    return InvalidArgumentError(std::string(url) + " names another federation");
+  };
+  return spec;
+}
+
 TEST_F(ControlCoreTest, ResolvesMountPathsUrlsAndFederationPaths) {
   OpMetrics ops;
-  NodeInfo info;
-  info.mountpoint = "/mnt/osdf";
-  info.federation_url = "pelican://fed.example/ns";
-  info.federation_prefix = P("/ns");
-  info.path_of_url = [](std::string_view url) -> Result<std::string> {
-    if (url.starts_with("pelican://fed.example/")) return std::string(url.substr(21));
-    return InvalidArgumentError("another federation");
+  StackFixture node;
+  StackConfig config;
+  config.first_mount = false;
+  ASSERT_TRUE(node.Build(config).ok());
+  auto added = node.stack().AddMount(SpecOf(origin_, "fed.example", "/ns", "/mnt/osdf"));
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  Mount& m = **added;
+  NodeControl control(node.stack(), "/cache", ops);
+  auto resolved = [&](std::string_view p) -> std::string {
+    auto r = control.Resolve(p);
+    if (!r.ok()) return "error: " + r.status().message();
+    ObjectPath below;
+    Mount* of = node.stack().MountOfCatalogPath(*r, &below);
+    return of == &m ? below.str() : "another mount: " + r->str();
   };
-  NodeControl node(info, *reader_, *catalog_, *warmer_, origin_, disk_, ops, nullptr, nullptr, nullptr, nullptr);
-  EXPECT_EQ(node.Resolve("/mnt/osdf/d/a.bin")->str(), "/d/a.bin");
-  EXPECT_EQ(node.Resolve("/mnt/osdf")->str(), "/");
-  EXPECT_EQ(node.Resolve("/mnt/osdf/d//sub/")->str(), "/d/sub");
-  EXPECT_EQ(node.Resolve("/ns/d")->str(), "/d");
-  EXPECT_EQ(node.Resolve("pelican://fed.example/ns/d/b.bin")->str(), "/d/b.bin");
-  EXPECT_EQ(node.Resolve("pelican://other.example/ns/d").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(node.Resolve("/mnt/osdfx/d").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(node.Resolve("/nsx").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(node.Resolve("relative/path").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(node.Resolve("").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(node.FederationPath(P("/d/a.bin")), "/ns/d/a.bin");
-  EXPECT_EQ(node.FederationPath(P("/")), "/ns");
+  EXPECT_EQ(resolved("/mnt/osdf/d/a.bin"), "/d/a.bin");
+  EXPECT_EQ(resolved("/mnt/osdf"), "/");
+  EXPECT_EQ(resolved("/mnt/osdf/d//sub/"), "/d/sub");
+  EXPECT_EQ(resolved("/ns/d"), "/d");
+  EXPECT_EQ(resolved("pelican://fed.example/ns/d/b.bin"), "/d/b.bin");
+  EXPECT_EQ(control.Resolve("pelican://other.example/ns/d").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(control.Resolve("/mnt/osdfx/d").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(control.Resolve("/nsx").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(control.Resolve("relative/path").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(control.Resolve("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(control.FederationPath(m.CatalogPath(P("/d/a.bin"))), "/ns/d/a.bin");
+  EXPECT_EQ(control.FederationPath(m.CatalogPath(P("/"))), "/ns");
+  EXPECT_EQ(control.FederationOf(m.CatalogPath(P("/d"))), "pelican://fed.example/ns");
+}
+
+// Two federations in one node: paths resolve to the right mount (a path both
+// hold is ambiguous), one quota evicts across both, namespaces keep their
+// entries apart in the shared index, and per-namespace counts add up.
+TEST_F(ControlCoreTest, TwoFederationsShareOneCacheAndStayApart) {
+  testing::FakeOrigin other;
+  other.AddFile("/d/a.bin", Data(2500, 99));  // the same path as origin_'s, other bytes
+  for (int i = 0; i < 4; ++i) other.AddFile("/more/y" + std::to_string(i), Data(900, 50 + i));
+  StackFixture node;
+  StackConfig config;
+  config.catalog = CatalogOptions{4000, 0.95, 0.5, 1, nullptr};
+  config.first_mount = false;
+  ASSERT_TRUE(node.Build(config).ok());
+  node.origin.AddFile("/d/a.bin", Data(2500, 1));
+  for (int i = 0; i < 4; ++i) node.origin.AddFile("/big/x" + std::to_string(i), Data(900, 10 + i));
+  Mount& one = **node.stack().AddMount(SpecOf(node.origin, "one.example", "/", "/mnt/one"));
+  Mount& two = **node.stack().AddMount(SpecOf(other, "two.example", "/", "/mnt/two"));
+  EXPECT_EQ(node.stack().AddMount(SpecOf(other, "two.example", "/", "/mnt/again")).status().code(),
+            StatusCode::kInvalidArgument);
+  OpMetrics ops;
+  NodeControl control(node.stack(), "/cache", ops);
+
+  auto read_all = [](Mount& m, const std::string& path) {
+    auto h = m.fs().Open(P(path));
+    EXPECT_TRUE(h.ok()) << path << ": " << h.status().ToString();
+    if (!h.ok()) return std::string();
+    auto r = m.fs().Read(*h, 0, 1 << 20);
+    m.fs().Release(*h);
+    return r.ok() ? *r : std::string();
+  };
+  EXPECT_EQ(read_all(one, "/d/a.bin"), Data(2500, 1));
+  EXPECT_EQ(read_all(two, "/d/a.bin"), Data(2500, 99));  // same path, its own bytes
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(read_all(one, "/big/x" + std::to_string(i)), Data(900, 10 + i));
+    EXPECT_EQ(read_all(two, "/more/y" + std::to_string(i)), Data(900, 50 + i));
+    EXPECT_LE(node.catalog().cached_bytes(), 4000u);
+  }
+  EXPECT_GT(node.catalog().evictions(), 0u);
+  // The last files read by each mount survived; the oldest blocks of both went.
+  EXPECT_FALSE(one.List(P("/big"), "", 10).empty());
+  EXPECT_FALSE(two.List(P("/more"), "", 10).empty());
+  EXPECT_LT(one.List(P("/"), "", 10).size() + two.List(P("/"), "", 10).size(), 10u);
+
+  // Paths: by mount, by URL; a federation path both hold is ambiguous.
+  ObjectPath below;
+  EXPECT_EQ(node.stack().MountOfCatalogPath(*control.Resolve("/mnt/two/d/a.bin"), &below), &two);
+  EXPECT_EQ(below, P("/d/a.bin"));
+  EXPECT_EQ(node.stack().MountOfCatalogPath(*control.Resolve("pelican://one.example/d"), &below), &one);
+  auto ambiguous = control.Resolve("/d/a.bin");
+  EXPECT_EQ(ambiguous.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ambiguous.status().message().find("one.example"), std::string::npos);
+  EXPECT_NE(ambiguous.status().message().find("two.example"), std::string::npos);
+
+  // Evicting one mount's directory leaves the other's file of the same path.
+  ASSERT_TRUE(two.Evict(P("/d")).ok());
+  EXPECT_TRUE(two.List(P("/d"), "", 10).empty());
+  ASSERT_TRUE(one.Pin(P("/d")).ok());
+  EXPECT_EQ(one.Pins(), std::vector<ObjectPath>{P("/d")});
+  EXPECT_TRUE(two.Pins().empty());
+
+  // Namespace entries of each mount live under its own key prefix.
+  EXPECT_GT(node.index.CountPrefix("na/" + one.tag() + "/"), 0u);
+  EXPECT_GT(node.index.CountPrefix("na/" + two.tag() + "/"), 0u);
+  EXPECT_EQ(node.index.CountPrefix("na/d"), 0u);
+
+  // Counts: per namespace, per federation, adding up to the totals.
+  StatsSnapshot s = control.Stats();
+  ReadCounters::Values sum;
+  std::set<std::string> federations;
+  for (const NamespaceCounters& n : s.namespaces) {
+    federations.insert(n.federation);
+    sum.hits += n.values.hits;
+    sum.misses += n.values.misses;
+    sum.bytes_from_cache += n.values.bytes_from_cache;
+    sum.bytes_from_network += n.values.bytes_from_network;
+  }
+  EXPECT_EQ(federations, (std::set<std::string>{"pelican://one.example/", "pelican://two.example/"}));
+  EXPECT_EQ(sum.misses, s.totals.misses);
+  EXPECT_EQ(sum.bytes_from_network, s.totals.bytes_from_network);
+  EXPECT_EQ(s.totals.bytes_from_network, 2 * 2500u + 8 * 900u);
+  EXPECT_EQ(sum.hits, s.totals.hits);
+  EXPECT_EQ(sum.bytes_from_cache, s.totals.bytes_from_cache);
 }
 
 }  // namespace

@@ -9,9 +9,7 @@
 #include <set>
 
 #include "daemon/core/cache_catalog.h"
-#include "tests/fakes/fake_origin.h"
-#include "tests/fakes/mem_block_store.h"
-#include "tests/fakes/mem_index.h"
+#include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
 namespace perch::core {
@@ -21,6 +19,8 @@ using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::MemIndex;
+using testing::StackConfig;
+using testing::StackFixture;
 using testing::Data;
 using testing::P;
 
@@ -37,18 +37,15 @@ class FileSystemTest : public ::testing::Test {
     Build(CatalogOptions{});
   }
 
+  // (Re)builds the stack over the same index and store, as a restart does.
   void Build(CatalogOptions copts) {
-    fs_.reset();
-    reader_.reset();
-    catalog_.reset();
-    names_.reset();
-    catalog_ = std::make_unique<CacheCatalog>(index_, store_, disk_, copts,
-                                              [this](const BlockKey& k) { return (reader_ && reader_->InUse(k)) || pinned_.count(k) > 0; });
-    ASSERT_TRUE(catalog_->Load().ok());
-    names_ = std::make_unique<NamespaceCache>(origin_, index_, ns_opts_);
-    reader_ = std::make_unique<BlockReader>(origin_, store_, disk_, BlockReaderOptions{1000}, catalog_.get());
-    fs_ = std::make_unique<FileSystem>(*names_, *reader_,
-                                       FileSystemOptions{std::chrono::milliseconds(2000), "fed"});
+    StackConfig config;
+    config.catalog = copts;
+    config.names = ns_opts_;
+    ASSERT_TRUE(node_.Build(config).ok());
+    catalog_ = &node_.catalog();
+    reader_ = &node_.mount().reader();
+    fs_ = &node_.mount().fs();
   }
 
   std::string ReadAll(const std::string& path) {
@@ -61,16 +58,16 @@ class FileSystemTest : public ::testing::Test {
     return r.ok() ? *r : std::string();
   }
 
-  FakeOrigin origin_;
-  MemBlockStore store_;
-  MemIndex index_;
-  InlineExecutor disk_;
+  StackFixture node_;
+  FakeOrigin& origin_ = node_.origin;
+  MemBlockStore& store_ = node_.store;
+  MemIndex& index_ = node_.index;
+  InlineExecutor& disk_ = node_.disk;
   NamespaceOptions ns_opts_;
   std::set<BlockKey> pinned_;  // blocks the test declares in use
-  std::unique_ptr<CacheCatalog> catalog_;
-  std::unique_ptr<NamespaceCache> names_;
-  std::unique_ptr<BlockReader> reader_;
-  std::unique_ptr<FileSystem> fs_;
+  CacheCatalog* catalog_ = nullptr;
+  BlockReader* reader_ = nullptr;
+  FileSystem* fs_ = nullptr;
 };
 
 TEST_F(FileSystemTest, MetadataComesFromOneListing) {
@@ -117,7 +114,7 @@ TEST_F(FileSystemTest, ReadsAreByteExactAndSecondReadHits) {
 TEST_F(FileSystemTest, RestartWithOriginDownServesWhatIsCached) {
   // Everything the namespace cache stores is already expired: after the
   // restart only stale-if-error can answer.
-  ns_opts_ = NamespaceOptions{std::chrono::seconds(-1), std::chrono::seconds(-1), std::chrono::seconds(-1)};
+  ns_opts_.file_ttl = ns_opts_.dir_ttl = ns_opts_.negative_ttl = std::chrono::seconds(-1);
   Build(CatalogOptions{});
   ASSERT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));
   ASSERT_TRUE(fs_->ReadDir(P("/d")).ok());

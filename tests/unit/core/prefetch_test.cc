@@ -10,9 +10,7 @@
 #include "daemon/core/fetch_scheduler.h"
 #include "daemon/core/filesystem.h"
 #include "daemon/core/prefetcher.h"
-#include "tests/fakes/fake_origin.h"
-#include "tests/fakes/mem_block_store.h"
-#include "tests/fakes/mem_index.h"
+#include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
 namespace perch::core {
@@ -22,6 +20,8 @@ using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::MemIndex;
+using testing::StackConfig;
+using testing::StackFixture;
 using testing::Data;
 using testing::P;
 
@@ -132,25 +132,15 @@ class PrefetchTest : public ::testing::Test {
   }
 
   void Build(PrefetchOptions popts, SchedulerOptions sopts = SchedulerOptions{}) {
-    fs_.reset();
-    prefetcher_.reset();
-    reader_.reset();
-    scheduler_.reset();
-    names_.reset();
-    catalog_.reset();
-    catalog_ = std::make_unique<CacheCatalog>(index_, store_, disk_, CatalogOptions{},
-                                              [this](const BlockKey& k) { return reader_ && reader_->InUse(k); });
-    ASSERT_TRUE(catalog_->Load().ok());
-    names_ = std::make_unique<NamespaceCache>(origin_, index_, NamespaceOptions{});
-    scheduler_ = std::make_unique<FetchScheduler>(sopts);
-    reader_ = std::make_unique<BlockReader>(origin_, store_, disk_, BlockReaderOptions{1000}, catalog_.get(),
-                                            scheduler_.get());
-    prefetcher_ = std::make_unique<Prefetcher>(*names_, *reader_, disk_, popts,
-                                               [](const ObjectPath& p, const FileAttr& a) {
-                                                 return ObjectIdFor("fed", p, a);
-                                               });
-    fs_ = std::make_unique<FileSystem>(*names_, *reader_, FileSystemOptions{std::chrono::milliseconds(2000), "fed"},
-                                       prefetcher_.get());
+    StackConfig config;
+    config.scheduler = sopts;
+    config.prefetch = true;
+    config.prefetch_options = popts;
+    ASSERT_TRUE(node_.Build(config).ok());
+    scheduler_ = &node_.stack().scheduler();
+    reader_ = &node_.mount().reader();
+    prefetcher_ = node_.mount().prefetcher();
+    fs_ = &node_.mount().fs();
   }
 
   FileAttr Attr(const std::string& path) { return *fs_->GetAttr(P(path)); }
@@ -160,16 +150,12 @@ class PrefetchTest : public ::testing::Test {
     return {log.begin() + static_cast<long>(from), log.end()};
   }
 
-  FakeOrigin origin_;
-  MemIndex index_;
-  MemBlockStore store_;
-  InlineExecutor disk_;
-  std::unique_ptr<CacheCatalog> catalog_;
-  std::unique_ptr<NamespaceCache> names_;
-  std::unique_ptr<FetchScheduler> scheduler_;
-  std::unique_ptr<BlockReader> reader_;
-  std::unique_ptr<Prefetcher> prefetcher_;
-  std::unique_ptr<FileSystem> fs_;
+  StackFixture node_;
+  FakeOrigin& origin_ = node_.origin;
+  FetchScheduler* scheduler_ = nullptr;
+  BlockReader* reader_ = nullptr;
+  Prefetcher* prefetcher_ = nullptr;
+  FileSystem* fs_ = nullptr;
 };
 
 TEST_F(PrefetchTest, HintsAreFollowedInOrderAWindowAheadOfTheReader) {

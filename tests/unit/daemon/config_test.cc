@@ -117,6 +117,61 @@ TEST_F(ConfigFileTest, ListenersStayLocalUnlessAllowed) {
   EXPECT_THROW(Validate(c), ConfigError);
 }
 
+// Several mounts: [[mount]] tables with their own token files; the one-mount
+// form stays a list of one; mixing both forms, or a mount twice, is refused.
+TEST_F(ConfigFileTest, MountTablesListSeveralFederations) {
+  Write(R"(cache_size = "20G"
+token_file = "/etc/perch/token"
+[[mount]]
+federation = "osdf:///"
+mountpoint = "/osdf"
+[[mount]]
+federation = "pelican://other.example/data"
+mountpoint = "/other"
+token_file = "/etc/perch/other.token"
+tokens = { "/data/private" = "/etc/perch/private.token" }
+)");
+  DaemonConfig c;
+  ApplyConfigFile(path_, &c);
+  std::vector<MountConfig> mounts = MountsOf(c);
+  ASSERT_EQ(mounts.size(), 2u);
+  EXPECT_EQ(mounts[0].federation_url, "osdf:///");
+  EXPECT_EQ(mounts[0].token_file, "");  // the top-level one applies
+  EXPECT_EQ(mounts[1].mountpoint, "/other");
+  EXPECT_EQ(mounts[1].token_file, "/etc/perch/other.token");
+  EXPECT_EQ(mounts[1].namespace_tokens.at("/data/private"), "/etc/perch/private.token");
+  EXPECT_NO_THROW(Validate(c));
+
+  c = DaemonConfig{};
+  c.federation_url = "osdf:///ns";
+  c.mountpoint = "/osdf";
+  ASSERT_EQ(MountsOf(c).size(), 1u);
+  EXPECT_EQ(MountsOf(c)[0].federation_url, "osdf:///ns");
+  EXPECT_TRUE(MountsOf(DaemonConfig{}).empty());
+
+  struct Case { const char* text; const char* needle; };
+  for (const Case& k : {Case{"federation = \"osdf:///\"\n[[mount]]\nfederation = \"osdf:///a\"\nmountpoint = \"/a\"\n",
+                             "not both"},
+                        Case{"[[mount]]\nfederation = \"osdf:///a\"\n", "needs both"},
+                        Case{"[[mount]]\nfederation = \"osdf:///a\"\nmountpoint = \"/a\"\ncache_size = 1\n",
+                             "unknown key 'cache_size'"},
+                        Case{"mount = 3\n", "array of tables"}}) {
+    Write(k.text);
+    DaemonConfig bad;
+    try {
+      ApplyConfigFile(path_, &bad);
+      ADD_FAILURE() << "accepted: " << k.text;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(k.needle), std::string::npos) << e.what();
+    }
+  }
+  Write("[[mount]]\nfederation = \"osdf:///a\"\nmountpoint = \"/a\"\n"
+        "[[mount]]\nfederation = \"osdf:///b\"\nmountpoint = \"/a\"\n");
+  DaemonConfig twice;
+  ApplyConfigFile(path_, &twice);
+  EXPECT_THROW(Validate(twice), ConfigError);
+}
+
 }  // namespace
 }  // namespace perch
 
@@ -128,6 +183,7 @@ TEST(ConfigExampleTest, ShippedExampleParses) {
   DaemonConfig c;
   ApplyConfigFile(PERCH_SOURCE_DIR "/systemd/perchd.toml.example", &c);
   EXPECT_EQ(c.mountpoint, "/osdf");
+  EXPECT_EQ(c.federation_url, "osdf:///");
   EXPECT_EQ(c.cache_size, 50ULL << 30);
   EXPECT_NO_THROW(Validate(c));
 }

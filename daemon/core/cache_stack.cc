@@ -1,0 +1,292 @@
+#include "daemon/core/cache_stack.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+namespace perch::core {
+
+// Tells the shared catalog of this mount's blocks, with catalog paths.
+class Mount::Listener : public BlockListener {
+ public:
+  Listener(CacheCatalog& catalog, const Mount& mount) : catalog_(catalog), mount_(mount) {}
+  void Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
+              const ObjectVersion& version) override {
+    catalog_.Stored(key, length, mount_.CatalogPath(path), version);
+  }
+  void Touched(const BlockKey& key, uint64_t length) override { catalog_.Touched(key, length); }
+  void Dropped(const BlockKey& key) override { catalog_.Dropped(key); }
+  void StoreFailed(const BlockKey& key, uint64_t length, const Status& why) override {
+    catalog_.StoreFailed(key, length, why);
+  }
+  bool Contains(const BlockKey& key) const override { return catalog_.Contains(key); }
+
+ private:
+  CacheCatalog& catalog_;
+  const Mount& mount_;
+};
+
+Mount::Mount(MountSpec spec, std::string tag, CacheCatalog& catalog)
+    : spec_(std::move(spec)), tag_(std::move(tag)), catalog_(catalog) {}
+
+Mount::~Mount() = default;
+
+ObjectPath Mount::CatalogPath(const ObjectPath& p) const {
+  return *ObjectPath::Parse("/" + tag_ + (p.IsRoot() ? "" : p.str()));
+}
+
+std::optional<ObjectPath> Mount::FromCatalogPath(const ObjectPath& p) const {
+  const std::string root = "/" + tag_;
+  if (p.str() == root) return ObjectPath();
+  if (!p.str().starts_with(root + "/")) return std::nullopt;
+  auto below = ObjectPath::Parse(p.str().substr(root.size()));
+  if (!below.ok()) return std::nullopt;
+  return *below;
+}
+
+std::string Mount::FederationPath(const ObjectPath& p) const {
+  if (spec_.federation_prefix.IsRoot()) return p.str();
+  if (p.IsRoot()) return spec_.federation_prefix.str();
+  return spec_.federation_prefix.str() + p.str();
+}
+
+std::vector<CachedObject> Mount::List(const ObjectPath& prefix, const std::string& after,
+                                      size_t limit) const {
+  std::string catalog_after;
+  if (auto a = ObjectPath::Parse(after); !after.empty() && a.ok())
+    catalog_after = CatalogPath(*a).str();
+  auto objects = catalog_.List(CatalogPath(prefix), catalog_after, limit);
+  for (CachedObject& o : objects) o.path = FromCatalogPath(o.path).value_or(o.path);
+  return objects;
+}
+
+Result<EvictResult> Mount::Evict(const ObjectPath& prefix) {
+  return catalog_.Evict(CatalogPath(prefix));
+}
+Status Mount::Pin(const ObjectPath& prefix) { return catalog_.Pin(CatalogPath(prefix)); }
+Status Mount::Unpin(const ObjectPath& prefix) { return catalog_.Unpin(CatalogPath(prefix)); }
+
+std::vector<ObjectPath> Mount::Pins() const {
+  std::vector<ObjectPath> out;
+  for (const ObjectPath& p : catalog_.Pins()) {
+    if (auto mine = FromCatalogPath(p)) out.push_back(*mine);
+  }
+  return out;
+}
+
+std::map<std::string, std::string> Mount::Xattrs(const ObjectPath& p, const FileAttr& a) {
+  std::map<std::string, std::string> x;
+  x["user.perch.federation"] = spec_.federation_id;
+  if (!a.is_dir) {
+    std::string id = fs_->ObjectId(p, a);
+    x["user.perch.cache_id"] = id;
+    x["user.perch.cached_bytes"] = std::to_string(catalog_.CachedBytes(id));
+    // The federation URL of the root ends in '/', one of a prefix does not.
+    x["user.perch.url"] =
+        spec_.federation_id + (spec_.federation_prefix.IsRoot() ? p.str().substr(1) : p.str());
+    if (spec_.last_server) {
+      if (std::string server = spec_.last_server(p); !server.empty())
+        x["user.perch.server"] = server;
+    }
+  }
+  return x;
+}
+
+Status Mount::CheckRoot(std::chrono::milliseconds timeout) {
+  auto root = names_->GetAttr(ObjectPath(), DeadlineAfter(timeout));
+  if (root.ok()) {
+    if (root->is_dir) return Status::Ok();
+    return InvalidArgumentError(spec_.federation_id +
+                                " is a file, not a directory; mount its parent");
+  }
+  bool unreachable = root.status().code() == StatusCode::kUnavailable ||
+                     root.status().code() == StatusCode::kDeadlineExceeded;
+  if (unreachable && names_->HasPersistedEntries()) {
+    spdlog::warn(
+        "federation {} unreachable ({}); serving the cached namespace and retrying in the "
+        "background",
+        spec_.federation_id, root.status().message());
+    return Status::Ok();
+  }
+  return Status(root.status().code(),
+                "cannot mount " + spec_.federation_id + ": " + root.status().message(),
+                root.status().where(), root.status().retryable());
+}
+
+CacheStack::CacheStack(Index& index, BlockStore& store, Executor& disk, Executor& jobs,
+                       StackOptions options)
+    : index_(index),
+      store_(store),
+      disk_(disk),
+      jobs_(jobs),
+      options_(std::move(options)),
+      // A block is in use if any mount's reader is reading or fetching it.
+      catalog_(index, store, disk, options_.catalog,
+               [this](const BlockKey& k) {
+                 for (Mount* m : mounts()) {
+                   if (m->reader().InUse(k)) return true;
+                 }
+                 return false;
+               }),
+      scheduler_(options_.scheduler) {}
+
+CacheStack::~CacheStack() { closing_ = true; }
+
+Status CacheStack::Open(const std::function<Status(const Status&)>& reset_index) {
+  Status loaded = catalog_.Load();
+  if (loaded.code() == StatusCode::kCorrupt && reset_index) {
+    // Corruption found past Open: a new index; Reconcile re-adopts the blocks.
+    if (Status s = reset_index(loaded); !s.ok()) return s;
+    loaded = catalog_.Load();
+  }
+  if (!loaded.ok())
+    return Status(loaded.code(), "cannot read the cache index: " + loaded.ToString());
+  catalog_.Reconcile();  // background: orphans, leftovers, records without files
+  if (options_.flush_period.count() > 0) ScheduleFlush();
+  return Status::Ok();
+}
+
+std::string CacheStack::TagOf(const std::string& federation_id) {
+  // FNV-1a: fixed by definition (std::hash is not), so tags survive upgrades.
+  uint64_t h = 14695981039346656037ULL;
+  for (unsigned char c : federation_id) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "fed-%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+Result<Mount*> CacheStack::AddMount(MountSpec spec) {
+  if (spec.origin == nullptr) return InvalidArgumentError("a mount needs an origin");
+  for (Mount* m : mounts()) {
+    if (m->spec().federation_id == spec.federation_id) {
+      return InvalidArgumentError(spec.federation_id + " is mounted twice (at " +
+                                  m->spec().mountpoint + " and " + spec.mountpoint + ")");
+    }
+  }
+  std::string tag = TagOf(spec.federation_id);
+  if (spec.adopt_untagged_entries) {
+    if (Status s = AdoptUntaggedEntries(tag); !s.ok()) return s;
+  }
+  spec.names.key_prefix = "/" + tag;
+  spec.fs.op_timeout = spec.op_timeout;
+  spec.fs.federation_id = spec.federation_id;
+  auto mount = std::unique_ptr<Mount>(new Mount(std::move(spec), std::move(tag), catalog_));
+  Mount& m = *mount;
+  const MountSpec& s = m.spec_;
+  m.listener_ = std::make_unique<Mount::Listener>(catalog_, m);
+  m.names_ = std::make_unique<NamespaceCache>(*s.origin, index_, s.names);
+  BlockReaderOptions ropts = options_.reader;
+  ropts.flow_prefix = m.tag_ + ":";  // fair between namespaces of every mount
+  m.reader_ = std::make_unique<BlockReader>(*s.origin, store_, disk_, ropts, m.listener_.get(),
+                                            &scheduler_);
+  if (options_.prefetch) {
+    PrefetchOptions popts = options_.prefetch_options;
+    // Nothing is fetched ahead so far that it would push out what is being
+    // read (of the quota as the filesystem caps it: a small disk prefetches
+    // less), and one directory's prefetch never flushes the cache.
+    const uint64_t quota = catalog_.capacity_bytes();
+    popts.max_window_bytes = std::min(popts.max_window_bytes, quota / 8);
+    popts.dir_max_bytes = std::min(popts.dir_max_bytes, quota / 8);
+    m.prefetcher_ = std::make_unique<Prefetcher>(
+        *m.names_, *m.reader_, jobs_, popts,
+        [fed = s.federation_id](const ObjectPath& p, const FileAttr& a) {
+          return ObjectIdFor(fed, p, a);
+        });
+  }
+  m.fs_ = std::make_unique<FileSystem>(*m.names_, *m.reader_, s.fs, m.prefetcher_.get());
+  WarmerOptions wopts = options_.warmer;
+  wopts.path_name = [&m](const ObjectPath& p) { return m.FederationPath(p); };
+  m.warmer_ = std::make_unique<Warmer>(*m.fs_, *m.reader_, catalog_, jobs_, wopts);
+  std::lock_guard<std::mutex> l(mu_);
+  mounts_.push_back(std::move(mount));
+  return &m;
+}
+
+namespace {
+
+// True if `path` starts with a mount tag ("/fed-" and 16 hex digits).
+bool IsTagged(std::string_view path) {
+  if (!path.starts_with("/fed-") || path.size() < 21) return false;
+  for (char c : path.substr(5, 16)) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return path.size() == 21 || path[21] == '/';
+}
+
+}  // namespace
+
+Status CacheStack::AdoptUntaggedEntries(const std::string& tag) {
+  // Every mount's first answer is its root's attributes: without an untagged
+  // root entry ("na/") there is nothing to adopt, and one Get says so.
+  auto root = index_.Get("na/");
+  if (!root.ok()) return root.status();
+  if (!root->has_value()) return Status::Ok();
+  std::vector<Index::Write> batch;
+  for (const char* kind : {"na/", "nl/"}) {
+    Status s = index_.Scan(kind, [&](std::string_view key, std::string_view value) {
+      std::string_view path = key.substr(2);
+      if (IsTagged(path)) return true;
+      batch.push_back(
+          {std::string(key.substr(0, 2)) + "/" + tag + std::string(path), std::string(value)});
+      batch.push_back({std::string(key), std::nullopt});
+      return true;
+    });
+    if (!s.ok()) return s;
+  }
+  spdlog::info("namespace: {} entries of the untagged layout moved under {}", batch.size() / 2,
+               tag);
+  return index_.Apply(batch);
+}
+
+std::vector<Mount*> CacheStack::mounts() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Mount*> out;
+  for (const auto& m : mounts_) out.push_back(m.get());
+  return out;
+}
+
+Mount* CacheStack::MountOfCatalogPath(const ObjectPath& p, ObjectPath* object_path) const {
+  for (Mount* m : mounts()) {
+    if (auto mine = m->FromCatalogPath(p)) {
+      *object_path = *mine;
+      return m;
+    }
+  }
+  return nullptr;
+}
+
+void CacheStack::StatFs(uint64_t unit, uint64_t* blocks, uint64_t* free_blocks) const {
+  if (unit == 0) unit = 1;
+  const uint64_t capacity = catalog_.capacity_bytes();
+  const uint64_t used = std::min(catalog_.cached_bytes(), capacity);
+  *blocks = capacity / unit;
+  *free_blocks = (capacity - used) / unit;
+}
+
+void CacheStack::ScheduleFlush() {
+  disk_.PostAfter(options_.flush_period, [this] {
+    if (closing_) return;
+    catalog_.Flush().IgnoreError();
+    catalog_.UpdateCapacity();  // the disk may be filling with other things
+    ScheduleFlush();
+  });
+}
+
+void CacheStack::StopBackground(std::chrono::milliseconds warm_timeout) {
+  for (Mount* m : mounts()) m->warmer().Shutdown(warm_timeout);
+  for (Mount* m : mounts()) {
+    if (m->prefetcher() != nullptr) m->prefetcher()->Shutdown();
+  }
+}
+
+void CacheStack::Close() {
+  closing_ = true;
+  catalog_.Flush().IgnoreError();
+}
+
+}  // namespace perch::core

@@ -1,0 +1,201 @@
+// CacheStack: the one place that builds the cache. It owns what every mount
+// of a node shares (the catalog with its quota and LRU, the fetch scheduler
+// and its budget, the flush timer) and hands out a Mount, with its own
+// namespace cache, block reader, prefetcher, filesystem and warmer, per
+// federation mounted. perchd and the core tests build through it alone.
+//
+// Mounts share one Index and one BlockStore. Blocks never collide (an object
+// id names its federation, ObjectIdFor); everything keyed by path does, so
+// each mount has a tag ("fed-" and 16 hex digits of a hash of its federation
+// URL, stable across restarts) that prefixes its persisted namespace entries
+// and the paths the catalog keeps for its objects and pins ("catalog paths").
+// A Mount translates between its object paths and catalog paths.
+//
+// Policy that belongs to the cache and not to its adapters lives here too:
+// the prefetch caps (an eighth of the effective quota), statfs figures, the
+// extended attributes a file shows, whether a mount may start offline, and
+// the order of shutdown.
+//
+// Thread-safety: AddMount and Open run before serving, on one thread; the
+// rest is safe from any thread. Mounts live as long as the stack.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/core/block_reader.h"
+#include "daemon/core/cache_catalog.h"
+#include "daemon/core/fetch_scheduler.h"
+#include "daemon/core/filesystem.h"
+#include "daemon/core/namespace_cache.h"
+#include "daemon/core/prefetcher.h"
+#include "daemon/core/warmer.h"
+
+namespace perch::core {
+
+struct StackOptions {
+  CatalogOptions catalog;
+  SchedulerOptions scheduler;
+  BlockReaderOptions reader;
+  bool prefetch = true;  // a Prefetcher per mount (read-ahead, directory prefetch, hints)
+  // Its options; max_window_bytes and dir_max_bytes are capped to an eighth
+  // of the effective quota.
+  PrefetchOptions prefetch_options;
+  WarmerOptions warmer;
+  // Access times reach the index (and the free space is re-read) this often;
+  // zero: no timer (tests call Flush themselves).
+  std::chrono::milliseconds flush_period{5000};
+};
+
+struct MountSpec {
+  std::string federation_id;     // the federation URL as users see it (pelican://host/prefix)
+  ObjectPath federation_prefix;  // the mounted path in the federation
+  // The federation itself (its discovery URL; "" = federation_id): mounts of
+  // one federation see the same federation paths, mounts of two do not.
+  std::string federation;
+  Origin* origin = nullptr;  // the federation; outlives the stack
+  std::string mountpoint;    // where users see it ("" in tests)
+  NamespaceOptions names;    // key_prefix is set by AddMount
+  std::chrono::milliseconds op_timeout{30000};
+  FileSystemOptions fs;  // op_timeout and federation_id are set by AddMount
+  // The federation path a URL names (osdf:///ns/x -> /ns/x); an error when
+  // malformed or of another federation. May be empty (URLs refused).
+  std::function<Result<std::string>(std::string_view url)> path_of_url;
+  // The server that last answered for a path (an xattr); may be empty.
+  std::function<std::string(const ObjectPath&)> last_server;
+  // Takes over the namespace entries a perch from before mount tags wrote
+  // (one mount, untagged keys): set it when this is the node's only mount.
+  bool adopt_untagged_entries = false;
+};
+
+// One federation mounted: the per-mount parts over the stack's shared ones.
+class Mount {
+ public:
+  ~Mount();
+  const MountSpec& spec() const { return spec_; }
+  const std::string& tag() const { return tag_; }
+  NamespaceCache& names() { return *names_; }
+  BlockReader& reader() { return *reader_; }
+  const BlockReader& reader() const { return *reader_; }
+  FileSystem& fs() { return *fs_; }
+  Warmer& warmer() { return *warmer_; }
+  const Warmer& warmer() const { return *warmer_; }
+  Prefetcher* prefetcher() { return prefetcher_.get(); }  // null with prefetch off
+  const Prefetcher* prefetcher() const { return prefetcher_.get(); }
+  bool offline() const { return names_->offline(); }
+
+  // Catalog paths of this mount ("/<tag>" + object path) and back.
+  ObjectPath CatalogPath(const ObjectPath& p) const;
+  // The object path of a catalog path of this mount; nullopt if not its.
+  std::optional<ObjectPath> FromCatalogPath(const ObjectPath& p) const;
+  // The path users see for object path `p`: the federation path.
+  std::string FederationPath(const ObjectPath& p) const;
+
+  // The catalog, by this mount's object paths.
+  std::vector<CachedObject> List(const ObjectPath& prefix, const std::string& after,
+                                 size_t limit) const;
+  Result<EvictResult> Evict(const ObjectPath& prefix);
+  Status Pin(const ObjectPath& prefix);
+  Status Unpin(const ObjectPath& prefix);
+  std::vector<ObjectPath> Pins() const;
+
+  // The extended attributes a file or directory shows (user.perch.*).
+  std::map<std::string, std::string> Xattrs(const ObjectPath& p, const FileAttr& a);
+
+  // Is the federation there? Ok when the root answers as a directory, or
+  // when it cannot be reached but the index holds this mount's namespace
+  // (perchd then serves offline and retries in the background).
+  // kInvalidArgument when the mounted path is a file; else the Origin's error.
+  Status CheckRoot(std::chrono::milliseconds timeout);
+
+  // Whether the kernel still has it mounted (set by the daemon; true if unset).
+  void set_mounted_probe(std::function<bool()> probe) { mounted_ = std::move(probe); }
+  bool mounted() const { return !mounted_ || mounted_(); }
+
+ private:
+  friend class CacheStack;
+  class Listener;
+  Mount(MountSpec spec, std::string tag, CacheCatalog& catalog);
+
+  const MountSpec spec_;
+  const std::string tag_;
+  CacheCatalog& catalog_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<NamespaceCache> names_;
+  std::unique_ptr<BlockReader> reader_;
+  std::unique_ptr<Prefetcher> prefetcher_;
+  std::unique_ptr<FileSystem> fs_;
+  std::unique_ptr<Warmer> warmer_;
+  std::function<bool()> mounted_;
+};
+
+class CacheStack {
+ public:
+  // `index`, `store`, `disk` (block writes, eviction, index batches) and
+  // `jobs` (warm walks, prefetch listings, control commands) outlive the stack.
+  CacheStack(Index& index, BlockStore& store, Executor& disk, Executor& jobs, StackOptions options);
+  ~CacheStack();
+  CacheStack(const CacheStack&) = delete;
+  CacheStack& operator=(const CacheStack&) = delete;
+
+  // Loads the catalog. When that finds the index corrupt past opening,
+  // `reset_index` (may be empty: the error is returned) starts a new one and
+  // the load is tried once more; the background walk then re-adopts blocks.
+  // Starts that walk and the flush timer. REQUIRES: once, before serving.
+  Status Open(const std::function<Status(const Status&)>& reset_index = nullptr);
+
+  // Adds a mount of `spec.origin`. kInvalidArgument when this federation is
+  // mounted already (one mount per federation URL).
+  Result<Mount*> AddMount(MountSpec spec);
+
+  // The tag of a federation URL (see the header comment).
+  static std::string TagOf(const std::string& federation_id);
+
+  CacheCatalog& catalog() { return catalog_; }
+  const CacheCatalog& catalog() const { return catalog_; }
+  FetchScheduler& scheduler() { return scheduler_; }
+  const FetchScheduler& scheduler() const { return scheduler_; }
+  const StackOptions& options() const { return options_; }
+  std::vector<Mount*> mounts() const;
+  Executor& jobs() { return jobs_; }
+  // The mount whose catalog path `p` is, with its object path; nullptr if none.
+  Mount* MountOfCatalogPath(const ObjectPath& p, ObjectPath* object_path) const;
+
+  // Blocks and free blocks of `unit` bytes for statfs: the quota as capacity.
+  void StatFs(uint64_t unit, uint64_t* blocks, uint64_t* free_blocks) const;
+
+  // Stops warms and prefetch (before unmounting); waits up to `warm_timeout`
+  // for warms to let go of their fetches.
+  void StopBackground(std::chrono::milliseconds warm_timeout);
+  // Stops the flush timer and writes pending access times. Call after the
+  // network and job executors have stopped; the disk executor must then be
+  // joined before the stack is destroyed.
+  void Close();
+
+ private:
+  void ScheduleFlush();
+  // Moves untagged namespace entries ("na/<path>", "nl/<path>") under `tag`,
+  // once: only when the untagged root entry exists.
+  Status AdoptUntaggedEntries(const std::string& tag);
+
+  Index& index_;
+  BlockStore& store_;
+  Executor& disk_;
+  Executor& jobs_;
+  const StackOptions options_;
+  CacheCatalog catalog_;
+  FetchScheduler scheduler_;
+  mutable std::mutex mu_;                      // a leaf lock
+  std::deque<std::unique_ptr<Mount>> mounts_;  // Protected by mu_; only grows
+  std::atomic<bool> closing_{false};
+};
+
+}  // namespace perch::core
