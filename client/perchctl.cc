@@ -57,7 +57,8 @@ std::string Count(uint64_t n) {
 std::string Ratio(uint64_t hits, uint64_t misses) {
   if (hits + misses == 0) return "-";
   char buf[16];
-  std::snprintf(buf, sizeof(buf), "%.1f %%", 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses));
+  std::snprintf(buf, sizeof(buf), "%.1f %%",
+                100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses));
   return buf;
 }
 
@@ -70,7 +71,8 @@ std::string Duration(double seconds) {
   } else if (seconds < 120) {
     std::snprintf(buf, sizeof(buf), "%.1f s", seconds);
   } else {
-    std::snprintf(buf, sizeof(buf), "%.0fm%02.0fs", std::floor(seconds / 60), std::fmod(seconds, 60));
+    std::snprintf(buf, sizeof(buf), "%.0fm%02.0fs", std::floor(seconds / 60),
+                  std::fmod(seconds, 60));
   }
   return buf;
 }
@@ -141,7 +143,9 @@ json HistogramJson(const v1::Histogram& h) {
 json StatsJson(const v1::Stats& s) {
   json j{{"hits", s.hits()},
          {"misses", s.misses()},
-         {"hit_ratio", s.hits() + s.misses() ? static_cast<double>(s.hits()) / static_cast<double>(s.hits() + s.misses()) : 0.0},
+         {"hit_ratio", s.hits() + s.misses() ? static_cast<double>(s.hits()) /
+                                                   static_cast<double>(s.hits() + s.misses())
+                                             : 0.0},
          {"bytes_from_cache", s.bytes_from_cache()},
          {"bytes_from_network", s.bytes_from_network()},
          {"cached_bytes", s.cached_bytes()},
@@ -175,7 +179,8 @@ json StatsJson(const v1::Stats& s) {
     if (!ns.contains(n.path())) {
       ns[n.path()] = one;
     } else {
-      for (auto& [k, v] : one.items()) ns[n.path()][k] = ns[n.path()][k].get<uint64_t>() + v.get<uint64_t>();
+      for (auto& [k, v] : one.items())
+        ns[n.path()][k] = ns[n.path()][k].get<uint64_t>() + v.get<uint64_t>();
     }
   }
   j["namespaces"] = ns;
@@ -188,42 +193,55 @@ json StatsJson(const v1::Stats& s) {
   for (const auto& w : s.warm_jobs()) warms.push_back(WarmJson(w));
   j["warm_jobs"] = warms;
   const auto& p = s.prefetch();
-  j["prefetch"] = json{{"sequential_blocks", p.sequential_blocks()}, {"directory_files", p.directory_files()},
-                       {"hinted_files", p.hinted_files()},         {"withdrawn", p.withdrawn()},
-                       {"queued_demand", p.queued_demand()},       {"queued_hint", p.queued_hint()},
-                       {"queued_warm", p.queued_warm()},           {"queued_speculative", p.queued_speculative()},
-                       {"max_in_flight_seen", p.max_in_flight_seen()}, {"budget_requests", p.budget_requests()},
+  j["prefetch"] = json{{"sequential_blocks", p.sequential_blocks()},
+                       {"directory_files", p.directory_files()},
+                       {"hinted_files", p.hinted_files()},
+                       {"withdrawn", p.withdrawn()},
+                       {"queued_demand", p.queued_demand()},
+                       {"queued_hint", p.queued_hint()},
+                       {"queued_warm", p.queued_warm()},
+                       {"queued_speculative", p.queued_speculative()},
+                       {"max_in_flight_seen", p.max_in_flight_seen()},
+                       {"budget_requests", p.budget_requests()},
                        {"boosted", p.boosted()}};
   return j;
 }
 
 void PrintStats(const v1::Stats& s) {
   std::vector<std::vector<std::string>> rows;
-  double used = s.capacity_bytes() ? 100.0 * static_cast<double>(s.cached_bytes()) / static_cast<double>(s.capacity_bytes()) : 0;
+  double used = s.capacity_bytes() ? 100.0 * static_cast<double>(s.cached_bytes()) /
+                                         static_cast<double>(s.capacity_bytes())
+                                   : 0;
   char pct[16];
   std::snprintf(pct, sizeof(pct), "%.1f %%", used);
-  std::cout << "cache     " << Size(s.cached_bytes()) << " of " << Size(s.capacity_bytes()) << " (" << pct << "), "
-            << Count(s.cached_blocks()) << " blocks, " << Size(s.pinned_bytes()) << " pinned, "
-            << Count(s.evictions()) << " evicted\n";
-  std::cout << "reads     " << Count(s.hits()) << " hits, " << Count(s.misses()) << " misses, hit ratio "
-            << Ratio(s.hits(), s.misses()) << "; " << Size(s.bytes_from_cache()) << " from cache, "
-            << Size(s.bytes_from_network()) << " from network\n";
-  std::cout << "network   " << s.inflight_requests() << " in flight, " << s.queued_requests() << " queued, "
-            << Count(s.range_gets()) << " range GETs, " << Count(s.failovers()) << " failovers, "
-            << Count(s.resumes()) << " resumes" << (s.offline() ? ", OFFLINE (serving cached metadata)" : "")
-            << "\n";
+  std::cout << "cache     " << Size(s.cached_bytes()) << " of " << Size(s.capacity_bytes()) << " ("
+            << pct << "), " << Count(s.cached_blocks()) << " blocks, " << Size(s.pinned_bytes())
+            << " pinned, " << Count(s.evictions()) << " evicted\n";
+  std::cout << "reads     " << Count(s.hits()) << " hits, " << Count(s.misses())
+            << " misses, hit ratio " << Ratio(s.hits(), s.misses()) << "; "
+            << Size(s.bytes_from_cache()) << " from cache, " << Size(s.bytes_from_network())
+            << " from network\n";
+  std::cout << "network   " << s.inflight_requests() << " in flight, " << s.queued_requests()
+            << " queued, " << Count(s.range_gets()) << " range GETs, " << Count(s.failovers())
+            << " failovers, " << Count(s.resumes()) << " resumes"
+            << (s.offline() ? ", OFFLINE (serving cached metadata)" : "") << "\n";
   const auto& pf = s.prefetch();
-  std::cout << "prefetch  " << Count(pf.sequential_blocks()) << " read-ahead blocks, " << Count(pf.directory_files())
-            << " directory files, " << Count(pf.hinted_files()) << " hinted files, " << Count(pf.withdrawn())
-            << " withdrawn; queued " << pf.queued_demand() + pf.queued_hint() + pf.queued_warm() + pf.queued_speculative()
-            << ", at most " << pf.max_in_flight_seen() << " of " << pf.budget_requests() << " in flight\n";
+  std::cout << "prefetch  " << Count(pf.sequential_blocks()) << " read-ahead blocks, "
+            << Count(pf.directory_files()) << " directory files, " << Count(pf.hinted_files())
+            << " hinted files, " << Count(pf.withdrawn()) << " withdrawn; queued "
+            << pf.queued_demand() + pf.queued_hint() + pf.queued_warm() + pf.queued_speculative()
+            << ", at most " << pf.max_in_flight_seen() << " of " << pf.budget_requests()
+            << " in flight\n";
   std::string errs;
   for (const auto& e : s.errors()) {
-    if (e.count() > 0) errs += (errs.empty() ? "" : ", ") + e.error_class() + " " + Count(e.count());
+    if (e.count() > 0)
+      errs += (errs.empty() ? "" : ", ") + e.error_class() + " " + Count(e.count());
   }
   // Blocks served but not cached (full disk) and dropped for failing their check.
-  if (s.store_errors() > 0) errs += (errs.empty() ? "" : ", ") + std::string("store ") + Count(s.store_errors());
-  if (s.corrupt_blocks() > 0) errs += (errs.empty() ? "" : ", ") + std::string("corrupt blocks ") + Count(s.corrupt_blocks());
+  if (s.store_errors() > 0)
+    errs += (errs.empty() ? "" : ", ") + std::string("store ") + Count(s.store_errors());
+  if (s.corrupt_blocks() > 0)
+    errs += (errs.empty() ? "" : ", ") + std::string("corrupt blocks ") + Count(s.corrupt_blocks());
   std::cout << "errors    " << (errs.empty() ? "none" : errs) << "\n";
   const v1::Histogram* read = nullptr;
   for (const auto& o : s.fuse_ops()) {
@@ -231,8 +249,8 @@ void PrintStats(const v1::Stats& s) {
   }
   std::cout << "latency   read p50 " << (read ? Duration(Quantile(*read, 0.5)) : "-") << ", p99 "
             << (read ? Duration(Quantile(*read, 0.99)) : "-") << "; origin GET p50 "
-            << Duration(Quantile(s.origin_get(), 0.5)) << ", p99 " << Duration(Quantile(s.origin_get(), 0.99))
-            << "  (bucket upper bounds)\n";
+            << Duration(Quantile(s.origin_get(), 0.5)) << ", p99 "
+            << Duration(Quantile(s.origin_get(), 0.99)) << "  (bucket upper bounds)\n";
   if (s.namespaces_size() > 0) {
     std::cout << "\n";
     // Grouped by federation: a FEDERATION column once the node mounts several.
@@ -257,9 +275,13 @@ void PrintStats(const v1::Stats& s) {
     for (const auto& w : s.warm_jobs()) {
       std::string paths;
       for (const auto& p : w.paths()) paths += (paths.empty() ? "" : " ") + p;
-      rows.push_back({"#" + std::to_string(w.job_id()), Count(w.files_done()) + "/" + Count(w.files_total()),
+      rows.push_back({"#" + std::to_string(w.job_id()),
+                      Count(w.files_done()) + "/" + Count(w.files_total()),
                       Size(w.bytes_done()) + "/" + Size(w.bytes_total()), Count(w.files_failed()),
-                      w.cancelled() ? "cancelled" : w.finished() ? "done" : "running", paths});
+                      w.cancelled()  ? "cancelled"
+                      : w.finished() ? "done"
+                                     : "running",
+                      paths});
     }
     Table(rows, "lrrrll");
   }
@@ -285,7 +307,8 @@ int Stats(Client& c, bool as_json, double watch) {
 
 volatile std::sig_atomic_t g_interrupted = 0;
 
-int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recursive, bool as_json) {
+int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recursive,
+         bool as_json) {
   v1::WarmRequest req;
   for (const auto& p : paths) req.add_paths(Absolute(p));
   req.set_recursive(recursive);
@@ -323,17 +346,22 @@ int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recur
     last_line = now;
     double secs = std::chrono::duration<double>(now - started).count();
     double rate = secs > 0 ? static_cast<double>(p.bytes_done() - start_bytes) / secs : 0;
-    double frac = p.bytes_total() ? static_cast<double>(p.bytes_done()) / static_cast<double>(p.bytes_total()) : 0;
+    double frac = p.bytes_total()
+                      ? static_cast<double>(p.bytes_done()) / static_cast<double>(p.bytes_total())
+                      : 0;
     std::string eta = "?";
-    if (p.listing_done() && rate > 0) eta = Duration(static_cast<double>(p.bytes_total() - p.bytes_done()) / rate);
+    if (p.listing_done() && rate > 0)
+      eta = Duration(static_cast<double>(p.bytes_total() - p.bytes_done()) / rate);
     if (p.finished()) eta = "0 s";
     const int width = 30;
     int filled = static_cast<int>(frac * width);
-    std::string bar = std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(width - filled), '.');
+    std::string bar = std::string(static_cast<size_t>(filled), '#') +
+                      std::string(static_cast<size_t>(width - filled), '.');
     char line[256];
-    std::snprintf(line, sizeof(line), "[%s] %5.1f%%  %s / %s%s  %s/s  ETA %s  files %s/%s%s", bar.c_str(),
-                  100 * frac, Size(p.bytes_done()).c_str(), Size(p.bytes_total()).c_str(),
-                  p.listing_done() ? "" : "+", Size(static_cast<uint64_t>(rate)).c_str(), eta.c_str(),
+    std::snprintf(line, sizeof(line), "[%s] %5.1f%%  %s / %s%s  %s/s  ETA %s  files %s/%s%s",
+                  bar.c_str(), 100 * frac, Size(p.bytes_done()).c_str(),
+                  Size(p.bytes_total()).c_str(), p.listing_done() ? "" : "+",
+                  Size(static_cast<uint64_t>(rate)).c_str(), eta.c_str(),
                   Count(p.files_done()).c_str(), Count(p.files_total()).c_str(),
                   p.files_failed() ? (", " + Count(p.files_failed()) + " failed").c_str() : "");
     std::cerr << (tty ? "\r\x1b[K" : "") << line << (tty ? "" : "\n") << std::flush;
@@ -352,10 +380,11 @@ int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recur
   if (as_json) {
     std::cout << WarmJson(last).dump(2) << std::endl;
   } else if (!wait) {
-    std::cout << "warming in the background (job #" << last.job_id() << "); `perchctl stats` shows its progress\n";
+    std::cout << "warming in the background (job #" << last.job_id()
+              << "); `perchctl stats` shows its progress\n";
   } else {
-    std::cout << "warmed " << Count(last.files_done()) << " of " << Count(last.files_total()) << " files ("
-              << Size(last.bytes_done()) << ")";
+    std::cout << "warmed " << Count(last.files_done()) << " of " << Count(last.files_total())
+              << " files (" << Size(last.bytes_done()) << ")";
     if (last.files_failed()) std::cout << "; " << Count(last.files_failed()) << " failed";
     std::cout << "\n";
     for (const auto& e : last.errors()) std::cerr << "  " << e << "\n";
@@ -368,7 +397,8 @@ int PinCmd(Client& c, const std::string& path, bool pin) {
   req.set_path(Absolute(path));
   v1::PinReply reply;
   auto ctx = c.Context();
-  grpc::Status st = pin ? c.stub().Pin(ctx.get(), req, &reply) : c.stub().Unpin(ctx.get(), req, &reply);
+  grpc::Status st =
+      pin ? c.stub().Pin(ctx.get(), req, &reply) : c.stub().Unpin(ctx.get(), req, &reply);
   if (!st.ok()) return c.Fail(st, pin ? "pin" : "unpin");
   std::cout << (pin ? "pinned " : "unpinned ") << reply.path() << "\n";
   if (reply.pins_size() > 0) {
@@ -387,16 +417,22 @@ int Evict(Client& c, const std::string& path, bool as_json) {
   grpc::Status st = c.stub().Evict(ctx.get(), req, &r);
   if (!st.ok()) return c.Fail(st, "evict");
   if (as_json) {
-    std::cout << json{{"path", r.path()},           {"objects", r.objects()},
-                      {"blocks", r.blocks()},       {"bytes", r.bytes()},
-                      {"pinned_objects", r.pinned_objects()}, {"busy_blocks", r.busy_blocks()}}
+    std::cout << json{{"path", r.path()},
+                      {"objects", r.objects()},
+                      {"blocks", r.blocks()},
+                      {"bytes", r.bytes()},
+                      {"pinned_objects", r.pinned_objects()},
+                      {"busy_blocks", r.busy_blocks()}}
                      .dump(2)
               << std::endl;
     return 0;
   }
-  std::cout << "evicted " << r.path() << ": " << Count(r.objects()) << " objects, " << Size(r.bytes()) << "\n";
-  if (r.pinned_objects()) std::cout << "kept " << Count(r.pinned_objects()) << " pinned objects (unpin first)\n";
-  if (r.busy_blocks()) std::cout << "kept " << Count(r.busy_blocks()) << " blocks being read right now\n";
+  std::cout << "evicted " << r.path() << ": " << Count(r.objects()) << " objects, "
+            << Size(r.bytes()) << "\n";
+  if (r.pinned_objects())
+    std::cout << "kept " << Count(r.pinned_objects()) << " pinned objects (unpin first)\n";
+  if (r.busy_blocks())
+    std::cout << "kept " << Count(r.busy_blocks()) << " blocks being read right now\n";
   return 0;
 }
 
@@ -417,10 +453,15 @@ int Ls(Client& c, const std::string& path, bool as_json) {
       total += o.cached_bytes();
       ++count;
       if (as_json) {
-        all.push_back(json{{"path", o.path()}, {"size", o.size()}, {"cached_bytes", o.cached_bytes()},
-                           {"blocks", o.blocks()}, {"pinned", o.pinned()}, {"federation", o.federation()}});
+        all.push_back(json{{"path", o.path()},
+                           {"size", o.size()},
+                           {"cached_bytes", o.cached_bytes()},
+                           {"blocks", o.blocks()},
+                           {"pinned", o.pinned()},
+                           {"federation", o.federation()}});
       } else {
-        rows[o.federation()].push_back({Size(o.cached_bytes()), Size(o.size()), o.pinned() ? "pin" : "", o.path()});
+        rows[o.federation()].push_back(
+            {Size(o.cached_bytes()), Size(o.size()), o.pinned() ? "pin" : "", o.path()});
       }
     }
     if (reply.next_page_token().empty()) break;
@@ -430,7 +471,8 @@ int Ls(Client& c, const std::string& path, bool as_json) {
     std::cout << all.dump(2) << std::endl;
   } else {
     for (auto& [federation, group] : rows) {
-      if (rows.size() > 1) std::cout << (&group == &rows.begin()->second ? "" : "\n") << federation << "\n";
+      if (rows.size() > 1)
+        std::cout << (&group == &rows.begin()->second ? "" : "\n") << federation << "\n";
       group.insert(group.begin(), {"CACHED", "SIZE", "PIN", "PATH"});
       Table(group, "rrll");
     }
@@ -439,7 +481,8 @@ int Ls(Client& c, const std::string& path, bool as_json) {
   return 0;
 }
 
-int Hint(Client& c, const std::string& job, const std::vector<std::string>& paths, const std::string& file) {
+int Hint(Client& c, const std::string& job, const std::vector<std::string>& paths,
+         const std::string& file) {
   v1::HintRequest req;
   req.set_job(job);
   for (const auto& p : paths) req.add_paths(Absolute(p));
@@ -464,7 +507,8 @@ int Hint(Client& c, const std::string& job, const std::vector<std::string>& path
   grpc::Status st = c.stub().Hint(ctx.get(), req, &reply);
   if (!st.ok()) return c.Fail(st, "hint");
   std::cout << "hinted " << Count(reply.accepted()) << " paths for job " << job;
-  if (reply.rejected()) std::cout << " (" << Count(reply.rejected()) << " outside the mount, ignored)";
+  if (reply.rejected())
+    std::cout << " (" << Count(reply.rejected()) << " outside the mount, ignored)";
   std::cout << "\n";
   return 0;
 }
@@ -477,12 +521,18 @@ int Health(Client& c, bool as_json) {
   if (as_json) {
     json ns = json::array(), mounts = json::array();
     for (const auto& n : h.namespaces()) {
-      ns.push_back(json{{"path", n.path()}, {"reachable", n.reachable()}, {"latency_ms", n.latency_ms()},
-                        {"error", n.error()}, {"federation", n.federation()}});
+      ns.push_back(json{{"path", n.path()},
+                        {"reachable", n.reachable()},
+                        {"latency_ms", n.latency_ms()},
+                        {"error", n.error()},
+                        {"federation", n.federation()}});
     }
     for (const auto& m : h.mounts()) {
-      mounts.push_back(json{{"mountpoint", m.mountpoint()}, {"federation_url", m.federation_url()},
-                            {"mounted", m.mounted()}, {"offline", m.offline()}, {"healthy", m.healthy()}});
+      mounts.push_back(json{{"mountpoint", m.mountpoint()},
+                            {"federation_url", m.federation_url()},
+                            {"mounted", m.mounted()},
+                            {"offline", m.offline()},
+                            {"healthy", m.healthy()}});
     }
     std::cout << json{{"healthy", h.healthy()},
                       {"mountpoint", h.mountpoint()},
@@ -505,13 +555,14 @@ int Health(Client& c, bool as_json) {
                      .dump(2)
               << std::endl;
   } else {
-    std::cout << (h.healthy() ? "healthy" : "UNHEALTHY") << ": perchd " << h.version() << " (pid " << h.pid()
-              << ")\n";
+    std::cout << (h.healthy() ? "healthy" : "UNHEALTHY") << ": perchd " << h.version() << " (pid "
+              << h.pid() << ")\n";
     std::vector<std::vector<std::string>> rows;
     // Each mount, then its federation's namespaces.
     for (const auto& m : h.mounts()) {
-      rows.push_back({"mount", m.mountpoint() + " <- " + m.federation_url(),
-                      m.mounted() ? (m.offline() ? "mounted, OFFLINE" : "mounted") : "NOT MOUNTED"});
+      rows.push_back(
+          {"mount", m.mountpoint() + " <- " + m.federation_url(),
+           m.mounted() ? (m.offline() ? "mounted, OFFLINE" : "mounted") : "NOT MOUNTED"});
       for (const auto& n : h.namespaces()) {
         if (n.federation() != m.federation_url()) continue;
         rows.push_back({"federation", n.path(),
@@ -520,12 +571,15 @@ int Health(Client& c, bool as_json) {
       }
     }
     rows.push_back({"cache", h.cache_dir(),
-                    Size(h.cache_used_bytes()) + " of " + Size(h.cache_capacity_bytes()) + " used; disk " +
-                        (h.disk_error().empty() ? Size(h.disk_free_bytes()) + " free of " + Size(h.disk_total_bytes())
-                                                : "ERROR " + h.disk_error())});
+                    Size(h.cache_used_bytes()) + " of " + Size(h.cache_capacity_bytes()) +
+                        " used; disk " +
+                        (h.disk_error().empty()
+                             ? Size(h.disk_free_bytes()) + " free of " + Size(h.disk_total_bytes())
+                             : "ERROR " + h.disk_error())});
     if (!h.store_error().empty()) rows.push_back({"store", "DEGRADED", h.store_error()});
     rows.push_back({"control", h.control_address(), ""});
-    if (!h.metrics_address().empty()) rows.push_back({"metrics", "http://" + h.metrics_address() + "/metrics", ""});
+    if (!h.metrics_address().empty())
+      rows.push_back({"metrics", "http://" + h.metrics_address() + "/metrics", ""});
     for (auto& r : rows) {
       std::cout << "  " << r[0] << std::string(12 - std::min<size_t>(12, r[0].size()), ' ') << r[1]
                 << (r[2].empty() ? "" : "  " + r[2]) << "\n";
@@ -553,7 +607,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> warm_paths;
   bool wait = false, no_recursive = false;
   auto* warm = app.add_subcommand("warm", "fetch files or directory trees into the cache");
-  warm->add_option("PATH", warm_paths, "paths in the mount, federation URLs or federation paths")->required();
+  warm->add_option("PATH", warm_paths, "paths in the mount, federation URLs or federation paths")
+      ->required();
   warm->add_flag("--wait", wait, "wait with a progress bar until done (Ctrl-C cancels the warm)");
   warm->add_flag("--no-recursive", no_recursive, "only the files directly in a directory");
   warm->add_flag("--json", as_json, "print the final progress as JSON");
@@ -571,12 +626,14 @@ int main(int argc, char** argv) {
   ls->add_flag("--json", as_json, "machine-readable output");
   std::string job = "perchctl", hint_file;
   std::vector<std::string> hint_paths;
-  auto* hint = app.add_subcommand("hint", "announce the order in which files will be read (prefetched in order)");
+  auto* hint = app.add_subcommand(
+      "hint", "announce the order in which files will be read (prefetched in order)");
   hint->add_option("PATH", hint_paths, "paths in reading order");
   hint->add_option("--file", hint_file, "read paths, one per line, from FILE ('-' for stdin)");
   hint->add_option("--job", job, "the job's name; a new list for the same job replaces the old one")
       ->capture_default_str();
-  auto* health = app.add_subcommand("health", "is the mount serving, the federation reachable, the disk fine");
+  auto* health =
+      app.add_subcommand("health", "is the mount serving, the federation reachable, the disk fine");
   health->add_flag("--json", as_json, "machine-readable output");
 
   if (auto rc = perch::cli::Parse(app, argc, argv)) return *rc;

@@ -1,8 +1,9 @@
 #include "daemon/config.h"
 
+#include <toml++/toml.h>
+
 #include <cctype>
 #include <set>
-#include <toml++/toml.h>
 
 #include "proto/control_address.h"
 
@@ -20,7 +21,8 @@ void ParseTokens(const toml::node& node, const std::string& path, const std::str
                  std::map<std::string, std::string>* out) {
   const toml::table* tokens = node.as_table();
   if (tokens == nullptr) {
-    throw ConfigError("config " + path + ": '" + what + "' must be a table of \"/prefix\" = \"/token/file\"");
+    throw ConfigError("config " + path + ": '" + what +
+                      "' must be a table of \"/prefix\" = \"/token/file\"");
   }
   for (const auto& [k, v] : *tokens) {
     auto file = v.value<std::string>();
@@ -43,8 +45,9 @@ MountConfig ParseMount(const toml::node& node, const std::string& path, size_t n
                                                "allow_nonempty_mountpoint"};
   for (const auto& [k, v] : *t) {
     if (!kKnown.count(std::string(k.str()))) {
-      throw ConfigError(where + ": unknown key '" + std::string(k.str()) +
-                        "' (federation, mountpoint, token_file, tokens, allow_nonempty_mountpoint)");
+      throw ConfigError(
+          where + ": unknown key '" + std::string(k.str()) +
+          "' (federation, mountpoint, token_file, tokens, allow_nonempty_mountpoint)");
     }
   }
   MountConfig m;
@@ -92,7 +95,8 @@ uint64_t ParseSize(const std::string& text, const std::string& what) {
   } else if (unit == "t" || unit == "tb" || unit == "tib") {
     mult = 1ULL << 40;
   } else {
-    throw ConfigError(what + ": unknown unit '" + text.substr(i) + "' in '" + text + "' (use K, M, G or T)");
+    throw ConfigError(what + ": unknown unit '" + text.substr(i) + "' in '" + text +
+                      "' (use K, M, G or T)");
   }
   if (n > UINT64_MAX / mult) throw ConfigError(what + ": '" + text + "' is too large");
   return n * mult;
@@ -101,7 +105,8 @@ uint64_t ParseSize(const std::string& text, const std::string& what) {
 std::chrono::milliseconds ParseDuration(const std::string& text, const std::string& what) {
   size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  if (i == 0 || i > 12) throw ConfigError(what + ": '" + text + "' is not a duration (examples: 30s, 500ms, 2m)");
+  if (i == 0 || i > 12)
+    throw ConfigError(what + ": '" + text + "' is not a duration (examples: 30s, 500ms, 2m)");
   int64_t n = std::stoll(text.substr(0, i));
   std::string unit = Lower(text.substr(i));
   if (unit == "ms") return std::chrono::milliseconds(n);
@@ -147,12 +152,36 @@ void ApplyConfigString(std::string_view text, const std::string& name, DaemonCon
 namespace {
 
 void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) {
-  static const std::set<std::string> kKnown = {
-      "federation", "mountpoint", "cache_dir", "cache_size", "block_size", "log_level", "ca_file",
-      "token_file", "op_timeout", "fuse_threads", "max_requests_in_flight", "high_watermark",
-      "low_watermark", "dir_ttl", "file_ttl", "negative_ttl", "control", "metrics", "prefetch", "readahead", "prefetch_dir_max_entries",
-      "hint_window", "max_bytes_in_flight", "fuse_no_open", "control_group", "metrics_allow_remote",
-      "allow_nonempty_mountpoint", "tokens", "protected_group", "mount"};
+  static const std::set<std::string> kKnown = {"federation",
+                                               "mountpoint",
+                                               "cache_dir",
+                                               "cache_size",
+                                               "block_size",
+                                               "log_level",
+                                               "ca_file",
+                                               "token_file",
+                                               "op_timeout",
+                                               "fuse_threads",
+                                               "max_requests_in_flight",
+                                               "high_watermark",
+                                               "low_watermark",
+                                               "dir_ttl",
+                                               "file_ttl",
+                                               "negative_ttl",
+                                               "control",
+                                               "metrics",
+                                               "prefetch",
+                                               "readahead",
+                                               "prefetch_dir_max_entries",
+                                               "hint_window",
+                                               "max_bytes_in_flight",
+                                               "fuse_no_open",
+                                               "control_group",
+                                               "metrics_allow_remote",
+                                               "allow_nonempty_mountpoint",
+                                               "tokens",
+                                               "protected_group",
+                                               "mount"};
   for (const auto& [k, v] : t) {
     if (!kKnown.count(std::string(k.str()))) {
       throw ConfigError("config " + path + ": unknown key '" + std::string(k.str()) + "'");
@@ -203,7 +232,8 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
   auto count = [&](const char* key, auto* out) {
     if (auto n = t[key]) {
       auto i = n.value_exact<int64_t>();
-      if (!i || *i <= 0) throw ConfigError("config " + path + ": '" + key + "' must be a positive integer");
+      if (!i || *i <= 0)
+        throw ConfigError("config " + path + ": '" + key + "' must be a positive integer");
       *out = static_cast<std::remove_pointer_t<decltype(out)>>(*i);
     }
   };
@@ -242,13 +272,16 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
   if (auto n = t["tokens"]) ParseTokens(*n.node(), path, "tokens", &c->namespace_tokens);
   if (auto n = t["mount"]) {
     const toml::array* mounts = n.as_array();
-    if (mounts == nullptr) throw ConfigError("config " + path + ": 'mount' must be an array of tables ([[mount]])");
+    if (mounts == nullptr)
+      throw ConfigError("config " + path + ": 'mount' must be an array of tables ([[mount]])");
     if (t.contains("federation") || t.contains("mountpoint")) {
-      throw ConfigError("config " + path +
-                        ": use either top-level 'federation'/'mountpoint' or [[mount]] tables, not both");
+      throw ConfigError(
+          "config " + path +
+          ": use either top-level 'federation'/'mountpoint' or [[mount]] tables, not both");
     }
     c->mounts.clear();
-    for (size_t i = 0; i < mounts->size(); ++i) c->mounts.push_back(ParseMount(*mounts->get(i), path, i + 1));
+    for (size_t i = 0; i < mounts->size(); ++i)
+      c->mounts.push_back(ParseMount(*mounts->get(i), path, i + 1));
   }
   str("control_group", &c->control_group);
   flag("metrics_allow_remote", &c->metrics_allow_remote);
@@ -273,7 +306,8 @@ void Validate(const DaemonConfig& c) {
     if (m.federation_url.empty() || m.mountpoint.empty()) {
       throw ConfigError("FEDERATION_URL and MOUNTPOINT are required (see --help)");
     }
-    if (!mountpoints.insert(m.mountpoint).second) throw ConfigError("mountpoint " + m.mountpoint + " is used twice");
+    if (!mountpoints.insert(m.mountpoint).second)
+      throw ConfigError("mountpoint " + m.mountpoint + " is used twice");
     if (!federations.insert(m.federation_url).second) {
       throw ConfigError("federation " + m.federation_url + " is mounted twice");
     }
@@ -285,18 +319,23 @@ void Validate(const DaemonConfig& c) {
   if (!(c.low_watermark > 0 && c.low_watermark < c.high_watermark && c.high_watermark <= 1.0)) {
     throw ConfigError("watermarks must satisfy 0 < low_watermark < high_watermark <= 1");
   }
-  if (c.op_timeout < std::chrono::milliseconds(100)) throw ConfigError("op_timeout must be at least 100ms");
-  if (std::string why = CheckControlAddress(c.control_address); !why.empty()) throw ConfigError(why);
-  if (std::string why = CheckMetricsAddress(c.metrics_address, c.metrics_allow_remote); !why.empty()) {
+  if (c.op_timeout < std::chrono::milliseconds(100))
+    throw ConfigError("op_timeout must be at least 100ms");
+  if (std::string why = CheckControlAddress(c.control_address); !why.empty())
+    throw ConfigError(why);
+  if (std::string why = CheckMetricsAddress(c.metrics_address, c.metrics_allow_remote);
+      !why.empty()) {
     throw ConfigError(why);
   }
   gid_t gid = 0;
   if (!c.control_group.empty() && !LookupGroup(c.control_group, &gid)) {
     throw ConfigError("control_group '" + c.control_group + "': no such group");
   }
-  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  static const std::set<std::string> kLevels = {"trace", "debug",    "info", "warn",
+                                                "error", "critical", "off"};
   if (!kLevels.count(c.log_level)) {
-    throw ConfigError("log_level '" + c.log_level + "' is not one of trace, debug, info, warn, error, critical, off");
+    throw ConfigError("log_level '" + c.log_level +
+                      "' is not one of trace, debug, info, warn, error, critical, off");
   }
 }
 

@@ -39,8 +39,8 @@ struct DaemonConfig {
   uint64_t block_size = 4ULL << 20;
   std::string log_level = "info";
   bool foreground = false;
-  std::string ca_file;        // extra CA bundle for the federation's https servers
-  std::string token_file;     // explicit bearer token file
+  std::string ca_file;     // extra CA bundle for the federation's https servers
+  std::string token_file;  // explicit bearer token file
   // Token file per federation path prefix ([tokens] "/ns" = "/etc/perch/ns.token"): used
   // only for namespaces at or below that prefix, before any other token source.
   std::map<std::string, std::string> namespace_tokens;

@@ -31,7 +31,9 @@ std::string TokenIssuer::XrootdConfig(const std::string& ns) {
          "ofs.authlib libXrdMacaroons.so\n"
          "http.exthandler xrdmacaroons libXrdMacaroons.so\n"
          "http.header2cgi Authorization authz\n"
-         "macaroons.secretkey " + secret_file_.string() + "\n"
+         "macaroons.secretkey " +
+         secret_file_.string() +
+         "\n"
          "macaroons.onmissing deny\n";
 }
 
@@ -39,9 +41,10 @@ std::string TokenIssuer::WriteToken(const std::string& path) {
   macaroon_returncode err = MACAROON_SUCCESS;
   const std::string location = "perch-devfed";  // matches all.sitename
   const std::string id = "perch-devfed-token-" + std::to_string(std::time(nullptr));
-  macaroon* m = macaroon_create(reinterpret_cast<const unsigned char*>(location.data()), location.size(),
-                                reinterpret_cast<const unsigned char*>(secret_.data()), secret_.size(),
-                                reinterpret_cast<const unsigned char*>(id.data()), id.size(), &err);
+  macaroon* m =
+      macaroon_create(reinterpret_cast<const unsigned char*>(location.data()), location.size(),
+                      reinterpret_cast<const unsigned char*>(secret_.data()), secret_.size(),
+                      reinterpret_cast<const unsigned char*>(id.data()), id.size(), &err);
   if (m == nullptr) return "macaroon_create failed";
   char before[64];
   std::time_t expiry = std::time(nullptr) + 12 * 3600;  // XrdMacaroons caps lifetimes at 24 h
@@ -52,7 +55,8 @@ std::string TokenIssuer::WriteToken(const std::string& path) {
   std::string common = namespaces_.size() == 1 ? namespaces_[0] : "/";
   caveats.push_back("path:" + common);
   for (const std::string& c : caveats) {
-    macaroon* next = macaroon_add_first_party_caveat(m, reinterpret_cast<const unsigned char*>(c.data()), c.size(), &err);
+    macaroon* next = macaroon_add_first_party_caveat(
+        m, reinterpret_cast<const unsigned char*>(c.data()), c.size(), &err);
     macaroon_destroy(m);
     if (next == nullptr) return "macaroon caveat failed";
     m = next;

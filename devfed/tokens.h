@@ -25,7 +25,7 @@ class TokenIssuer {
 
  private:
   std::filesystem::path secret_file_;
-  std::string secret_;            // raw bytes
+  std::string secret_;  // raw bytes
   std::vector<std::string> namespaces_;
 };
 

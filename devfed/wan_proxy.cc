@@ -23,7 +23,7 @@ struct WanLink::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   std::thread thread;
   std::chrono::microseconds delay;
-  double bytes_per_us = 0;                    // 0: unlimited
+  double bytes_per_us = 0;                      // 0: unlimited
   std::array<Clock::time_point, 2> busy_until;  // per direction: when the line is free again
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   FaultOptions faults;
@@ -35,7 +35,8 @@ struct WanLink::Impl {
     auto start = std::max(now, busy_until[dir]);
     auto done = start;
     if (bytes_per_us > 0) {
-      done += std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(n) / bytes_per_us));
+      done +=
+          std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(n) / bytes_per_us));
     }
     busy_until[dir] = done;
     return done + delay;
@@ -98,31 +99,32 @@ void Pipe::Apply(Fault fault) {
 void Pipe::Read() {
   if (reading || eof || faulted || queued > kMaxQueued) return;
   reading = true;
-  from.async_read_some(asio::buffer(buf), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-    self->reading = false;
-    if (ec) {
-      self->eof = true;
-      if (!self->writing) self->Deliver();  // flushes, then passes the end on
-      return;
-    }
-    std::string data(self->buf.data(), n);
-    Fault fault = Fault::kNone;
-    if (ResponseFaults* f = self->owner->faults.get()) {
-      if (self->dir == 0) {
-        f->OnRequestBytes(data);
-      } else {
-        auto d = f->OnResponseBytes(data);
-        data.resize(d.pass);
-        fault = d.fault;
-      }
-    }
-    self->faulted = fault != Fault::kNone;
-    n = data.size();
-    self->queue.push_back(Chunk{self->link->Schedule(self->dir, n), std::move(data), fault});
-    self->queued += n;
-    self->Read();
-    if (!self->writing) self->Deliver();
-  });
+  from.async_read_some(
+      asio::buffer(buf), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+        self->reading = false;
+        if (ec) {
+          self->eof = true;
+          if (!self->writing) self->Deliver();  // flushes, then passes the end on
+          return;
+        }
+        std::string data(self->buf.data(), n);
+        Fault fault = Fault::kNone;
+        if (ResponseFaults* f = self->owner->faults.get()) {
+          if (self->dir == 0) {
+            f->OnRequestBytes(data);
+          } else {
+            auto d = f->OnResponseBytes(data);
+            data.resize(d.pass);
+            fault = d.fault;
+          }
+        }
+        self->faulted = fault != Fault::kNone;
+        n = data.size();
+        self->queue.push_back(Chunk{self->link->Schedule(self->dir, n), std::move(data), fault});
+        self->queued += n;
+        self->Read();
+        if (!self->writing) self->Deliver();
+      });
 }
 
 void Pipe::Deliver() {
@@ -154,28 +156,30 @@ void Pipe::Deliver() {
 void Accept(WanLink::Impl* link, tcp::acceptor* acceptor, int port, bool faults) {
   auto session = std::make_shared<Session>(link->io);
   if (faults) session->faults = std::make_unique<ResponseFaults>(link->faults, &link->rng);
-  acceptor->async_accept(session->client, [link, acceptor, port, faults, session](boost::system::error_code ec) {
-    if (ec) return;  // stopped
-    Accept(link, acceptor, port, faults);
-    session->server.async_connect(
-        tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<uint16_t>(port)),
-        [link, session](boost::system::error_code ec) {
-          if (ec) {
-            boost::system::error_code ignored;
-            session->client.close(ignored);
-            return;
-          }
-          session->client.set_option(tcp::no_delay(true));
-          session->server.set_option(tcp::no_delay(true));
-          std::make_shared<Pipe>(session, session->client, session->server, 0, link)->Read();
-          std::make_shared<Pipe>(session, session->server, session->client, 1, link)->Read();
-        });
-  });
+  acceptor->async_accept(
+      session->client, [link, acceptor, port, faults, session](boost::system::error_code ec) {
+        if (ec) return;  // stopped
+        Accept(link, acceptor, port, faults);
+        session->server.async_connect(
+            tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<uint16_t>(port)),
+            [link, session](boost::system::error_code ec) {
+              if (ec) {
+                boost::system::error_code ignored;
+                session->client.close(ignored);
+                return;
+              }
+              session->client.set_option(tcp::no_delay(true));
+              session->server.set_option(tcp::no_delay(true));
+              std::make_shared<Pipe>(session, session->client, session->server, 0, link)->Read();
+              std::make_shared<Pipe>(session, session->server, session->client, 1, link)->Read();
+            });
+      });
 }
 
 }  // namespace
 
-WanLink::WanLink(std::chrono::microseconds one_way_delay, double rate_mbit, FaultOptions faults, uint64_t seed)
+WanLink::WanLink(std::chrono::microseconds one_way_delay, double rate_mbit, FaultOptions faults,
+                 uint64_t seed)
     : impl_(std::make_unique<Impl>()) {
   impl_->faults = faults;
   impl_->rng.seed(seed);
@@ -200,7 +204,8 @@ int WanLink::AddProxy(int port, std::string* err, bool faults) {
   int proxy_port = acceptor->local_endpoint().port();
   tcp::acceptor* raw = acceptor.get();
   impl_->acceptors.push_back(std::move(acceptor));
-  asio::post(impl_->io, [impl = impl_.get(), raw, port, faults] { Accept(impl, raw, port, faults); });
+  asio::post(impl_->io,
+             [impl = impl_.get(), raw, port, faults] { Accept(impl, raw, port, faults); });
   return proxy_port;
 }
 

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
@@ -9,8 +11,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -67,7 +67,8 @@ std::string Tail(const std::string& path, size_t lines) {
   std::vector<std::string> all;
   for (std::string l; std::getline(in, l);) all.push_back(l);
   std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "  " + all[i] + "\n";
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
+    out += "  " + all[i] + "\n";
   return out;
 }
 
@@ -93,7 +94,8 @@ std::string XrootdServer::Url() const {
 
 std::string XrootdServer::Start(const XrootdConfig& c) {
   struct passwd* pw = getpwnam("xrootd");
-  if (pw == nullptr) return "no user 'xrootd' (install xrootd-server: apt-get install xrootd-server)";
+  if (pw == nullptr)
+    return "no user 'xrootd' (install xrootd-server: apt-get install xrootd-server)";
   fs::path dir = fs::path(c.work_dir) / c.name;
   fs::create_directories(dir / "admin");
   fs::create_directories(dir / "run");
@@ -163,7 +165,8 @@ std::string XrootdServer::Start(const XrootdConfig& c) {
     std::string tail = Tail(log_ + (fs::exists(log_) ? "" : ""), 15);
     if (!exited) {
       Stop();
-      return "xrootd " + c.name + " did not answer on port " + std::to_string(port_) + " within 20 s; log tail:\n" + tail;
+      return "xrootd " + c.name + " did not answer on port " + std::to_string(port_) +
+             " within 20 s; log tail:\n" + tail;
     }
     // A port taken between FreePort() and xrootd's bind shows as "Address
     // already in use", or (seen under load) as an exit with an empty log:

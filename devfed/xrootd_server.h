@@ -13,13 +13,13 @@
 namespace perch::devfed {
 
 struct XrootdConfig {
-  std::string name;          // "origin-1", "cache-1-2": names its directory and log
-  std::string work_dir;      // parent of the server's own directory
-  std::string export_root;   // oss.localroot: the tree served (origin) or cache storage
-  int port = 0;              // 0: pick a free port
-  int origin_port = 0;       // for a cache: the origin's root:// port
+  std::string name;         // "origin-1", "cache-1-2": names its directory and log
+  std::string work_dir;     // parent of the server's own directory
+  std::string export_root;  // oss.localroot: the tree served (origin) or cache storage
+  int port = 0;             // 0: pick a free port
+  int origin_port = 0;      // for a cache: the origin's root:// port
   std::string tls_cert, tls_key, tls_ca_dir;  // all set: HTTPS
-  std::string extra;         // more config lines (token plugins)
+  std::string extra;                          // more config lines (token plugins)
 };
 
 class XrootdServer {

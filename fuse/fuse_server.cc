@@ -22,16 +22,23 @@ using core::StatusCode;
 
 int ToErrno(const Status& status) {
   switch (status.code()) {
-    case StatusCode::kOk: return 0;
-    case StatusCode::kNotFound: return ENOENT;
-    case StatusCode::kPermissionDenied: return EACCES;
-    case StatusCode::kInvalidArgument: return EINVAL;
-    case StatusCode::kCancelled: return EINTR;
-    case StatusCode::kNoSpace: return ENOSPC;
+    case StatusCode::kOk:
+      return 0;
+    case StatusCode::kNotFound:
+      return ENOENT;
+    case StatusCode::kPermissionDenied:
+      return EACCES;
+    case StatusCode::kInvalidArgument:
+      return EINVAL;
+    case StatusCode::kCancelled:
+      return EINTR;
+    case StatusCode::kNoSpace:
+      return ENOSPC;
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kCorrupt:
-    case StatusCode::kInternal: return EIO;
+    case StatusCode::kInternal:
+      return EIO;
   }
   return EIO;
 }
@@ -62,15 +69,15 @@ struct DirHandle {
 }  // namespace
 
 // Every callback body runs inside Guard: no exception reaches libfuse.
-#define PERCH_FUSE_GUARD(req, op, body)                                  \
-  try {                                                                  \
-    body                                                                 \
-  } catch (const std::exception& e) {                                    \
-    spdlog::error("fuse {}: unexpected exception: {}", op, e.what());    \
-    fuse_reply_err(req, EIO);                                            \
-  } catch (...) {                                                        \
-    spdlog::error("fuse {}: unexpected exception", op);                  \
-    fuse_reply_err(req, EIO);                                            \
+#define PERCH_FUSE_GUARD(req, op, body)                               \
+  try {                                                               \
+    body                                                              \
+  } catch (const std::exception& e) {                                 \
+    spdlog::error("fuse {}: unexpected exception: {}", op, e.what()); \
+    fuse_reply_err(req, EIO);                                         \
+  } catch (...) {                                                     \
+    spdlog::error("fuse {}: unexpected exception", op);               \
+    fuse_reply_err(req, EIO);                                         \
   }
 
 struct FuseServer::Ops {
@@ -182,7 +189,8 @@ struct FuseServer::Ops {
           struct stat st {};
           st.st_ino = dot ? (i == 0 ? ino : FUSE_ROOT_ID) : 0;
           st.st_mode = attr.is_dir ? S_IFDIR : S_IFREG;
-          n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, static_cast<off_t>(i + 1));
+          n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st,
+                                static_cast<off_t>(i + 1));
           if (n > size - used) break;
         } else {
           fuse_entry_param e{};
@@ -196,7 +204,8 @@ struct FuseServer::Ops {
             e.entry_timeout = self->options_.entry_timeout;
             self->FillStat(e.ino, attr, &e.attr);
           }
-          n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
+          n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e,
+                                     static_cast<off_t>(i + 1));
           if (n > size - used) {
             if (!dot) self->Forget(e.ino, 1);  // not sent: the kernel holds no reference
             break;
@@ -208,10 +217,12 @@ struct FuseServer::Ops {
     })
   }
 
-  static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
+  static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                      struct fuse_file_info* fi) {
     ReadDirCommon(req, ino, size, off, fi, false);
   }
-  static void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
+  static void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                          struct fuse_file_info* fi) {
     ReadDirCommon(req, ino, size, off, fi, true);
   }
 
@@ -232,8 +243,9 @@ struct FuseServer::Ops {
       if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
       auto h = self->fs_.Open(path);
       if (!h.ok()) {
-        return (void)(h.status().code() == StatusCode::kInvalidArgument ? fuse_reply_err(req, EISDIR)
-                                                                         : (ReplyStatus(req, "open", h.status()), 0));
+        return (void)(h.status().code() == StatusCode::kInvalidArgument
+                          ? fuse_reply_err(req, EISDIR)
+                          : (ReplyStatus(req, "open", h.status()), 0));
       }
       fi->fh = *h;
       fi->keep_cache = 1;  // immutable objects: the page cache stays valid
@@ -242,7 +254,8 @@ struct FuseServer::Ops {
     })
   }
 
-  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
+  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                   struct fuse_file_info* fi) {
     PERCH_FUSE_GUARD(req, "read", {
       FuseServer* self = Self(req);
       core::ScopedLatency timer(self->LatencyOf(Op::kRead));
@@ -250,8 +263,9 @@ struct FuseServer::Ops {
       if (fi->fh == 0 && !self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
       // A hit inside one block: hand the kernel the block file (spliced when
       // the kernel allows it) instead of copying the bytes through us.
-      if (auto slice = fi->fh != 0 ? self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)
-                                   : self->fs_.ReadSlicePath(path, static_cast<uint64_t>(off), size)) {
+      if (auto slice = fi->fh != 0
+                           ? self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)
+                           : self->fs_.ReadSlicePath(path, static_cast<uint64_t>(off), size)) {
         struct fuse_bufvec bv = FUSE_BUFVEC_INIT(slice->length());
         bv.buf[0].flags = static_cast<enum fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
         bv.buf[0].fd = slice->fd();
@@ -299,7 +313,8 @@ struct FuseServer::Ops {
       return {};
     }
     *err = 0;
-    return self->options_.xattrs ? self->options_.xattrs(path, *attr) : std::map<std::string, std::string>{};
+    return self->options_.xattrs ? self->options_.xattrs(path, *attr)
+                                 : std::map<std::string, std::string>{};
   }
 
   static void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
@@ -332,19 +347,26 @@ struct FuseServer::Ops {
   static void SetAttr(fuse_req_t req, fuse_ino_t, struct stat*, int, struct fuse_file_info*) {
     fuse_reply_err(req, EROFS);
   }
-  static void MkNod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { fuse_reply_err(req, EROFS); }
+  static void MkNod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) {
+    fuse_reply_err(req, EROFS);
+  }
   static void MkDir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { fuse_reply_err(req, EROFS); }
   static void Unlink(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
   static void RmDir(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
-  static void SymLink(fuse_req_t req, const char*, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+  static void SymLink(fuse_req_t req, const char*, fuse_ino_t, const char*) {
+    fuse_reply_err(req, EROFS);
+  }
   static void Rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) {
     fuse_reply_err(req, EROFS);
   }
-  static void Link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+  static void Link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) {
+    fuse_reply_err(req, EROFS);
+  }
   static void Create(fuse_req_t req, fuse_ino_t, const char*, mode_t, struct fuse_file_info*) {
     fuse_reply_err(req, EROFS);
   }
-  static void Write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, struct fuse_file_info*) {
+  static void Write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t,
+                    struct fuse_file_info*) {
     fuse_reply_err(req, EROFS);
   }
   static void SetXattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
@@ -353,7 +375,8 @@ struct FuseServer::Ops {
   static void RemoveXattr(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
 };
 
-FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options) : fs_(fs), options_(std::move(options)) {
+FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
+    : fs_(fs), options_(std::move(options)) {
   inodes_[FUSE_ROOT_ID] = Inode{ObjectPath(), 1};
   by_path_["/"] = FUSE_ROOT_ID;
 }
@@ -412,10 +435,12 @@ void FuseServer::FillStat(uint64_t ino, const core::FileAttr& a, struct stat* st
   if (a.restricted) {
     // Readable by root and the configured group only: the daemon reads with
     // its token, so the mount must not hand the bytes to every local user.
-    mode_t perm = options_.restricted_gid >= 0 ? (a.is_dir ? 0550 : 0440) : (a.is_dir ? 0500 : 0400);
+    mode_t perm =
+        options_.restricted_gid >= 0 ? (a.is_dir ? 0550 : 0440) : (a.is_dir ? 0500 : 0400);
     st->st_mode = (a.is_dir ? S_IFDIR : S_IFREG) | perm;
     st->st_uid = ::getuid();  // root for a system perchd; the user for a user's own mount
-    st->st_gid = options_.restricted_gid >= 0 ? static_cast<gid_t>(options_.restricted_gid) : ::getgid();
+    st->st_gid =
+        options_.restricted_gid >= 0 ? static_cast<gid_t>(options_.restricted_gid) : ::getgid();
   } else {
     st->st_mode = a.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
   }
@@ -431,7 +456,8 @@ Status FuseServer::Mount(const std::string& mountpoint) {
   if (::stat(mountpoint.c_str(), &st) != 0) {
     return core::InvalidArgumentError("mountpoint " + mountpoint + ": " + std::strerror(errno));
   }
-  if (!S_ISDIR(st.st_mode)) return core::InvalidArgumentError("mountpoint " + mountpoint + " is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    return core::InvalidArgumentError("mountpoint " + mountpoint + " is not a directory");
   if (::access("/dev/fuse", R_OK | W_OK) != 0) {
     return core::InvalidArgumentError(std::string("cannot use /dev/fuse: ") + std::strerror(errno) +
                                       " (is the fuse module loaded, and are you root?)");
@@ -479,8 +505,8 @@ Status FuseServer::Mount(const std::string& mountpoint) {
       fsname += static_cast<char>(c);
     }
   }
-  std::string opts = "ro,default_permissions,fsname=" + fsname + ",subtype=perch,max_read=" +
-                     std::to_string(options_.max_io);
+  std::string opts = "ro,default_permissions,fsname=" + fsname +
+                     ",subtype=perch,max_read=" + std::to_string(options_.max_io);
   if (::getuid() == 0) opts += ",allow_other";
   std::vector<std::string> argv_s = {"perchd", "-o", opts};
   std::vector<char*> argv;
@@ -490,14 +516,16 @@ Status FuseServer::Mount(const std::string& mountpoint) {
   fuse_opt_free_args(&args);  // libfuse may have copied them into its own allocation
   if (se_ == nullptr) return core::InternalError("fuse_session_new failed (see messages above)");
   if (fuse_session_mount(se_, mountpoint.c_str()) != 0) {
-    return core::InvalidArgumentError("cannot mount at " + mountpoint + " (already mounted? see messages above)");
+    return core::InvalidArgumentError("cannot mount at " + mountpoint +
+                                      " (already mounted? see messages above)");
   }
   mounted_ = true;
   return Status::Ok();
 }
 
 Status FuseServer::Run() {
-  if (fuse_set_signal_handlers(se_) != 0) return core::InternalError("cannot install signal handlers");
+  if (fuse_set_signal_handlers(se_) != 0)
+    return core::InternalError("cannot install signal handlers");
   handlers_ = true;
   struct fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(cfg, options_.clone_fd ? 1 : 0);

@@ -37,20 +37,21 @@ struct fuse_session;
 namespace perch::fuse {
 
 struct FuseOptions {
-  double entry_timeout = 3600;     // seconds the kernel may cache a name -> inode
-  double attr_timeout = 3600;      // ... and attributes
-  double negative_timeout = 30;    // ... and a missing name
+  double entry_timeout = 3600;   // seconds the kernel may cache a name -> inode
+  double attr_timeout = 3600;    // ... and attributes
+  double negative_timeout = 30;  // ... and a missing name
   unsigned max_threads = 32;
   bool clone_fd = true;
   // Let the kernel open files without asking us (FUSE no-open, when offered):
   // two fewer requests per file read, page cache kept across opens.
   bool no_open = true;
-  uint32_t max_io = 1 << 20;       // largest read request (kernel max_pages permitting)
+  uint32_t max_io = 1 << 20;  // largest read request (kernel max_pages permitting)
   std::string fsname = "perch";
   // Fills statfs answers (capacity and use of the block cache).
   std::function<void(struct statvfs*)> statfs;
   // Extended attributes of an open or looked-up path: name -> value.
-  std::function<std::map<std::string, std::string>(const core::ObjectPath&, const core::FileAttr&)> xattrs;
+  std::function<std::map<std::string, std::string>(const core::ObjectPath&, const core::FileAttr&)>
+      xattrs;
   // Who may read what a namespace that requires a token holds: files and
   // directories with FileAttr::restricted are owned by root and this group,
   // mode 0440/0550 (-1: root only, 0400/0500). The kernel enforces it
@@ -111,9 +112,9 @@ class FuseServer {
   bool handlers_ = false;
 
   std::mutex mu_;
-  std::unordered_map<uint64_t, Inode> inodes_;         // Protected by mu_
-  std::map<std::string, uint64_t> by_path_;            // Protected by mu_
-  uint64_t next_ino_ = 2;                              // Protected by mu_
+  std::unordered_map<uint64_t, Inode> inodes_;  // Protected by mu_
+  std::map<std::string, uint64_t> by_path_;     // Protected by mu_
+  uint64_t next_ino_ = 2;                       // Protected by mu_
 };
 
 }  // namespace perch::fuse

@@ -54,7 +54,8 @@ std::string DefaultHintCommand(const std::string& data_dir) {
   char value[1];
   if (::getxattr(data_dir.c_str(), "user.perch.federation", value, 0) <= 0) return "";
   std::error_code ec;
-  std::filesystem::path beside = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "perchctl";
+  std::filesystem::path beside =
+      std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "perchctl";
   std::string perchctl;
   if (!ec && ::access(beside.c_str(), X_OK) == 0) {
     perchctl = "'" + beside.string() + "'";
@@ -63,7 +64,8 @@ std::string DefaultHintCommand(const std::string& data_dir) {
   } else {
     return "";
   }
-  std::string command = perchctl + " hint --job perch-train:" + std::to_string(::getpid()) + " --file -";
+  std::string command =
+      perchctl + " hint --job perch-train:" + std::to_string(::getpid()) + " --file -";
   spdlog::info("{} is on a perch mount: each epoch's order goes to perchd ({})", data_dir, command);
   return command;
 }

@@ -21,16 +21,35 @@ using core::StatusCode;
 grpc::Status ToGrpcStatus(const core::Status& s) {
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;
   switch (s.code()) {
-    case StatusCode::kOk: return grpc::Status::OK;
-    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case StatusCode::kPermissionDenied: code = grpc::StatusCode::PERMISSION_DENIED; break;
-    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
-    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case StatusCode::kCorrupt: code = grpc::StatusCode::DATA_LOSS; break;
-    case StatusCode::kNoSpace: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
-    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+    case StatusCode::kOk:
+      return grpc::Status::OK;
+    case StatusCode::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case StatusCode::kPermissionDenied:
+      code = grpc::StatusCode::PERMISSION_DENIED;
+      break;
+    case StatusCode::kUnavailable:
+      code = grpc::StatusCode::UNAVAILABLE;
+      break;
+    case StatusCode::kDeadlineExceeded:
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
+      break;
+    case StatusCode::kCorrupt:
+      code = grpc::StatusCode::DATA_LOSS;
+      break;
+    case StatusCode::kNoSpace:
+      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+      break;
+    case StatusCode::kCancelled:
+      code = grpc::StatusCode::CANCELLED;
+      break;
+    case StatusCode::kInvalidArgument:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case StatusCode::kInternal:
+      code = grpc::StatusCode::INTERNAL;
+      break;
   }
   if (code == grpc::StatusCode::INTERNAL || code == grpc::StatusCode::DATA_LOSS) {
     spdlog::error("control: {}", s.ToString());
@@ -126,12 +145,13 @@ void Fill(const core::NodeControl& node, const core::StatsSnapshot& s, v1::Stats
 
 // INVALID_ARGUMENT naming the bound when a request's `paths` has more than
 // `max_paths` entries or one longer than limits.max_path_bytes; else OK.
-grpc::Status CheckPaths(const google::protobuf::RepeatedPtrField<std::string>& paths, size_t max_paths,
-                        const ControlLimits& limits, const char* what) {
+grpc::Status CheckPaths(const google::protobuf::RepeatedPtrField<std::string>& paths,
+                        size_t max_paths, const ControlLimits& limits, const char* what) {
   if (static_cast<size_t>(paths.size()) > max_paths) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        std::string(what) + " of " + std::to_string(paths.size()) + " paths is more than the " +
-                            std::to_string(max_paths) + " one request may carry");
+                        std::string(what) + " of " + std::to_string(paths.size()) +
+                            " paths is more than the " + std::to_string(max_paths) +
+                            " one request may carry");
   }
   for (const std::string& p : paths) {
     if (p.size() > limits.max_path_bytes) {
@@ -158,7 +178,8 @@ class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
 
   WarmWriter(core::NodeControl& node, const v1::WarmRequest& request, const ControlLimits& limits)
       : node_(node), link_(std::make_shared<Link>()), detach_(request.detach()) {
-    if (grpc::Status bad = CheckPaths(request.paths(), limits.max_warm_paths, limits, "a warm"); !bad.ok()) {
+    if (grpc::Status bad = CheckPaths(request.paths(), limits.max_warm_paths, limits, "a warm");
+        !bad.ok()) {
       Finish(bad);
       finish_called_ = true;
       return;
@@ -269,7 +290,8 @@ class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
 
 class ControlServer::Service final : public v1::Perch::CallbackService {
  public:
-  Service(core::NodeControl& node, ControlOptions options) : node_(node), options_(std::move(options)) {}
+  Service(core::NodeControl& node, ControlOptions options)
+      : node_(node), options_(std::move(options)) {}
   void set_address(std::string a) { options_.address = std::move(a); }
 
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx, const v1::GetStatsRequest*,
@@ -323,7 +345,8 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     return r;
   }
 
-  grpc::ServerUnaryReactor* ListCached(grpc::CallbackServerContext* ctx, const v1::ListCachedRequest* request,
+  grpc::ServerUnaryReactor* ListCached(grpc::CallbackServerContext* ctx,
+                                       const v1::ListCachedRequest* request,
                                        v1::ListCachedReply* reply) override {
     auto* r = ctx->DefaultReactor();
     // No path: every mount (the catalog's root holds each mount's tag).
@@ -361,12 +384,13 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     auto* r = ctx->DefaultReactor();
     if (request->job().empty() || request->job().size() > options_.limits.max_job_bytes) {
       r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             "a hint needs a job name of 1 to " + std::to_string(options_.limits.max_job_bytes) +
-                                 " bytes"));
+                             "a hint needs a job name of 1 to " +
+                                 std::to_string(options_.limits.max_job_bytes) + " bytes"));
       return r;
     }
     const ControlLimits& limits = options_.limits;
-    if (grpc::Status bad = CheckPaths(request->paths(), limits.max_hint_paths, limits, "a hint"); !bad.ok()) {
+    if (grpc::Status bad = CheckPaths(request->paths(), limits.max_hint_paths, limits, "a hint");
+        !bad.ok()) {
       r->Finish(bad);
       return r;
     }
@@ -381,10 +405,12 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     return r;
   }
 
-  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* request,
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx,
+                                   const v1::HealthRequest* request,
                                    v1::HealthReply* reply) override {
     auto* r = ctx->DefaultReactor();
-    auto timeout = std::chrono::milliseconds(request->timeout_ms() == 0 ? 5000 : request->timeout_ms());
+    auto timeout =
+        std::chrono::milliseconds(request->timeout_ms() == 0 ? 5000 : request->timeout_ms());
     node_.Health(timeout, [this, r, reply](core::HealthReport h) {
       reply->set_healthy(h.healthy);
       if (!h.mounts.empty()) {
@@ -432,14 +458,16 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
   // NodeControl::Resolve, for a path no longer than the limit.
   core::Result<core::ObjectPath> Resolve(const std::string& path) const {
     if (path.size() > options_.limits.max_path_bytes) {
-      return core::InvalidArgumentError("a path of " + std::to_string(path.size()) + " bytes is longer than " +
+      return core::InvalidArgumentError("a path of " + std::to_string(path.size()) +
+                                        " bytes is longer than " +
                                         std::to_string(options_.limits.max_path_bytes));
     }
     return node_.Resolve(path);
   }
 
-  grpc::ServerUnaryReactor* PinOrUnpin(grpc::CallbackServerContext* ctx, const v1::PinRequest* request,
-                                       v1::PinReply* reply, bool pin) {
+  grpc::ServerUnaryReactor* PinOrUnpin(grpc::CallbackServerContext* ctx,
+                                       const v1::PinRequest* request, v1::PinReply* reply,
+                                       bool pin) {
     auto* r = ctx->DefaultReactor();
     auto path = Resolve(request->path());
     if (!path.ok()) {
@@ -448,7 +476,8 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     }
     core::Status s = pin ? node_.catalog().Pin(*path) : node_.catalog().Unpin(*path);
     if (s.code() == StatusCode::kNotFound) {
-      s = core::NotFoundError(node_.FederationPath(*path) + " is not pinned", core::FailureSite::kLocal);
+      s = core::NotFoundError(node_.FederationPath(*path) + " is not pinned",
+                              core::FailureSite::kLocal);
     }
     if (!s.ok()) {
       r->Finish(ToGrpcStatus(s));
@@ -490,7 +519,8 @@ core::Status ControlServer::Start(const ControlOptions& options) {
   }
   gid_t group = static_cast<gid_t>(-1);  // chown(2): leave the group as it is
   if (!options.socket_group.empty() && !LookupGroup(options.socket_group, &group)) {
-    return core::InvalidArgumentError("control_group '" + options.socket_group + "': no such group");
+    return core::InvalidArgumentError("control_group '" + options.socket_group +
+                                      "': no such group");
   }
   std::string listen;
   if (options.address.starts_with("unix:")) {
@@ -505,8 +535,8 @@ core::Status ControlServer::Start(const ControlOptions& options) {
       std::filesystem::permissions(parent, std::filesystem::perms(0755), ec);
     }
     if (ec) {
-      return core::InvalidArgumentError("cannot create the directory of control socket " + socket_path_ + ": " +
-                                        ec.message());
+      return core::InvalidArgumentError("cannot create the directory of control socket " +
+                                        socket_path_ + ": " + ec.message());
     }
     if (std::filesystem::exists(socket_path_, ec)) {
       if (SocketAnswers(socket_path_)) {
@@ -521,7 +551,8 @@ core::Status ControlServer::Start(const ControlOptions& options) {
   } else if (options.address.starts_with("tcp:")) {
     listen = options.address.substr(4);
     if (listen.find(':') == std::string::npos) {
-      return core::InvalidArgumentError("--control tcp:HOST:PORT needs a port, e.g. tcp:127.0.0.1:7901");
+      return core::InvalidArgumentError(
+          "--control tcp:HOST:PORT needs a port, e.g. tcp:127.0.0.1:7901");
     }
   } else {
     return core::InvalidArgumentError("bad --control address '" + options.address +
@@ -545,9 +576,10 @@ core::Status ControlServer::Start(const ControlOptions& options) {
     if (::chmod(socket_path_.c_str(), 0660) != 0) {
       spdlog::warn("control: chmod 0660 {}: {}", socket_path_, std::strerror(errno));
     }
-    if (group != static_cast<gid_t>(-1) && ::chown(socket_path_.c_str(), static_cast<uid_t>(-1), group) != 0) {
-      std::string why = "cannot give control socket " + socket_path_ + " to group " + options.socket_group +
-                        ": " + std::strerror(errno);
+    if (group != static_cast<gid_t>(-1) &&
+        ::chown(socket_path_.c_str(), static_cast<uid_t>(-1), group) != 0) {
+      std::string why = "cannot give control socket " + socket_path_ + " to group " +
+                        options.socket_group + ": " + std::strerror(errno);
       Shutdown();
       return core::InvalidArgumentError(why);
     }

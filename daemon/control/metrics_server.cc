@@ -26,8 +26,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Run() {
     stream_.expires_after(std::chrono::seconds(5));
-    bhttp::async_read(stream_, buffer_, request_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+    bhttp::async_read(
+        stream_, buffer_, request_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
  private:
@@ -94,7 +95,8 @@ MetricsServer::MetricsServer(core::NodeControl& node) : node_(node) {}
 MetricsServer::~MetricsServer() { Stop(); }
 
 core::Status MetricsServer::Start(const std::string& address, bool allow_remote) {
-  if (std::string why = CheckMetricsAddress(address, allow_remote); !why.empty() || address.empty()) {
+  if (std::string why = CheckMetricsAddress(address, allow_remote);
+      !why.empty() || address.empty()) {
     return core::InvalidArgumentError(why.empty() ? "no metrics address" : why);
   }
   std::string host;
@@ -103,7 +105,8 @@ core::Status MetricsServer::Start(const std::string& address, bool allow_remote)
   if (host.front() == '[') host = host.substr(1, host.size() - 2);
   beast::error_code ec;
   auto ip = asio::ip::make_address(host, ec);
-  if (ec) return core::InvalidArgumentError("bad metrics address '" + address + "': " + ec.message());
+  if (ec)
+    return core::InvalidArgumentError("bad metrics address '" + address + "': " + ec.message());
   impl_ = std::make_unique<Impl>();
   impl_->node = &node_;
   tcp::endpoint ep(ip, static_cast<uint16_t>(port));
@@ -113,11 +116,13 @@ core::Status MetricsServer::Start(const std::string& address, bool allow_remote)
   if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     impl_.reset();
-    return core::InvalidArgumentError("cannot listen for metrics on " + address + ": " + ec.message());
+    return core::InvalidArgumentError("cannot listen for metrics on " + address + ": " +
+                                      ec.message());
   }
   auto local = impl_->acceptor.local_endpoint();
   std::string ip_text = local.address().to_string();
-  address_ = (local.address().is_v6() ? "[" + ip_text + "]" : ip_text) + ":" + std::to_string(local.port());
+  address_ = (local.address().is_v6() ? "[" + ip_text + "]" : ip_text) + ":" +
+             std::to_string(local.port());
   impl_->Accept();
   impl_->thread = std::thread([impl = impl_.get()] {
     try {

@@ -43,9 +43,15 @@ struct BlockReader::Assembly {
   }
 };
 
-BlockReader::BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options,
-                         BlockListener* listener, FetchScheduler* scheduler)
-    : origin_(origin), store_(store), disk_(disk), options_(options), listener_(listener), scheduler_(scheduler) {}
+BlockReader::BlockReader(Origin& origin, BlockStore& store, Executor& disk,
+                         BlockReaderOptions options, BlockListener* listener,
+                         FetchScheduler* scheduler)
+    : origin_(origin),
+      store_(store),
+      disk_(disk),
+      options_(options),
+      listener_(listener),
+      scheduler_(scheduler) {}
 
 void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
                        const std::string& object_id, ByteRange range, Deadline deadline,
@@ -106,7 +112,8 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
   }
 }
 
-std::optional<BlockSlice> BlockReader::TrySlice(const ObjectPath& path, const ObjectVersion& version,
+std::optional<BlockSlice> BlockReader::TrySlice(const ObjectPath& path,
+                                                const ObjectVersion& version,
                                                 const std::string& object_id, ByteRange range) {
   const uint64_t bs = options_.block_size;
   if (range.length == 0 || range.offset >= version.size) return std::nullopt;
@@ -116,7 +123,8 @@ std::optional<BlockSlice> BlockReader::TrySlice(const ObjectPath& path, const Ob
   uint64_t block_len = std::min(bs, version.size - b * bs);
   BlockKey key{object_id, b};
   auto slice = store_.Slice(key, range.offset - b * bs, range.length);
-  if (!slice.ok() && slice.status().code() == StatusCode::kCorrupt) NoteCorrupt(key, slice.status());
+  if (!slice.ok() && slice.status().code() == StatusCode::kCorrupt)
+    NoteCorrupt(key, slice.status());
   if (!slice.ok() || slice->length() != range.length) return std::nullopt;  // Read fetches it
   CountHit(path, range.length);
   if (listener_) listener_->Touched(key, block_len);
@@ -139,8 +147,8 @@ void BlockReader::CountHit(const ObjectPath& path, uint64_t bytes) {
 
 void BlockReader::NoteCorrupt(const BlockKey& key, const Status& why) {
   stats_.corrupt_blocks++;
-  spdlog::warn("cache block {}#{} failed its check ({}); fetching it again", key.object_id, key.index,
-               why.message());
+  spdlog::warn("cache block {}#{} failed its check ({}); fetching it again", key.object_id,
+               key.index, why.message());
   if (listener_) listener_->Dropped(key);
 }
 
@@ -150,8 +158,8 @@ bool BlockReader::InUse(const BlockKey& key) {
 }
 
 void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
-                        uint64_t block_len, uint64_t part_len, Deadline deadline, const FetchClass& cls,
-                        BlockCallback done) {
+                        uint64_t block_len, uint64_t part_len, Deadline deadline,
+                        const FetchClass& cls, BlockCallback done) {
   std::shared_ptr<const Bytes> fresh;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -193,12 +201,13 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     stats_.misses++;
     ns->misses++;
     auto started = Clock::now();
-    origin_.ReadRange(path, version, range, deadline,
-                      [this, key, path, version, ns, started, release = std::move(release)](Result<Bytes> r) {
-                        release();  // the next queued fetch may start
-                        fetch_latency_.Observe(Clock::now() - started);
-                        Complete(key, path, version, *ns, std::move(r));
-                      });
+    origin_.ReadRange(
+        path, version, range, deadline,
+        [this, key, path, version, ns, started, release = std::move(release)](Result<Bytes> r) {
+          release();  // the next queued fetch may start
+          fetch_latency_.Observe(Clock::now() - started);
+          Complete(key, path, version, *ns, std::move(r));
+        });
   };
   if (scheduler_ == nullptr) {
     start([] {});
@@ -211,8 +220,8 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
   if (it != inflight_.end() && it->second.generation == generation) it->second.ticket = ticket;
 }
 
-void BlockReader::Complete(const BlockKey& key, const ObjectPath& path, const ObjectVersion& version,
-                           ReadCounters& ns, Result<Bytes> r) {
+void BlockReader::Complete(const BlockKey& key, const ObjectPath& path,
+                           const ObjectVersion& version, ReadCounters& ns, Result<Bytes> r) {
   std::vector<BlockCallback> waiters;
   std::shared_ptr<const Bytes> copy;
   if (r.ok()) copy = std::make_shared<const Bytes>(*std::move(r));
@@ -235,8 +244,9 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path, const Ob
         stats_.store_errors++;
         uint64_t more = 0;
         if (store_warnings_.Allow(&more)) {
-          spdlog::warn("cache: block {}#{} served but not cached: {} ({} more since the last warning)",
-                       key.object_id, key.index, s.ToString(), more);
+          spdlog::warn(
+              "cache: block {}#{} served but not cached: {} ({} more since the last warning)",
+              key.object_id, key.index, s.ToString(), more);
         }
         if (listener_ != nullptr) listener_->StoreFailed(key, copy->size(), s);
         // A full disk: the listener has made room; one more try keeps the
@@ -252,14 +262,15 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path, const Ob
   for (auto& w : waiters) w(copy ? Result<std::shared_ptr<const Bytes>>(copy) : r.status());
 }
 
-void BlockReader::Prefetch(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
-                           uint64_t block, const FetchClass& cls) {
+void BlockReader::Prefetch(const ObjectPath& path, const ObjectVersion& version,
+                           const std::string& object_id, uint64_t block, const FetchClass& cls) {
   const uint64_t bs = options_.block_size;
   if (block * bs >= version.size) return;
   BlockKey key{object_id, block};
   if (listener_ != nullptr && listener_->Contains(key)) return;
   const uint64_t block_len = std::min(bs, version.size - block * bs);
-  Fetch(path, version, key, block_len, block_len, DeadlineAfter(options_.prefetch_timeout), cls, nullptr);
+  Fetch(path, version, key, block_len, block_len, DeadlineAfter(options_.prefetch_timeout), cls,
+        nullptr);
 }
 
 bool BlockReader::CancelPrefetch(const BlockKey& key) {
@@ -268,7 +279,8 @@ bool BlockReader::CancelPrefetch(const BlockKey& key) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = inflight_.find(key);
     // Only a fetch nobody waits for, and only while it is still queued.
-    if (it == inflight_.end() || !it->second.waiters.empty() || it->second.ticket == 0) return false;
+    if (it == inflight_.end() || !it->second.waiters.empty() || it->second.ticket == 0)
+      return false;
     ticket = it->second.ticket;
     if (scheduler_ == nullptr || !scheduler_->Cancel(ticket)) return false;
     inflight_.erase(it);

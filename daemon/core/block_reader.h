@@ -55,13 +55,13 @@ struct FetchClass {
 };
 
 struct BlockReaderStats {
-  std::atomic<uint64_t> hits{0};               // parts of blocks served without a fetch
-  std::atomic<uint64_t> misses{0};             // blocks fetched from the origin
-  std::atomic<uint64_t> shared_fetches{0};     // misses that joined a fetch in flight
-  std::atomic<uint64_t> bytes_from_cache{0};   // bytes of those parts (not of whole blocks)
+  std::atomic<uint64_t> hits{0};              // parts of blocks served without a fetch
+  std::atomic<uint64_t> misses{0};            // blocks fetched from the origin
+  std::atomic<uint64_t> shared_fetches{0};    // misses that joined a fetch in flight
+  std::atomic<uint64_t> bytes_from_cache{0};  // bytes of those parts (not of whole blocks)
   std::atomic<uint64_t> bytes_from_network{0};
-  std::atomic<uint64_t> corrupt_blocks{0};     // dropped after a failed check, refetched
-  std::atomic<uint64_t> store_errors{0};       // blocks served but not cached
+  std::atomic<uint64_t> corrupt_blocks{0};  // dropped after a failed check, refetched
+  std::atomic<uint64_t> store_errors{0};    // blocks served but not cached
 };
 
 class BlockReader {
@@ -123,8 +123,8 @@ class BlockReader {
   void Fetch(const ObjectPath& path, const ObjectVersion& version, const BlockKey& key,
              uint64_t block_len, uint64_t part_len, Deadline deadline, const FetchClass& cls,
              BlockCallback done);
-  void Complete(const BlockKey& key, const ObjectPath& path, const ObjectVersion& version, ReadCounters& ns,
-                Result<Bytes> r);
+  void Complete(const BlockKey& key, const ObjectPath& path, const ObjectVersion& version,
+                ReadCounters& ns, Result<Bytes> r);
   struct Inflight {
     std::vector<BlockCallback> waiters;
     Priority priority = Priority::kDemand;

@@ -35,8 +35,12 @@ struct BlockKey {
 // perch (splice). Owns `fd`.
 class BlockSlice {
  public:
-  BlockSlice(int fd, uint64_t file_offset, uint64_t length) : fd_(fd), file_offset_(file_offset), length_(length) {}
-  BlockSlice(BlockSlice&& o) noexcept : fd_(o.fd_), file_offset_(o.file_offset_), length_(o.length_) { o.fd_ = -1; }
+  BlockSlice(int fd, uint64_t file_offset, uint64_t length)
+      : fd_(fd), file_offset_(file_offset), length_(length) {}
+  BlockSlice(BlockSlice&& o) noexcept
+      : fd_(o.fd_), file_offset_(o.file_offset_), length_(o.length_) {
+    o.fd_ = -1;
+  }
   BlockSlice& operator=(BlockSlice&&) = delete;
   BlockSlice(const BlockSlice&) = delete;
   BlockSlice& operator=(const BlockSlice&) = delete;
@@ -90,7 +94,8 @@ class BlockStore {
   // temp files of writes that a previous process never finished and files
   // whose header is unreadable. Slow (it walks the whole store): meant for
   // one background pass at start. Stores with nothing to walk list nothing.
-  virtual Result<BlockScan> ForEachBlock(const std::function<void(const BlockKey&, uint64_t length)>& fn) {
+  virtual Result<BlockScan> ForEachBlock(
+      const std::function<void(const BlockKey&, uint64_t length)>& fn) {
     (void)fn;
     return BlockScan{};
   }

@@ -164,8 +164,8 @@ void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath
   Status s = index_.Apply(batch);
   uint64_t more = 0;
   if (!s.ok() && index_warnings_.Allow(&more)) {
-    spdlog::warn("cache: could not record block {}#{}: {} ({} more since the last warning)", key.object_id,
-                 key.index, s.ToString(), more);
+    spdlog::warn("cache: could not record block {}#{}: {} ({} more since the last warning)",
+                 key.object_id, key.index, s.ToString(), more);
   }
   MaybeScheduleEviction();
 }
@@ -240,7 +240,8 @@ Status CacheCatalog::Pin(const ObjectPath& prefix) {
 Status CacheCatalog::Unpin(const ObjectPath& prefix) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (pins_.erase(prefix) == 0) return NotFoundError(prefix.str() + " is not pinned", FailureSite::kLocal);
+    if (pins_.erase(prefix) == 0)
+      return NotFoundError(prefix.str() + " is not pinned", FailureSite::kLocal);
   }
   Status s = index_.Apply({{PinKey(prefix), std::nullopt}});
   MaybeScheduleEviction();  // what the pin held may now be over the watermark
@@ -279,7 +280,8 @@ std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std
   std::lock_guard<std::mutex> l(mu_);
   // Paths under `prefix` sort at or after it (every path below starts with it).
   std::string start = std::max(after, prefix.str());
-  for (auto it = ids_by_path_.lower_bound(start); it != ids_by_path_.end() && out.size() < limit; ++it) {
+  for (auto it = ids_by_path_.lower_bound(start); it != ids_by_path_.end() && out.size() < limit;
+       ++it) {
     if (it->first == after) continue;
     auto path = ObjectPath::Parse(it->first);
     if (!path.ok()) continue;
@@ -291,7 +293,8 @@ std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std
     }
     for (const std::string& id : it->second) {
       const ObjectInfo& o = objects_.at(id);
-      out.push_back(CachedObject{o.path, id, o.size, o.cached_bytes, o.blocks, IsPinnedLocked(o.path)});
+      out.push_back(
+          CachedObject{o.path, id, o.size, o.cached_bytes, o.blocks, IsPinnedLocked(o.path)});
     }
   }
   return out;
@@ -314,7 +317,8 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
     }
     Status s = store_.Remove(key);  // the file first, then the record
     if (!s.ok()) {
-      spdlog::warn("cache: could not evict block {}#{}: {}", key.object_id, key.index, s.ToString());
+      spdlog::warn("cache: could not evict block {}#{}: {}", key.object_id, key.index,
+                   s.ToString());
       continue;
     }
     if (!Forget(key, &batch)) continue;
@@ -341,15 +345,15 @@ Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {
         result.pinned_objects++;
         continue;
       }
-      for (auto it = records_.lower_bound(BlockKey{id, 0}); it != records_.end() && it->first.object_id == id;
-           ++it) {
+      for (auto it = records_.lower_bound(BlockKey{id, 0});
+           it != records_.end() && it->first.object_id == id; ++it) {
         keys.push_back(it->first);
       }
     }
   }
   RemoveBlocks(keys, &result);
-  spdlog::info("cache: evicted {} ({} objects, {} blocks, {} bytes; {} pinned objects kept)", prefix.str(),
-               result.objects, result.blocks, result.bytes, result.pinned_objects);
+  spdlog::info("cache: evicted {} ({} objects, {} blocks, {} bytes; {} pinned objects kept)",
+               prefix.str(), result.objects, result.blocks, result.bytes, result.pinned_objects);
   return result;
 }
 
@@ -425,10 +429,13 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   EvictResult result;
   RemoveBlocks(victims, &result);
   if (result.blocks > 0) {
-    spdlog::info("cache: evicted {} blocks; {} of {} bytes used", result.blocks, cached_bytes_.load(), capacity);
+    spdlog::info("cache: evicted {} blocks; {} of {} bytes used", result.blocks,
+                 cached_bytes_.load(), capacity);
   } else if (planned < to_free) {
-    spdlog::warn("cache: over the high watermark but nothing more can be evicted ({} bytes pinned or in use)",
-                 cached_bytes_.load());
+    spdlog::warn(
+        "cache: over the high watermark but nothing more can be evicted ({} bytes pinned or in "
+        "use)",
+        cached_bytes_.load());
   }
   return result.blocks;
 }
@@ -447,8 +454,10 @@ void CacheCatalog::UpdateCapacity() {
       const uint64_t old = capacity_.exchange(cap);
       // Transitions only: the cap moves a little with every block.
       if (cap < options_.capacity_bytes && old == options_.capacity_bytes) {
-        spdlog::warn("cache: the filesystem of the cache holds only {} bytes for it; quota capped from {} to {}",
-                     holds, options_.capacity_bytes, cap);
+        spdlog::warn(
+            "cache: the filesystem of the cache holds only {} bytes for it; quota capped from {} "
+            "to {}",
+            holds, options_.capacity_bytes, cap);
       } else if (cap == options_.capacity_bytes && old < cap) {
         spdlog::info("cache: the filesystem has room again; quota back to {} bytes", cap);
       }
@@ -473,7 +482,8 @@ void CacheCatalog::StoreFailed(const BlockKey& /*key*/, uint64_t length, const S
 
 std::string CacheCatalog::StoreProblem() const {
   std::lock_guard<std::mutex> l(mu_);
-  if (store_errors_.load() == 0 || Clock::now() - last_store_error_at_ > std::chrono::minutes(5)) return "";
+  if (store_errors_.load() == 0 || Clock::now() - last_store_error_at_ > std::chrono::minutes(5))
+    return "";
   auto ago = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - last_store_error_at_);
   std::string out = std::to_string(store_errors_.load()) + " block writes failed, the last " +
                     std::to_string(ago.count()) + " s ago: " + last_store_error_;
@@ -495,7 +505,8 @@ bool CacheCatalog::Adopt(const BlockKey& key, uint64_t length) {
       o->second.blocks++;
     }
   }
-  index_.Apply({{Key(key), Encode(r)}}).IgnoreError();  // without it, the next start adopts it again
+  index_.Apply({{Key(key), Encode(r)}})
+      .IgnoreError();  // without it, the next start adopts it again
   return true;
 }
 
@@ -535,9 +546,11 @@ void CacheCatalog::ReconcileNow() {
   }
   if (!batch.empty()) index_.Apply(batch).IgnoreError();
   if (adopted > 0 || dropped > 0 || scan->leftovers_removed > 0) {
-    spdlog::warn("cache: start-up walk of {} block files: adopted {} blocks without a record ({} bytes), "
-                 "removed {} leftover files ({} bytes), dropped {} records without a file",
-                 scan->blocks, adopted, adopted_bytes, scan->leftovers_removed, scan->leftover_bytes, dropped);
+    spdlog::warn(
+        "cache: start-up walk of {} block files: adopted {} blocks without a record ({} bytes), "
+        "removed {} leftover files ({} bytes), dropped {} records without a file",
+        scan->blocks, adopted, adopted_bytes, scan->leftovers_removed, scan->leftover_bytes,
+        dropped);
   } else {
     spdlog::info("cache: start-up walk of {} block files: index and files agree", scan->blocks);
   }

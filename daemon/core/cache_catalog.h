@@ -100,9 +100,9 @@ class WarningLimiter {
  private:
   const std::chrono::seconds period_;
   std::mutex mu_;
-  bool logged_ = false;         // Protected by mu_
-  Clock::time_point last_;      // Protected by mu_
-  uint64_t dropped_ = 0;        // Protected by mu_
+  bool logged_ = false;     // Protected by mu_
+  Clock::time_point last_;  // Protected by mu_
+  uint64_t dropped_ = 0;    // Protected by mu_
 };
 
 // One cached object, as ListCached shows it.
@@ -116,7 +116,7 @@ struct CachedObject {
 };
 
 struct EvictResult {
-  uint64_t objects = 0;         // objects with at least one block removed
+  uint64_t objects = 0;  // objects with at least one block removed
   uint64_t blocks = 0;
   uint64_t bytes = 0;
   uint64_t pinned_objects = 0;  // under the prefix but pinned: kept
@@ -173,7 +173,8 @@ class CacheCatalog : public BlockListener {
 
   // Cached objects under `prefix` whose path sorts after `after` ("" = from
   // the start), in path order, at most `limit`.
-  std::vector<CachedObject> List(const ObjectPath& prefix, const std::string& after, size_t limit) const;
+  std::vector<CachedObject> List(const ObjectPath& prefix, const std::string& after,
+                                 size_t limit) const;
 
   // True if block `key` is recorded as stored.
   bool Contains(const BlockKey& key) const override;
@@ -235,14 +236,14 @@ class CacheCatalog : public BlockListener {
   std::atomic<int> eviction_retries_{0};  // passes in a row that freed nothing
 
   mutable std::mutex mu_;
-  std::map<BlockKey, Record> records_;  // Protected by mu_
-  std::set<BlockKey> dirty_;            // Protected by mu_
-  std::map<std::string, ObjectInfo> objects_;                  // Protected by mu_: by object id
-  std::map<std::string, std::set<std::string>> ids_by_path_;   // Protected by mu_
-  std::set<ObjectPath> pins_;                                  // Protected by mu_
-  uint64_t next_seq_ = 1;               // Protected by mu_
-  std::string last_store_error_;        // Protected by mu_
-  Clock::time_point last_store_error_at_;  // Protected by mu_
+  std::map<BlockKey, Record> records_;                        // Protected by mu_
+  std::set<BlockKey> dirty_;                                  // Protected by mu_
+  std::map<std::string, ObjectInfo> objects_;                 // Protected by mu_: by object id
+  std::map<std::string, std::set<std::string>> ids_by_path_;  // Protected by mu_
+  std::set<ObjectPath> pins_;                                 // Protected by mu_
+  uint64_t next_seq_ = 1;                                     // Protected by mu_
+  std::string last_store_error_;                              // Protected by mu_
+  Clock::time_point last_store_error_at_;                     // Protected by mu_
 };
 
 }  // namespace perch::core

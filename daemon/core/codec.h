@@ -25,7 +25,8 @@ class Reader {
   bool GetU64(uint64_t* v) {
     if (in_.size() < 8) return false;
     *v = 0;
-    for (int i = 0; i < 8; ++i) *v |= static_cast<uint64_t>(static_cast<unsigned char>(in_[i])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      *v |= static_cast<uint64_t>(static_cast<unsigned char>(in_[i])) << (8 * i);
     in_.remove_prefix(8);
     return true;
   }

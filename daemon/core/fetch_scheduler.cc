@@ -7,10 +7,14 @@ namespace perch::core {
 
 const char* ToString(Priority p) {
   switch (p) {
-    case Priority::kDemand: return "demand";
-    case Priority::kHint: return "hint";
-    case Priority::kWarm: return "warm";
-    case Priority::kSpeculative: return "speculative";
+    case Priority::kDemand:
+      return "demand";
+    case Priority::kHint:
+      return "hint";
+    case Priority::kWarm:
+      return "warm";
+    case Priority::kSpeculative:
+      return "speculative";
   }
   return "unknown";
 }
@@ -45,9 +49,11 @@ bool FetchScheduler::Admissible(const Task& t) const {
   if (in_flight_ >= options_.max_requests) return false;
   if (in_flight_ > 0 && bytes_in_flight_ + t.bytes > options_.max_bytes) return false;
   if (t.priority == Priority::kDemand) return true;
-  const auto share_requests =
-      std::max<size_t>(1, static_cast<size_t>(static_cast<double>(options_.max_requests) * options_.background_share));
-  const auto share_bytes = static_cast<uint64_t>(static_cast<double>(options_.max_bytes) * options_.background_share);
+  const auto share_requests = std::max<size_t>(
+      1,
+      static_cast<size_t>(static_cast<double>(options_.max_requests) * options_.background_share));
+  const auto share_bytes =
+      static_cast<uint64_t>(static_cast<double>(options_.max_bytes) * options_.background_share);
   if (background_in_flight_ >= share_requests) return false;
   if (background_in_flight_ > 0 && background_bytes_ + t.bytes > share_bytes) return false;
   return true;
@@ -98,7 +104,8 @@ void FetchScheduler::Run(std::vector<std::pair<uint64_t, StartFn>> runnable) {
   }
 }
 
-uint64_t FetchScheduler::Submit(Priority priority, const std::string& flow, uint64_t bytes, StartFn start) {
+uint64_t FetchScheduler::Submit(Priority priority, const std::string& flow, uint64_t bytes,
+                                StartFn start) {
   uint64_t ticket;
   std::vector<std::pair<uint64_t, StartFn>> runnable;
   {

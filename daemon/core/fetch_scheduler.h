@@ -40,9 +40,9 @@ inline constexpr size_t kPriorityCount = 4;
 const char* ToString(Priority p);
 
 struct SchedulerOptions {
-  size_t max_requests = 256;          // fetches in flight, all classes
-  uint64_t max_bytes = 1ULL << 30;    // bytes in flight, all classes
-  double background_share = 0.75;     // of both budgets, for non-demand classes together
+  size_t max_requests = 256;        // fetches in flight, all classes
+  uint64_t max_bytes = 1ULL << 30;  // bytes in flight, all classes
+  double background_share = 0.75;   // of both budgets, for non-demand classes together
 };
 
 struct SchedulerStats {
@@ -92,9 +92,9 @@ class FetchScheduler {
     size_t size = 0;
   };
 
-  void Enqueue(uint64_t ticket, const Task& t);     // REQUIRES: mu_ held
-  void Dequeue(uint64_t ticket, const Task& t);     // REQUIRES: mu_ held
-  bool Admissible(const Task& t) const;             // REQUIRES: mu_ held
+  void Enqueue(uint64_t ticket, const Task& t);  // REQUIRES: mu_ held
+  void Dequeue(uint64_t ticket, const Task& t);  // REQUIRES: mu_ held
+  bool Admissible(const Task& t) const;          // REQUIRES: mu_ held
   // Takes every task that may start now out of the queues (REQUIRES: mu_ held).
   std::vector<std::pair<uint64_t, StartFn>> TakeRunnable();
   void Run(std::vector<std::pair<uint64_t, StartFn>> runnable);  // not under mu_
@@ -103,15 +103,15 @@ class FetchScheduler {
   const SchedulerOptions options_;
 
   mutable std::mutex mu_;
-  uint64_t next_ticket_ = 1;                          // Protected by mu_
-  std::unordered_map<uint64_t, Task> queued_;         // Protected by mu_
-  std::unordered_map<uint64_t, Task> running_;        // Protected by mu_ (start dropped)
-  std::array<ClassQueue, kPriorityCount> classes_;    // Protected by mu_
-  size_t in_flight_ = 0;                              // Protected by mu_
-  size_t background_in_flight_ = 0;                   // Protected by mu_
-  uint64_t bytes_in_flight_ = 0;                      // Protected by mu_
-  uint64_t background_bytes_ = 0;                     // Protected by mu_
-  SchedulerStats stats_;                              // Protected by mu_ (counters)
+  uint64_t next_ticket_ = 1;                        // Protected by mu_
+  std::unordered_map<uint64_t, Task> queued_;       // Protected by mu_
+  std::unordered_map<uint64_t, Task> running_;      // Protected by mu_ (start dropped)
+  std::array<ClassQueue, kPriorityCount> classes_;  // Protected by mu_
+  size_t in_flight_ = 0;                            // Protected by mu_
+  size_t background_in_flight_ = 0;                 // Protected by mu_
+  uint64_t bytes_in_flight_ = 0;                    // Protected by mu_
+  uint64_t background_bytes_ = 0;                   // Protected by mu_
+  SchedulerStats stats_;                            // Protected by mu_ (counters)
 };
 
 }  // namespace perch::core

@@ -9,7 +9,9 @@ FileSystem::FileSystem(NamespaceCache& names, BlockReader& reader, FileSystemOpt
                        Prefetcher* prefetcher)
     : names_(names), reader_(reader), options_(std::move(options)), prefetcher_(prefetcher) {}
 
-Result<FileAttr> FileSystem::GetAttr(const ObjectPath& path) { return names_.GetAttr(path, NewDeadline()); }
+Result<FileAttr> FileSystem::GetAttr(const ObjectPath& path) {
+  return names_.GetAttr(path, NewDeadline());
+}
 
 Result<FileAttr> FileSystem::Lookup(const ObjectPath& parent, std::string_view name) {
   auto child = parent.Child(name);
@@ -25,7 +27,8 @@ std::string FileSystem::ObjectId(const ObjectPath& path, const FileAttr& attr) c
   return ObjectIdFor(options_.federation_id, path, attr);
 }
 
-std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path, const FileAttr& attr) {
+std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path,
+                        const FileAttr& attr) {
   std::string key = federation_id;
   key += '\0';
   key += path.str();
@@ -58,8 +61,8 @@ Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) 
   if (auto failed = RecentFailure(f.object_id)) return *failed;
   Deadline deadline = NewDeadline();
   auto r = WaitFor<Bytes>(deadline, [&](auto cb) {
-    reader_.Read(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size},
-                 deadline, cb);
+    reader_.Read(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id,
+                 ByteRange{offset, size}, deadline, cb);
   });
   NoteResult(f.object_id, r.status());
   return r;
@@ -77,16 +80,19 @@ std::optional<Status> FileSystem::RecentFailure(const std::string& object_id) {
 }
 
 void FileSystem::NoteResult(const std::string& object_id, const Status& s) {
-  bool undeliverable = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+  bool undeliverable =
+      s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
   std::lock_guard<std::mutex> l(mu_);
   if (!undeliverable) {
     if (!failed_.empty()) failed_.erase(object_id);
     return;
   }
   if (failed_.size() >= 4096) failed_.clear();
-  failed_[object_id] = {Clock::now(), Status(s.code(), s.message() + " (a read of this file failed moments ago; "
-                                                       "it is tried again after a few seconds)",
-                                             s.where(), s.retryable())};
+  failed_[object_id] = {Clock::now(),
+                        Status(s.code(),
+                               s.message() + " (a read of this file failed moments ago; "
+                                             "it is tried again after a few seconds)",
+                               s.where(), s.retryable())};
 }
 
 std::optional<BlockSlice> FileSystem::ReadSlice(uint64_t handle, uint64_t offset, uint64_t size) {
@@ -97,7 +103,8 @@ std::optional<BlockSlice> FileSystem::ReadSlice(uint64_t handle, uint64_t offset
     if (it == open_.end()) return std::nullopt;
     f = it->second;
   }
-  auto slice = reader_.TrySlice(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size});
+  auto slice = reader_.TrySlice(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id,
+                                ByteRange{offset, size});
   if (slice && prefetcher_ != nullptr) prefetcher_->Read(handle, offset, size);
   return slice;
 }
@@ -111,7 +118,6 @@ void FileSystem::Release(uint64_t handle) {
   }
   if (prefetcher_ != nullptr) prefetcher_->Released(handle);
 }
-
 
 Result<uint64_t> FileSystem::ImplicitHandle(const ObjectPath& path) {
   {
@@ -155,7 +161,8 @@ Result<Bytes> FileSystem::ReadPath(const ObjectPath& path, uint64_t offset, uint
   }
 }
 
-std::optional<BlockSlice> FileSystem::ReadSlicePath(const ObjectPath& path, uint64_t offset, uint64_t size) {
+std::optional<BlockSlice> FileSystem::ReadSlicePath(const ObjectPath& path, uint64_t offset,
+                                                    uint64_t size) {
   auto h = ImplicitHandle(path);
   if (!h.ok()) return std::nullopt;
   return ReadSlice(*h, offset, size);

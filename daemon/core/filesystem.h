@@ -14,13 +14,13 @@
 #pragma once
 
 #include <atomic>
-#include <list>
-#include <unordered_map>
 #include <chrono>
+#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "daemon/core/block_reader.h"
@@ -31,7 +31,7 @@ namespace perch::core {
 
 struct FileSystemOptions {
   std::chrono::milliseconds op_timeout{30000};
-  std::string federation_id;  // e.g. the federation URL; part of every object id
+  std::string federation_id;          // e.g. the federation URL; part of every object id
   size_t implicit_open_limit = 1024;  // files ReadPath keeps open
   // After a read of an object failed because the federation could not
   // deliver it (kUnavailable, kDeadlineExceeded), reads of that object fail
@@ -49,7 +49,8 @@ struct OpenFile {
 
 // The store id of `path` at version `attr` in federation `federation_id`:
 // a new version of an object is a new id.
-std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path, const FileAttr& attr);
+std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path,
+                        const FileAttr& attr);
 
 class FileSystem {
  public:

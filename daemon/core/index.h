@@ -39,8 +39,9 @@ class Index {
 
   // Calls `fn` for every key starting with `prefix`, in key order, until it
   // returns false. `fn` must not call back into the Index.
-  virtual Status Scan(std::string_view prefix,
-                      const std::function<bool(std::string_view key, std::string_view value)>& fn) = 0;
+  virtual Status Scan(
+      std::string_view prefix,
+      const std::function<bool(std::string_view key, std::string_view value)>& fn) = 0;
 };
 
 }  // namespace perch::core

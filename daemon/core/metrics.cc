@@ -7,7 +7,8 @@ void LatencyHistogram::Observe(std::chrono::nanoseconds d) {
   size_t i = 0;
   while (i < kBounds.size() && s > kBounds[i]) ++i;
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_ns_.fetch_add(static_cast<uint64_t>(d.count() < 0 ? 0 : d.count()), std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<uint64_t>(d.count() < 0 ? 0 : d.count()),
+                    std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);
 }
 

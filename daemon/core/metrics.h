@@ -26,9 +26,9 @@ namespace perch::core {
 class LatencyHistogram {
  public:
   // Upper bounds of the finite buckets, 50 µs to 60 s; one more bucket is +Inf.
-  static constexpr std::array<double, 18> kBounds = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                     0.005,   0.01,   0.025,   0.05,   0.1,   0.25,
-                                                     0.5,     1,      2.5,     5,      10,    60};
+  static constexpr std::array<double, 18> kBounds = {
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,    0.1,    0.25,    0.5,    1,     2.5,    5,     10,   60};
 
   struct Snapshot {
     std::vector<double> bounds;    // kBounds
@@ -49,7 +49,9 @@ class LatencyHistogram {
 // Failed requests by error class (one counter per StatusCode).
 class ErrorCounters {
  public:
-  void Count(StatusCode code) { counts_[static_cast<size_t>(code)].fetch_add(1, std::memory_order_relaxed); }
+  void Count(StatusCode code) {
+    counts_[static_cast<size_t>(code)].fetch_add(1, std::memory_order_relaxed);
+  }
   // (class name as in ToString(StatusCode), count) for every class but kOk.
   std::vector<std::pair<std::string, uint64_t>> Take() const;
 
@@ -59,8 +61,8 @@ class ErrorCounters {
 
 // What the block cache served, for the whole node or one namespace.
 struct ReadCounters {
-  std::atomic<uint64_t> hits{0};                // blocks served from the store
-  std::atomic<uint64_t> misses{0};              // blocks fetched from the federation
+  std::atomic<uint64_t> hits{0};    // blocks served from the store
+  std::atomic<uint64_t> misses{0};  // blocks fetched from the federation
   std::atomic<uint64_t> bytes_from_cache{0};
   std::atomic<uint64_t> bytes_from_network{0};
 

@@ -83,10 +83,13 @@ bool NamespaceCache::HasPersistedEntries() {
   bool any = false;
   // Every path starts with '/', so "na<prefix>/" holds this cache's entries only.
   for (const char* kind : {"na", "nl"}) {
-    index_.Scan(kind + options_.key_prefix + "/", [&](std::string_view, std::string_view) {
-      any = true;
-      return false;
-    }).IgnoreError();
+    index_
+        .Scan(kind + options_.key_prefix + "/",
+              [&](std::string_view, std::string_view) {
+                any = true;
+                return false;
+              })
+        .IgnoreError();
   }
   return any;
 }
@@ -170,7 +173,8 @@ void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
   for (const DirEntry& d : e.entries) {
     auto child = path.Child(d.name);
     if (!child.ok()) continue;
-    AttrEntry ae{true, d.attr, now + (d.attr.is_dir ? options_.dir_ttl : options_.file_ttl).count()};
+    AttrEntry ae{true, d.attr,
+                 now + (d.attr.is_dir ? options_.dir_ttl : options_.file_ttl).count()};
     std::string av;
     codec::PutU64(&av, 1);
     codec::PutU64(&av, static_cast<uint64_t>(ae.expires));
@@ -233,7 +237,8 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
   }
   if (r.ok()) {
     NoteOnline();
-    StoreAttr(path, AttrEntry{true, *r, now + (r->is_dir ? options_.dir_ttl : options_.file_ttl).count()});
+    StoreAttr(path, AttrEntry{true, *r,
+                              now + (r->is_dir ? options_.dir_ttl : options_.file_ttl).count()});
     return r;
   }
   if (r.status().code() == StatusCode::kNotFound) {
@@ -243,7 +248,8 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
   }
   if (IsOffline(r.status()) && known) {
     NoteOffline(r.status());
-    if (!known->exists) return NotFoundError(path.str() + " does not exist (stale answer, federation offline)");
+    if (!known->exists)
+      return NotFoundError(path.str() + " does not exist (stale answer, federation offline)");
     return known->attr;
   }
   return r.status();
@@ -253,11 +259,13 @@ Result<std::vector<DirEntry>> NamespaceCache::ReadDir(const ObjectPath& path, De
   int64_t now = Now();
   std::optional<ListEntry> known = FindList(path);
   if (known && known->expires > now) return known->entries;
-  auto r = WaitFor<std::vector<DirEntry>>(deadline, [&](auto cb) { origin_.List(path, deadline, cb); });
+  auto r =
+      WaitFor<std::vector<DirEntry>>(deadline, [&](auto cb) { origin_.List(path, deadline, cb); });
   if (r.ok()) {
     NoteOnline();
     DropUnservable(path, &*r);
-    std::sort(r->begin(), r->end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    std::sort(r->begin(), r->end(),
+              [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
     StoreList(path, ListEntry{*r, now + options_.dir_ttl.count()});
     return r;
   }

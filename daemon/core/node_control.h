@@ -113,9 +113,9 @@ struct HealthReport {
   uint64_t cache_used_bytes = 0;
   uint64_t disk_total_bytes = 0;
   uint64_t disk_free_bytes = 0;
-  std::string disk_error;  // "" when statvfs worked
+  std::string disk_error;   // "" when statvfs worked
   std::string store_error;  // "" unless block writes failed lately (CacheCatalog::StoreProblem)
-  bool healthy = false;    // every mount healthy, disk readable with free space, store fine
+  bool healthy = false;     // every mount healthy, disk readable with free space, store fine
 };
 
 class NodeControl {
@@ -125,8 +125,8 @@ class NodeControl {
 
   // Over every mount of `stack` (also those added later). `network` and
   // `disk` may be empty. Commands' disk work (Evict) runs on stack.jobs().
-  NodeControl(CacheStack& stack, std::string cache_dir, const OpMetrics& ops, NetworkStatsFn network = nullptr,
-              DiskSpaceFn disk = nullptr);
+  NodeControl(CacheStack& stack, std::string cache_dir, const OpMetrics& ops,
+              NetworkStatsFn network = nullptr, DiskSpaceFn disk = nullptr);
 
   // The catalog path (see Mount::CatalogPath) that `user_path` names.
   // kInvalidArgument when no mount holds it, or when it is ambiguous.
@@ -153,7 +153,8 @@ class NodeControl {
 
   // Resolves `paths` and hands each mount's to its prefetcher as job `job`'s
   // list; returns (accepted, rejected). kInvalidArgument without prefetch.
-  Result<std::pair<uint64_t, uint64_t>> Hint(const std::string& job, const std::vector<std::string>& paths);
+  Result<std::pair<uint64_t, uint64_t>> Hint(const std::string& job,
+                                             const std::vector<std::string>& paths);
 
   CacheCatalog& catalog() { return stack_.catalog(); }
   CacheStack& stack() { return stack_; }

@@ -10,9 +10,13 @@
 
 namespace perch::core {
 
-Prefetcher::Prefetcher(NamespaceCache& names, BlockReader& reader, Executor& exec, PrefetchOptions options,
-                       ObjectIdFn object_id)
-    : names_(names), reader_(reader), exec_(exec), options_(options), object_id_(std::move(object_id)) {}
+Prefetcher::Prefetcher(NamespaceCache& names, BlockReader& reader, Executor& exec,
+                       PrefetchOptions options, ObjectIdFn object_id)
+    : names_(names),
+      reader_(reader),
+      exec_(exec),
+      options_(options),
+      object_id_(std::move(object_id)) {}
 
 Prefetcher::~Prefetcher() { Shutdown(); }
 
@@ -50,7 +54,8 @@ void Prefetcher::Opened(uint64_t handle, const ObjectPath& path, const FileAttr&
         it->second = now;
         list_dir = true;
       }
-      if (dirs_done_.size() > 100000) dirs_done_.clear();  // bounded memory; at worst a directory again
+      if (dirs_done_.size() > 100000)
+        dirs_done_.clear();  // bounded memory; at worst a directory again
     }
     // The reader's position in each hint list moves to this file.
     for (auto& [job, h] : hints_) {
@@ -94,7 +99,8 @@ void Prefetcher::Read(uint64_t handle, uint64_t offset, uint64_t size) {
     const uint64_t block = offset / bs;
     if (!st.read_once || offset == st.next_offset) {
       if (st.read_once && block != st.last_block) {
-        st.window = std::min(st.window * 2, max_window);  // a new block, still in order: look further
+        st.window =
+            std::min(st.window * 2, max_window);  // a new block, still in order: look further
       }
     } else {
       // The pattern broke: what was queued for the old position is not wanted.
@@ -170,8 +176,9 @@ void Prefetcher::PrefetchDirectory(const ObjectPath& dir, const std::string& aft
   }
   if (files.size() <= 1) return;
   // Entries are sorted by name: start after the file that was opened, wrap around.
-  auto start = std::upper_bound(files.begin(), files.end(), after,
-                                [](const std::string& name, const DirEntry* e) { return name < e->name; });
+  auto start =
+      std::upper_bound(files.begin(), files.end(), after,
+                       [](const std::string& name, const DirEntry* e) { return name < e->name; });
   std::rotate(files.begin(), start, files.end());
   const FetchClass cls{Priority::kSpeculative, ""};
   for (const DirEntry* e : files) {

@@ -53,13 +53,13 @@ namespace perch::core {
 
 struct PrefetchOptions {
   bool sequential = true;
-  uint64_t max_window_bytes = 64ULL << 20;   // read-ahead per open file
+  uint64_t max_window_bytes = 64ULL << 20;  // read-ahead per open file
   bool directories = true;
-  size_t dir_max_entries = 4096;             // larger directories are not prefetched
-  uint64_t dir_max_bytes = 1ULL << 30;       // ... nor those holding more bytes than this
-  uint64_t file_max_bytes = 1ULL << 30;      // speculative fetches of one listed or hinted file
-  std::chrono::seconds dir_repeat{600};      // a directory is prefetched at most once per this
-  size_t hint_window = 512;                  // hinted files fetched ahead of the reader
+  size_t dir_max_entries = 4096;         // larger directories are not prefetched
+  uint64_t dir_max_bytes = 1ULL << 30;   // ... nor those holding more bytes than this
+  uint64_t file_max_bytes = 1ULL << 30;  // speculative fetches of one listed or hinted file
+  std::chrono::seconds dir_repeat{600};  // a directory is prefetched at most once per this
+  size_t hint_window = 512;              // hinted files fetched ahead of the reader
   std::chrono::milliseconds lookup_timeout{30000};
 };
 
@@ -67,7 +67,7 @@ struct PrefetchStats {
   std::atomic<uint64_t> sequential_blocks{0};  // read-ahead blocks asked for
   std::atomic<uint64_t> directory_files{0};    // files asked for by directory prefetch
   std::atomic<uint64_t> hinted_files{0};       // files asked for from hint lists
-  std::atomic<uint64_t> withdrawn{0};          // queued prefetches withdrawn (pattern broke, file closed)
+  std::atomic<uint64_t> withdrawn{0};  // queued prefetches withdrawn (pattern broke, file closed)
 };
 
 class Prefetcher {
@@ -81,7 +81,8 @@ class Prefetcher {
   Prefetcher& operator=(const Prefetcher&) = delete;
 
   // A file was opened (handle `handle`, version `attr`, store id `object_id`).
-  void Opened(uint64_t handle, const ObjectPath& path, const FileAttr& attr, const std::string& object_id);
+  void Opened(uint64_t handle, const ObjectPath& path, const FileAttr& attr,
+              const std::string& object_id);
   // The reader of `handle` asks for `size` bytes at `offset`.
   void Read(uint64_t handle, uint64_t offset, uint64_t size);
   // `handle` was closed: its queued read-ahead is withdrawn.
@@ -110,8 +111,8 @@ class Prefetcher {
   struct HintJob {
     std::vector<ObjectPath> paths;
     std::unordered_map<std::string, size_t> index;  // path -> first position
-    size_t pos = 0;     // the reader is at or past this position
-    size_t issued = 0;  // paths [0, issued) were asked for
+    size_t pos = 0;                                 // the reader is at or past this position
+    size_t issued = 0;                              // paths [0, issued) were asked for
     bool pumping = false;
     uint64_t generation = 0;
   };
@@ -133,10 +134,10 @@ class Prefetcher {
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
 
   std::mutex mu_;
-  std::unordered_map<uint64_t, OpenState> open_;                 // Protected by mu_
-  std::map<std::string, Clock::time_point> dirs_done_;           // Protected by mu_
-  std::map<std::string, HintJob> hints_;                         // Protected by mu_
-  uint64_t next_generation_ = 1;                                 // Protected by mu_
+  std::unordered_map<uint64_t, OpenState> open_;        // Protected by mu_
+  std::map<std::string, Clock::time_point> dirs_done_;  // Protected by mu_
+  std::map<std::string, HintJob> hints_;                // Protected by mu_
+  uint64_t next_generation_ = 1;                        // Protected by mu_
 };
 
 }  // namespace perch::core

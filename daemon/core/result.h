@@ -15,7 +15,7 @@ namespace perch::core {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.ok()) {
       status_ = InternalError("Result constructed from an OK status without a value");
@@ -45,8 +45,8 @@ class [[nodiscard]] Result {
 }  // namespace perch::core
 
 // Evaluates `expr` (a Status); returns it from the current function if not OK.
-#define PERCH_RETURN_IF_ERROR(expr)        \
-  do {                                     \
+#define PERCH_RETURN_IF_ERROR(expr)          \
+  do {                                       \
     ::perch::core::Status perch_s_ = (expr); \
-    if (!perch_s_.ok()) return perch_s_;   \
+    if (!perch_s_.ok()) return perch_s_;     \
   } while (0)

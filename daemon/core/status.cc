@@ -4,27 +4,42 @@ namespace perch::core {
 
 std::string_view ToString(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kPermissionDenied: return "PermissionDenied";
-    case StatusCode::kUnavailable: return "Unavailable";
-    case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
-    case StatusCode::kCorrupt: return "Corrupt";
-    case StatusCode::kNoSpace: return "NoSpace";
-    case StatusCode::kCancelled: return "Cancelled";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kInternal: return "Internal";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kPermissionDenied:
+      return "PermissionDenied";
+    case StatusCode::kUnavailable:
+      return "Unavailable";
+    case StatusCode::kDeadlineExceeded:
+      return "DeadlineExceeded";
+    case StatusCode::kCorrupt:
+      return "Corrupt";
+    case StatusCode::kNoSpace:
+      return "NoSpace";
+    case StatusCode::kCancelled:
+      return "Cancelled";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kInternal:
+      return "Internal";
   }
   return "Unknown";
 }
 
 std::string_view ToString(FailureSite where) {
   switch (where) {
-    case FailureSite::kNone: return "none";
-    case FailureSite::kLocal: return "local";
-    case FailureSite::kDirector: return "director";
-    case FailureSite::kCache: return "cache";
-    case FailureSite::kOrigin: return "origin";
+    case FailureSite::kNone:
+      return "none";
+    case FailureSite::kLocal:
+      return "local";
+    case FailureSite::kDirector:
+      return "director";
+    case FailureSite::kCache:
+      return "cache";
+    case FailureSite::kOrigin:
+      return "origin";
   }
   return "unknown";
 }

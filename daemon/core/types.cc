@@ -53,8 +53,8 @@ ObjectPath ObjectPath::Parent() const {
 }
 
 Result<ObjectPath> ObjectPath::Child(std::string_view name) const {
-  if (name.empty() || name == "." || name == ".." ||
-      name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string_view::npos ||
+      name.find('\0') != std::string_view::npos) {
     return InvalidArgumentError("invalid path segment '" + std::string(name) + "'");
   }
   std::string p = IsRoot() ? std::string() : path_;

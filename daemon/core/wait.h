@@ -27,7 +27,8 @@ Result<T> WaitFor(Deadline deadline, Call call) {
     slot->cv.notify_all();
   });
   std::unique_lock<std::mutex> l(slot->mu);
-  if (!slot->cv.wait_until(l, deadline + std::chrono::seconds(1), [&] { return slot->value.has_value(); })) {
+  if (!slot->cv.wait_until(l, deadline + std::chrono::seconds(1),
+                           [&] { return slot->value.has_value(); })) {
     return DeadlineExceededError("no answer before the deadline");
   }
   return std::move(*slot->value);

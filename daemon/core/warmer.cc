@@ -15,12 +15,13 @@ Warmer::Warmer(FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Execu
 
 Warmer::~Warmer() { Shutdown(std::chrono::seconds(5)); }
 
-std::shared_ptr<WarmJob> Warmer::Start(std::vector<ObjectPath> paths, bool recursive, UpdateFn on_update) {
+std::shared_ptr<WarmJob> Warmer::Start(std::vector<ObjectPath> paths, bool recursive,
+                                       UpdateFn on_update) {
   std::shared_ptr<WarmJob> job;
   {
     std::lock_guard<std::mutex> l(mu_);
-    job.reset(new WarmJob(next_id_++, std::move(paths), recursive, std::move(on_update), fs_, reader_,
-                          catalog_, jobs_executor_, options_));
+    job.reset(new WarmJob(next_id_++, std::move(paths), recursive, std::move(on_update), fs_,
+                          reader_, catalog_, jobs_executor_, options_));
     jobs_.push_back(job);
     // Keep every running job and the newest finished ones.
     size_t finished = 0;
@@ -58,13 +59,14 @@ void Warmer::Shutdown(std::chrono::milliseconds timeout) {
   for (const auto& j : jobs) j->Cancel();
   auto until = Clock::now() + timeout;
   for (const auto& j : jobs) {
-    while (!j->finished() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (!j->finished() && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
-WarmJob::WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive, Warmer::UpdateFn on_update,
-                 FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& executor,
-                 const WarmerOptions& options)
+WarmJob::WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive,
+                 Warmer::UpdateFn on_update, FileSystem& fs, BlockReader& reader,
+                 CacheCatalog& catalog, Executor& executor, const WarmerOptions& options)
     : roots_(std::move(paths)),
       recursive_(recursive),
       on_update_(std::move(on_update)),
@@ -75,7 +77,8 @@ WarmJob::WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive, War
       options_(options),
       id_(id) {
   progress_.id = id;
-  for (const ObjectPath& p : roots_) progress_.paths.push_back(options_.path_name ? options_.path_name(p) : p.str());
+  for (const ObjectPath& p : roots_)
+    progress_.paths.push_back(options_.path_name ? options_.path_name(p) : p.str());
 }
 
 WarmProgress WarmJob::Progress() const {
@@ -268,8 +271,8 @@ void WarmJob::FinishIfDone() {
   }
   if (now_finished) {
     WarmProgress p = Progress();
-    spdlog::info("warm #{}: {} of {} files, {} bytes cached{}{}", p.id, p.files_done, p.files_total, p.bytes_done,
-                 p.files_failed ? fmt::format(", {} failed", p.files_failed) : "",
+    spdlog::info("warm #{}: {} of {} files, {} bytes cached{}{}", p.id, p.files_done, p.files_total,
+                 p.bytes_done, p.files_failed ? fmt::format(", {} failed", p.files_failed) : "",
                  p.cancelled ? " (cancelled)" : "");
     Notify();
   }

@@ -46,7 +46,7 @@ struct WarmProgress {
   uint64_t files_done = 0;         // files wholly cached
   uint64_t files_failed = 0;       // files with a block that could not be fetched
   uint64_t bytes_total = 0;
-  uint64_t bytes_done = 0;         // bytes cached (already or by this job)
+  uint64_t bytes_done = 0;  // bytes cached (already or by this job)
   bool listing_done = false;
   bool finished = false;
   bool cancelled = false;
@@ -55,9 +55,9 @@ struct WarmProgress {
 };
 
 struct WarmerOptions {
-  size_t max_blocks_in_flight = 64;             // per job
+  size_t max_blocks_in_flight = 64;  // per job
   std::chrono::milliseconds block_timeout{120000};
-  size_t finished_jobs_kept = 8;                // for Jobs()
+  size_t finished_jobs_kept = 8;  // for Jobs()
   // How progress names the paths asked for (the federation path); null: the object path.
   std::function<std::string(const ObjectPath&)> path_name;
   // Called between taking a progress snapshot and delivering it (tests widen races here).
@@ -68,7 +68,8 @@ class WarmJob;
 
 class Warmer {
  public:
-  Warmer(FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& jobs, WarmerOptions options);
+  Warmer(FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& jobs,
+         WarmerOptions options);
   ~Warmer();
   Warmer(const Warmer&) = delete;
   Warmer& operator=(const Warmer&) = delete;
@@ -95,8 +96,8 @@ class Warmer {
   const WarmerOptions options_;
 
   mutable std::mutex mu_;
-  uint64_t next_id_ = 1;                         // Protected by mu_
-  std::deque<std::shared_ptr<WarmJob>> jobs_;    // Protected by mu_
+  uint64_t next_id_ = 1;                       // Protected by mu_
+  std::deque<std::shared_ptr<WarmJob>> jobs_;  // Protected by mu_
 };
 
 // One warm, shared by the Warmer, its executor tasks and the caller.
@@ -137,7 +138,7 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
           FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& executor,
           const WarmerOptions& options);
 
-  void Walk();  // runs on the executor
+  void Walk();                                                 // runs on the executor
   bool AddFile(const ObjectPath& path, const FileAttr& attr);  // false once cancelled
   // Issues fetches up to the limit, skipping cached blocks; runs on the
   // executor. Never holds mu_ across a catalog or reader call, and stops as

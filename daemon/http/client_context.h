@@ -31,9 +31,9 @@ struct FederationClientOptions {
   // server of a list is waited for until the read's deadline.
   std::chrono::milliseconds first_byte_min{1000};
   std::chrono::milliseconds first_byte_max{10000};
-  long low_speed_bytes = 1024;              // abort a transfer slower than this ...
-  std::chrono::seconds low_speed_time{10};  // ... for this long
-  int director_attempts = 4;                // for 429 and proxy errors
+  long low_speed_bytes = 1024;                       // abort a transfer slower than this ...
+  std::chrono::seconds low_speed_time{10};           // ... for this long
+  int director_attempts = 4;                         // for 429 and proxy errors
   std::chrono::milliseconds director_backoff{1000};  // backoff unit: n * unit + unit
   size_t max_servers = 6;
 };

@@ -4,10 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/post.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <mutex>
 
@@ -69,7 +69,8 @@ struct CurlLoop::Impl {
   std::function<void(const HttpRequest&)> observer;
 
   void Arm(const std::shared_ptr<SocketWatch>& w, bool read);
-  void OnSocket(const std::shared_ptr<SocketWatch>& w, bool read, const boost::system::error_code& ec);
+  void OnSocket(const std::shared_ptr<SocketWatch>& w, bool read,
+                const boost::system::error_code& ec);
   void OnTimeout(const boost::system::error_code& ec);
   static int SocketCallback(CURL* easy, curl_socket_t s, int what, void* userp, void* socketp);
   static int TimerCallback(CURLM* multi, long timeout_ms, void* userp);
@@ -104,7 +105,8 @@ struct CurlCallbacks {
       // A new response (after a 1xx): forget the previous one's headers.
       t->response.head.headers.clear();
       size_t sp = line.find(' ');
-      t->response.head.status = sp == std::string_view::npos ? 0 : std::atol(std::string(line.substr(sp + 1, 3)).c_str());
+      t->response.head.status =
+          sp == std::string_view::npos ? 0 : std::atol(std::string(line.substr(sp + 1, 3)).c_str());
       return len;
     }
     size_t colon = line.find(':');
@@ -113,7 +115,8 @@ struct CurlCallbacks {
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     std::string_view value = line.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
     while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
     t->response.head.headers.emplace_back(std::move(name), std::string(value));
     return len;
@@ -154,7 +157,8 @@ static size_t PerchCurlWrite(char* data, size_t size, size_t n, void* userp) {
 }
 }
 
-CurlLoop::CurlLoop(Options options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+CurlLoop::CurlLoop(Options options)
+    : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   std::call_once(g_curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   impl_->owner = this;
   impl_->multi = curl_multi_init();
@@ -188,7 +192,8 @@ void CurlLoop::Shutdown() {
     for (auto& [id, t] : impl_->active) ids.push_back(id);
     for (uint64_t id : ids) {
       auto it = impl_->active.find(id);
-      if (it != impl_->active.end()) Finish(it->second.get(), core::CancelledError("shutting down"));
+      if (it != impl_->active.end())
+        Finish(it->second.get(), core::CancelledError("shutting down"));
     }
     while (!impl_->queue.empty()) {
       auto t = std::move(impl_->queue.front());
@@ -301,7 +306,8 @@ void CurlLoop::Start(std::unique_ptr<Transfer> t) {
   curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
   curl_easy_setopt(e, CURLOPT_USERAGENT, options_.user_agent.c_str());
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(r.connect_timeout.count()));
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(1, remaining.count())));
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                   static_cast<long>(std::max<int64_t>(1, remaining.count())));
   if (r.low_speed_bytes > 0) {
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, r.low_speed_bytes);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, static_cast<long>(r.low_speed_time.count()));
@@ -321,7 +327,8 @@ void CurlLoop::Start(std::unique_ptr<Transfer> t) {
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
   }
   t->header_list = curl_slist_append(nullptr, "Expect:");
-  for (const std::string& h : r.headers) t->header_list = curl_slist_append(t->header_list, h.c_str());
+  for (const std::string& h : r.headers)
+    t->header_list = curl_slist_append(t->header_list, h.c_str());
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->header_list);
 
   uint64_t id = t->id;
@@ -329,7 +336,8 @@ void CurlLoop::Start(std::unique_ptr<Transfer> t) {
   impl_->active.emplace(id, std::move(t));
   in_flight_.fetch_add(1, std::memory_order_relaxed);
   if (CURLMcode mc = curl_multi_add_handle(impl_->multi, e); mc != CURLM_OK) {
-    Finish(raw, core::InternalError(std::string("curl_multi_add_handle: ") + curl_multi_strerror(mc)));
+    Finish(raw,
+           core::InternalError(std::string("curl_multi_add_handle: ") + curl_multi_strerror(mc)));
   }
 }
 
@@ -405,9 +413,9 @@ void CurlLoop::Impl::Arm(const std::shared_ptr<SocketWatch>& w, bool read) {
   bool& pending = read ? w->reading : w->writing;
   if (pending || w->closed) return;
   pending = true;
-  w->sd.async_wait(read ? asio::posix::stream_descriptor::wait_read
-                        : asio::posix::stream_descriptor::wait_write,
-                   [this, w, read](const boost::system::error_code& ec) { OnSocket(w, read, ec); });
+  w->sd.async_wait(
+      read ? asio::posix::stream_descriptor::wait_read : asio::posix::stream_descriptor::wait_write,
+      [this, w, read](const boost::system::error_code& ec) { OnSocket(w, read, ec); });
 }
 
 void CurlLoop::Impl::OnSocket(const std::shared_ptr<SocketWatch>& w, bool read,

@@ -49,8 +49,8 @@ struct HttpHead {
 };
 
 struct HttpRequest {
-  std::string method = "GET";  // GET, HEAD, PROPFIND, ...
-  std::string url;             // already percent-encoded
+  std::string method = "GET";        // GET, HEAD, PROPFIND, ...
+  std::string url;                   // already percent-encoded
   std::vector<std::string> headers;  // "Name: value"
   std::string body;
   core::Deadline deadline = core::DeadlineAfter(std::chrono::seconds(60));
@@ -67,16 +67,16 @@ struct HttpRequest {
 
 struct HttpResponse {
   HttpHead head;
-  std::string body;      // empty when on_data consumed it
+  std::string body;  // empty when on_data consumed it
   uint64_t body_bytes = 0;
 };
 
 class CurlLoop {
  public:
   struct Options {
-    size_t max_in_flight = 256;        // global budget of concurrent transfers
-    long max_host_connections = 64;    // per host:port
-    std::string ca_file;               // extra CA bundle for https ("" = system)
+    size_t max_in_flight = 256;      // global budget of concurrent transfers
+    long max_host_connections = 64;  // per host:port
+    std::string ca_file;             // extra CA bundle for https ("" = system)
     std::string user_agent = "perch/0.1";
   };
   using Callback = std::function<void(core::Result<HttpResponse>)>;

@@ -1,5 +1,4 @@
 #include "daemon/http/director_client.h"
-#include "daemon/core/log_escape.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "daemon/core/log_escape.h"
 #include "daemon/http/discovery.h"
 #include "daemon/http/pelican_headers.h"
 
@@ -54,7 +54,8 @@ std::optional<std::string> StripDecodedSuffix(const std::string& encoded,
     start.push_back(i);
     if (encoded[i] == '%' && i + 2 < encoded.size() && HexValue(encoded[i + 1]) >= 0 &&
         HexValue(encoded[i + 2]) >= 0) {
-      decoded.push_back(static_cast<char>(HexValue(encoded[i + 1]) * 16 + HexValue(encoded[i + 2])));
+      decoded.push_back(
+          static_cast<char>(HexValue(encoded[i + 1]) * 16 + HexValue(encoded[i + 2])));
       i += 3;
     } else {
       decoded.push_back(encoded[i]);
@@ -107,7 +108,8 @@ Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(const ObjectPa
   }
   if (code == 401 || code == 403 || code == 405) {
     return core::PermissionDeniedError(
-        what + ": HTTP " + std::to_string(code) + " " + JsonMessage(r.body), FailureSite::kDirector);
+        what + ": HTTP " + std::to_string(code) + " " + JsonMessage(r.body),
+        FailureSite::kDirector);
   }
   if (!IsRedirect(code) && code != 200) {
     return Status(StatusCode::kUnavailable,
@@ -227,11 +229,10 @@ void DirectorClient::Discover(Deadline deadline, int attempt) {
           "federation discovery at " + where + " failed: " + r.status().message(),
           FailureSite::kDirector));
     } else if (r->head.status != 200) {
-      self->FinishDiscovery(
-          Status(r->head.status >= 500 ? StatusCode::kUnavailable : StatusCode::kNotFound,
-                 "federation discovery at " + where + " answered HTTP " +
-                     std::to_string(r->head.status),
-                 FailureSite::kDirector, r->head.status >= 500));
+      self->FinishDiscovery(Status(
+          r->head.status >= 500 ? StatusCode::kUnavailable : StatusCode::kNotFound,
+          "federation discovery at " + where + " answered HTTP " + std::to_string(r->head.status),
+          FailureSite::kDirector, r->head.status >= 500));
     } else if (auto info = ParseDiscoveryDocument(r->body); info.ok()) {
       self->FinishDiscovery(info->director_endpoint);
     } else {
@@ -244,7 +245,8 @@ void DirectorClient::FinishDiscovery(Result<std::string> result) {
   if (result.ok()) {
     director_ = *result;
     director_expires_ = Clock::now() + ctx_->options.discovery_ttl;
-    spdlog::info("federation {}: director is {}", ctx_->url.ToString(), core::EscapeForLog(director_));
+    spdlog::info("federation {}: director is {}", ctx_->url.ToString(),
+                 core::EscapeForLog(director_));
   } else {
     discovery_error_ = result.status();
     discovery_error_expires_ = Clock::now() + ctx_->options.discovery_failure_ttl;
@@ -351,15 +353,14 @@ void DirectorClient::Query(const std::string& director, const ObjectPath& fed_pa
     bool retry = code == 429 || (!from_pelican && (code == 502 || code == 500 || code == 503));
     auto backoff = o.director_backoff * (attempt + 1) + o.director_backoff;
     if (retry && attempt + 1 < o.director_attempts && Clock::now() + backoff < deadline) {
-      self->ctx_->loop.PostAfter(
-          std::chrono::duration_cast<std::chrono::milliseconds>(backoff),
-          [self, director, fed_path, deadline, attempt] {
-            self->Query(director, fed_path, deadline, attempt + 1);
-          });
+      self->ctx_->loop.PostAfter(std::chrono::duration_cast<std::chrono::milliseconds>(backoff),
+                                 [self, director, fed_path, deadline, attempt] {
+                                   self->Query(director, fed_path, deadline, attempt + 1);
+                                 });
       return;
     }
-    self->FinishResolve(fed_path, ParseDirectorAnswer(fed_path, *r, o.max_servers,
-                                                      Clock::now() + o.namespace_ttl));
+    self->FinishResolve(
+        fed_path, ParseDirectorAnswer(fed_path, *r, o.max_servers, Clock::now() + o.namespace_ttl));
   });
 }
 
@@ -408,37 +409,37 @@ void DirectorClient::WithNamespaces(Deadline deadline, std::function<void(Status
 
 // Pelican 7.x answers v2 (v1 answers 299 without data there); older
 // directors only v1.
-void DirectorClient::FetchNamespaceList(const std::string& director, int version,
-                                        Deadline deadline, std::function<void(Status)> finish) {
+void DirectorClient::FetchNamespaceList(const std::string& director, int version, Deadline deadline,
+                                        std::function<void(Status)> finish) {
   HttpRequest req;
   req.url = director + "/api/v" + std::to_string(version) + ".0/director/listNamespaces";
   req.deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
   req.connect_timeout = ctx_->options.connect_timeout;
   req.max_body = 16 << 20;
   auto self = shared_from_this();
-  ctx_->loop.Submit(std::move(req), [self, director, version, deadline,
-                                     finish](Result<HttpResponse> r) {
-    std::string what = "listing the director's namespaces";
-    if (!r.ok()) {
-      finish(r.status().WithContext(what));
-      return;
-    }
-    if (r->head.status != 200) {
-      if (version == 2) {
-        self->FetchNamespaceList(director, 1, deadline, finish);
-      } else {
-        finish(StatusFromHttp(r->head.status, what, FailureSite::kDirector, r->body));
-      }
-      return;
-    }
-    auto list = ParseNamespaceList(r->body);
-    if (!list.ok()) {
-      finish(list.status());
-      return;
-    }
-    self->directory_.SetAdvertised(*list);
-    finish(Status::Ok());
-  });
+  ctx_->loop.Submit(
+      std::move(req), [self, director, version, deadline, finish](Result<HttpResponse> r) {
+        std::string what = "listing the director's namespaces";
+        if (!r.ok()) {
+          finish(r.status().WithContext(what));
+          return;
+        }
+        if (r->head.status != 200) {
+          if (version == 2) {
+            self->FetchNamespaceList(director, 1, deadline, finish);
+          } else {
+            finish(StatusFromHttp(r->head.status, what, FailureSite::kDirector, r->body));
+          }
+          return;
+        }
+        auto list = ParseNamespaceList(r->body);
+        if (!list.ok()) {
+          finish(list.status());
+          return;
+        }
+        self->directory_.SetAdvertised(*list);
+        finish(Status::Ok());
+      });
 }
 
 }  // namespace perch::http

@@ -26,7 +26,7 @@ namespace perch::http {
 
 // One director answer, valid for every object below `prefix` until `expires`.
 struct NamespaceEntry {
-  core::ObjectPath prefix;                // federation path of the namespace
+  core::ObjectPath prefix;  // federation path of the namespace
   bool require_token = false;
   std::string collections_url;            // origin base for PROPFIND ("" = no listings)
   std::vector<std::string> server_bases;  // URL of the namespace root on each server, best first
@@ -82,8 +82,8 @@ class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
   void FetchNamespaceList(const std::string& director, int version, core::Deadline deadline,
                           std::function<void(core::Status)> finish);
   void FinishDiscovery(core::Result<std::string> result);
-  void Query(const std::string& director, const core::ObjectPath& fed_path,
-             core::Deadline deadline, int attempt);
+  void Query(const std::string& director, const core::ObjectPath& fed_path, core::Deadline deadline,
+             int attempt);
   void FinishResolve(const core::ObjectPath& fed_path,
                      core::Result<std::shared_ptr<const NamespaceEntry>> r);
 

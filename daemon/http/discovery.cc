@@ -9,7 +9,8 @@ namespace perch::http {
 core::Result<FederationInfo> ParseDiscoveryDocument(std::string_view json) {
   nlohmann::json doc = nlohmann::json::parse(json, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
-    return core::CorruptError("discovery document is not a JSON object", core::FailureSite::kDirector);
+    return core::CorruptError("discovery document is not a JSON object",
+                              core::FailureSite::kDirector);
   }
   auto get = [&](const char* key) -> std::string {
     auto it = doc.find(key);
@@ -25,8 +26,8 @@ core::Result<FederationInfo> ParseDiscoveryDocument(std::string_view json) {
   }
   auto split = SplitHttpUrl(info.director_endpoint);
   if (!split.ok()) {
-    return core::CorruptError("discovery document: director_endpoint '" +
-                                  info.director_endpoint + "' is not an http(s) URL",
+    return core::CorruptError("discovery document: director_endpoint '" + info.director_endpoint +
+                                  "' is not an http(s) URL",
                               core::FailureSite::kDirector);
   }
   std::string base = split->base;

@@ -84,16 +84,20 @@ FailoverPlan::Step FailoverPlan::Next(const std::string& what, Clock::time_point
     return {Step::kFail, 0, core::NotFoundError(what + ": not found on any server"), {}};
   }
   if (denied_ > 0) {
-    return {Step::kFail, 0, core::PermissionDeniedError(what + " refused: " + last_error_.message()),
+    return {Step::kFail,
+            0,
+            core::PermissionDeniedError(what + " refused: " + last_error_.message()),
             {}};
   }
   if (attempts_ == 0) {
-    return {Step::kFail, 0,
+    return {Step::kFail,
+            0,
             core::UnavailableError(what + ": the director named no usable server",
                                    FailureSite::kDirector),
             {}};
   }
-  return {Step::kFail, 0,
+  return {Step::kFail,
+          0,
           core::UnavailableError(what + " failed on all " + std::to_string(order_.size()) +
                                      " servers; last error: " + last_error_.message(),
                                  last_error_.where()),

@@ -33,10 +33,10 @@
 namespace perch::http {
 
 enum class FailureClass {
-  kServer,      // the server misbehaved: next server, and penalise it
-  kObject,      // 404/401/403: next server, no penalty
-  kCancelled,   // shutdown or withdrawn: stop
-  kDeadline,    // the read ran out of time: stop
+  kServer,     // the server misbehaved: next server, and penalise it
+  kObject,     // 404/401/403: next server, no penalty
+  kCancelled,  // shutdown or withdrawn: stop
+  kDeadline,   // the read ran out of time: stop
 };
 
 FailureClass Classify(const core::Status& failure);
@@ -81,8 +81,8 @@ class FailoverPlan {
  public:
   struct Step {
     enum Kind { kTry, kRefresh, kFail } kind;
-    size_t server = 0;     // kTry: index into the namespace's server list
-    core::Status status;   // kFail: the read's result
+    size_t server = 0;                   // kTry: index into the namespace's server list
+    core::Status status;                 // kFail: the read's result
     std::chrono::milliseconds delay{0};  // kRefresh: wait this long first
   };
 

@@ -21,8 +21,8 @@ FederationClient::FederationClient(CurlLoop& loop, FederationUrl url,
   auto by_prefix = options.namespace_token_files;
   ctx_ = std::make_shared<ClientContext>(loop, std::move(url), std::move(options));
   director_ = std::make_shared<DirectorClient>(ctx_);
-  auto auth = std::make_shared<NamespaceAuth>(TokenFinder(token_file), url_.token_name,
-                                            token_ttl, std::move(by_prefix));
+  auto auth = std::make_shared<NamespaceAuth>(TokenFinder(token_file), url_.token_name, token_ttl,
+                                              std::move(by_prefix));
   reader_ = std::make_shared<RangeReader>(ctx_, director_, auth);
   lister_ = std::make_shared<Lister>(ctx_, director_, auth, reader_);
 }

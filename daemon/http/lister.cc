@@ -1,10 +1,10 @@
 #include "daemon/http/lister.h"
-#include "daemon/core/log_escape.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
+#include "daemon/core/log_escape.h"
 #include "daemon/http/failover.h"
 
 namespace perch::http {
@@ -55,8 +55,8 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
   std::string request_path = base_path + PercentEncodePath(fed);
   HttpRequest req;
   req.method = "PROPFIND";
-  req.url = entry->collections_url + PercentEncodePath(fed) +
-            (depth == 1 && !fed.IsRoot() ? "/" : "");
+  req.url =
+      entry->collections_url + PercentEncodePath(fed) + (depth == 1 && !fed.IsRoot() ? "/" : "");
   req.headers = *auth;
   req.headers.push_back("Depth: " + std::to_string(depth));
   req.headers.push_back("Content-Type: application/xml; charset=utf-8");
@@ -67,8 +67,7 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
   ctx_->counters.propfinds++;
   std::string what = "PROPFIND " + fed.str();
   auto self = shared_from_this();
-  ctx_->loop.Submit(std::move(req), [self, entry, fed, depth, deadline, retried, what,
-                                     request_path,
+  ctx_->loop.Submit(std::move(req), [self, entry, fed, depth, deadline, retried, what, request_path,
                                      done = std::move(done)](Result<HttpResponse> r) mutable {
     Status failure;
     if (!r.ok()) {
@@ -83,15 +82,16 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
       if (!retried && Classify(failure) == FailureClass::kServer &&
           r.status().code() != StatusCode::kCancelled) {
         self->director_->Invalidate(entry);
-        self->director_->Resolve(fed, deadline, [self, fed, depth, deadline, failure,
-                                                 done = std::move(done)](
-                                                    Result<EntryPtr> again) mutable {
-          if (!again.ok() || (*again)->collections_url.empty()) {
-            done(failure, "");
-            return;
-          }
-          self->Propfind(*again, fed, depth, deadline, true, std::move(done));
-        });
+        self->director_->Resolve(fed, deadline,
+                                 [self, fed, depth, deadline, failure,
+                                  done = std::move(done)](Result<EntryPtr> again) mutable {
+                                   if (!again.ok() || (*again)->collections_url.empty()) {
+                                     done(failure, "");
+                                     return;
+                                   }
+                                   self->Propfind(*again, fed, depth, deadline, true,
+                                                  std::move(done));
+                                 });
         return;
       }
       done(failure, request_path);
@@ -131,14 +131,15 @@ void Lister::Route(const ObjectPath& fed, core::Deadline deadline,
       }
       return;
     }
-    self->director_->Resolve(fed, deadline, [self, fed, deadline, inside, done = std::move(done)](
-                                                Result<EntryPtr> entry) mutable {
-      if (!entry.ok()) {
-        done(entry.status());
-        return;
-      }
-      ((*self).*inside)(*entry, fed, deadline, std::move(done));
-    });
+    self->director_->Resolve(
+        fed, deadline,
+        [self, fed, deadline, inside, done = std::move(done)](Result<EntryPtr> entry) mutable {
+          if (!entry.ok()) {
+            done(entry.status());
+            return;
+          }
+          ((*self).*inside)(*entry, fed, deadline, std::move(done));
+        });
   });
 }
 

@@ -8,8 +8,8 @@
 // Thread-safety: none (the federation client's loop thread). Pure: no I/O.
 #pragma once
 
-#include <optional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 

@@ -16,7 +16,8 @@ using core::Result;
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -86,8 +87,7 @@ bool IsHttpUrl(std::string_view u) {
 
 }  // namespace
 
-Result<std::vector<std::pair<std::string, std::string>>> ParseKeyValueList(
-    std::string_view value) {
+Result<std::vector<std::pair<std::string, std::string>>> ParseKeyValueList(std::string_view value) {
   auto parts = SplitOutside(value, ',', "header");
   if (!parts.ok()) return parts.status();
   std::vector<std::pair<std::string, std::string>> out;

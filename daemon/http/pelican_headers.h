@@ -42,7 +42,8 @@ core::Result<NamespaceHeader> ParseNamespaceHeader(std::string_view value);
 core::Result<std::vector<std::string>> ParseAuthorizationHeaders(
     const std::vector<std::string>& lines);
 
-// X-Pelican-Token-Generation: issuer=<url>, max-scope-depth=<n>, strategy=<OAuth2|Vault>[, base-path=<p>]
+// X-Pelican-Token-Generation: issuer=<url>, max-scope-depth=<n>, strategy=<OAuth2|Vault>[,
+// base-path=<p>]
 struct TokenGenerationHeader {
   std::string issuer;
   int max_scope_depth = 0;
@@ -54,8 +55,8 @@ core::Result<TokenGenerationHeader> ParseTokenGenerationHeader(std::string_view 
 // Content-Range: bytes FIRST-LAST/TOTAL (TOTAL may be '*').
 struct ContentRange {
   uint64_t first = 0;
-  uint64_t last = 0;     // inclusive
-  int64_t total = -1;    // -1 for '*'
+  uint64_t last = 0;   // inclusive
+  int64_t total = -1;  // -1 for '*'
 };
 core::Result<ContentRange> ParseContentRange(std::string_view value);
 

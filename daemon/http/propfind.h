@@ -45,7 +45,8 @@ struct HrefStyle {
 // no usable response. A file whose getcontentlength is not a number or
 // exceeds core::kMaxObjectSize is skipped (one warning per document, names
 // escaped), so one bad entry does not hide its directory.
-core::Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const HrefStyle& style = {});
+core::Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml,
+                                                        const HrefStyle& style = {});
 
 // A listing of one directory, from a Depth-1 answer.
 struct Listing {

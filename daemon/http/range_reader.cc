@@ -1,11 +1,11 @@
 #include "daemon/http/range_reader.h"
-#include "daemon/core/log_escape.h"
 
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
 
 #include <map>
 
+#include "daemon/core/log_escape.h"
 #include "daemon/http/pelican_headers.h"
 
 namespace perch::http {
@@ -38,11 +38,11 @@ struct RangeReader::Op {
   std::vector<std::string> auth;
   std::map<std::string, std::string> etag_by_server;
   // Per attempt.
-  uint64_t attempt_seq = 0;       // tells a timer which attempt it was set for
-  uint64_t transfer = 0;          // the CurlLoop's id, for Cancel
+  uint64_t attempt_seq = 0;  // tells a timer which attempt it was set for
+  uint64_t transfer = 0;     // the CurlLoop's id, for Cancel
   Clock::time_point started;
-  bool first_byte_late = false;   // abandoned: no answer within the first-byte time
-  bool asked_fresh = false;       // the director was asked about this very path
+  bool first_byte_late = false;  // abandoned: no answer within the first-byte time
+  bool asked_fresh = false;      // the director was asked about this very path
   std::string url;
   std::string server;
   uint64_t attempt_start = 0;
@@ -82,9 +82,8 @@ void RangeReader::Start(std::shared_ptr<Op> op) {
                          return;
                        }
                        op->ns = *ns;
-                       auto auth = self->auth_->Headers(op->ns->require_token,
-                                                        op->ns->prefix.str(), op->ns->issuers,
-                                                        op->fed_path.str());
+                       auto auth = self->auth_->Headers(op->ns->require_token, op->ns->prefix.str(),
+                                                        op->ns->issuers, op->fed_path.str());
                        if (!auth.ok()) {
                          self->Finish(op, auth.status());
                          return;
@@ -111,22 +110,25 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
     return;
   }
   if (step.kind == FailoverPlan::Step::kFail) {
-    if (step.status.code() == StatusCode::kNotFound && !op->asked_fresh && op->ns->prefix != op->fed_path) {
+    if (step.status.code() == StatusCode::kNotFound && !op->asked_fresh &&
+        op->ns->prefix != op->fed_path) {
       // Missing on every server of the namespace the table named: ask the
       // director about this very path once (a nested namespace it did not list).
       op->asked_fresh = true;
       auto self = shared_from_this();
       auto before = op->ns;
-      director_->Resolve(op->fed_path, op->deadline,
-                         [self, op, before, status = step.status](Result<std::shared_ptr<const NamespaceEntry>> ns) {
-                           if (!ns.ok() || (*ns)->prefix == before->prefix) {
-                             self->Finish(op, status);
-                             return;
-                           }
-                           op->plan = FailoverPlan();
-                           self->Start(op);
-                         },
-                         /*fresh=*/true);
+      director_->Resolve(
+          op->fed_path, op->deadline,
+          [self, op, before,
+           status = step.status](Result<std::shared_ptr<const NamespaceEntry>> ns) {
+            if (!ns.ok() || (*ns)->prefix == before->prefix) {
+              self->Finish(op, status);
+              return;
+            }
+            op->plan = FailoverPlan();
+            self->Start(op);
+          },
+          /*fresh=*/true);
       return;
     }
     Finish(op, step.status);
@@ -160,8 +162,9 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
       }
       return head.status != 200;
     };
-    op->transfer = ctx_->loop.Submit(
-        std::move(req), [self, op](Result<HttpResponse> r) { self->AttemptDone(op, std::move(r)); });
+    op->transfer = ctx_->loop.Submit(std::move(req), [self, op](Result<HttpResponse> r) {
+      self->AttemptDone(op, std::move(r));
+    });
     WatchFirstByte(op);
     return;
   }
@@ -175,8 +178,8 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
   req.on_data = [self, op, last](const HttpHead& head, std::string_view chunk) -> bool {
     if (!op->head_checked) {
       op->head_checked = true;
-      self->first_byte_.Observe(std::chrono::duration_cast<std::chrono::microseconds>(
-          Clock::now() - op->started));
+      self->first_byte_.Observe(
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op->started));
       if (!self->AcceptHead(*op, head, last)) return false;
     }
     if (head.status != 206 && head.status != 200) {
@@ -222,15 +225,14 @@ bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
     if (!cr.ok()) {
       op.head_error = core::CorruptError(op.server + ": " + cr.status().message());
     } else if (cr->first != op.attempt_start || cr->last > last) {
-      op.head_error = core::CorruptError(op.server + ": asked for bytes " +
-                                         std::to_string(op.attempt_start) + "-" +
-                                         std::to_string(last) + ", got Content-Range " +
-                                         content_range);
+      op.head_error =
+          core::CorruptError(op.server + ": asked for bytes " + std::to_string(op.attempt_start) +
+                             "-" + std::to_string(last) + ", got Content-Range " + content_range);
     } else if (op.version.size > 0 && cr->total >= 0 &&
                static_cast<uint64_t>(cr->total) != op.version.size) {
-      op.head_error = core::CorruptError(op.server + ": object size is " +
-                                         std::to_string(cr->total) + ", expected " +
-                                         std::to_string(op.version.size));
+      op.head_error =
+          core::CorruptError(op.server + ": object size is " + std::to_string(cr->total) +
+                             ", expected " + std::to_string(op.version.size));
     }
     if (auto etag = head.Get("etag")) {
       auto [it, inserted] = op.etag_by_server.emplace(op.server, *etag);
@@ -257,9 +259,9 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
   } else if (!op->head_error.ok()) {
     failure = op->head_error;
   } else if (op->first_byte_late && !r.ok()) {
-    failure = core::UnavailableError(op->server + ": no answer within " +
-                                         std::to_string(first_byte_.Timeout().count()) + " ms",
-                                     FailureSite::kCache);
+    failure = core::UnavailableError(
+        op->server + ": no answer within " + std::to_string(first_byte_.Timeout().count()) + " ms",
+        FailureSite::kCache);
   } else if (!r.ok()) {
     if (r.status().code() == StatusCode::kCancelled) {
       Finish(op, r.status());  // shutting down: no failover
@@ -308,7 +310,8 @@ bool RangeReader::ProbeDone(std::shared_ptr<Op> op, const HttpHead& head) {
     std::string cr = head.Get("content-range").value_or("");
     size_t slash = cr.rfind('/');
     std::string total = slash == std::string::npos ? "" : cr.substr(slash + 1);
-    if (total.empty() || total.size() > 16 || total.find_first_not_of("0123456789") != std::string::npos ||
+    if (total.empty() || total.size() > 16 ||
+        total.find_first_not_of("0123456789") != std::string::npos ||
         std::stoull(total) > kMaxProbeSize) {
       return false;  // no usable size: StatusFromHttp makes it the server's failure
     }

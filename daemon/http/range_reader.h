@@ -72,8 +72,8 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   std::shared_ptr<ClientContext> ctx_;
   std::shared_ptr<DirectorClient> director_;
   std::shared_ptr<NamespaceAuth> auth_;
-  ServerHealth health_;  // loop thread
-  FirstByteTimer first_byte_;  // loop thread
+  ServerHealth health_;                                              // loop thread
+  FirstByteTimer first_byte_;                                        // loop thread
   std::function<void(const std::string&, uint64_t)> progress_hook_;  // loop thread
 
   mutable std::mutex served_mu_;

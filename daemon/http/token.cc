@@ -1,7 +1,7 @@
 #include "daemon/http/token.h"
-#include "daemon/core/log_escape.h"
 
 #include <openssl/evp.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <spdlog/spdlog.h>
+
+#include "daemon/core/log_escape.h"
 
 namespace perch::http {
 namespace {
@@ -31,9 +32,9 @@ std::optional<std::string> Base64UrlDecode(std::string_view in) {
   std::replace(s.begin(), s.end(), '_', '/');
   while (s.size() % 4) s += '=';
   std::string out(s.size() / 4 * 3, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(s.data()),
-                          static_cast<int>(s.size()));
+  int n =
+      EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
   if (n < 0) return std::nullopt;
   size_t pad = s.size() - s.find_last_not_of('=') - 1;
   out.resize(static_cast<size_t>(n) - pad);
@@ -45,8 +46,8 @@ bool PathCovers(std::string_view scope_path, std::string_view resource) {
   if (scope_path.empty() || scope_path == "/") return true;
   std::string sp(scope_path);
   while (sp.size() > 1 && sp.back() == '/') sp.pop_back();
-  return resource == sp || (resource.starts_with(sp) && resource.size() > sp.size() &&
-                            resource[sp.size()] == '/');
+  return resource == sp ||
+         (resource.starts_with(sp) && resource.size() > sp.size() && resource[sp.size()] == '/');
 }
 
 }  // namespace
@@ -62,14 +63,15 @@ core::Result<std::string> ReadTokenFile(const std::string& path) {
   if (!text.empty() && text.front() == '{') {
     auto doc = nlohmann::json::parse(text, nullptr, false);
     if (doc.is_discarded() || !doc.contains("access_token") || !doc["access_token"].is_string()) {
-      return core::PermissionDeniedError("token file " + path +
-                                             " is JSON without a string access_token",
-                                         core::FailureSite::kLocal);
+      return core::PermissionDeniedError(
+          "token file " + path + " is JSON without a string access_token",
+          core::FailureSite::kLocal);
     }
     text = Trim(doc["access_token"].get<std::string>());
   }
   if (text.empty()) {
-    return core::PermissionDeniedError("token file " + path + " is empty", core::FailureSite::kLocal);
+    return core::PermissionDeniedError("token file " + path + " is empty",
+                                       core::FailureSite::kLocal);
   }
   return text;
 }
@@ -103,8 +105,8 @@ bool TokenFinder::IsAcceptable(const std::string& token, const TokenRequest& req
     return false;
   }
   if (!request.issuers.empty()) {
-    std::string iss = claims.contains("iss") && claims["iss"].is_string()
-                          ? claims["iss"].get<std::string>() : "";
+    std::string iss =
+        claims.contains("iss") && claims["iss"].is_string() ? claims["iss"].get<std::string>() : "";
     if (std::find(request.issuers.begin(), request.issuers.end(), iss) == request.issuers.end()) {
       return false;
     }
@@ -117,13 +119,15 @@ bool TokenFinder::IsAcceptable(const std::string& token, const TokenRequest& req
     if (resource.empty()) resource = "/";
   }
   std::string scope = claims.contains("scope") && claims["scope"].is_string()
-                          ? claims["scope"].get<std::string>() : "";
+                          ? claims["scope"].get<std::string>()
+                          : "";
   std::istringstream words(scope);
   for (std::string w; words >> w;) {
     std::string_view sv(w);
     std::string_view kind = sv.substr(0, sv.find(':'));
     if (kind != "storage.read" && kind != "read") continue;
-    std::string_view path = sv.find(':') == std::string_view::npos ? "" : sv.substr(sv.find(':') + 1);
+    std::string_view path =
+        sv.find(':') == std::string_view::npos ? "" : sv.substr(sv.find(':') + 1);
     if (PathCovers(path, resource)) return true;
   }
   return false;
@@ -152,8 +156,8 @@ core::Result<FoundToken> TokenFinder::Find(const TokenRequest& request) const {
   if (!explicit_file_.empty() && file(explicit_file_, "token file " + explicit_file_)) {
     return found.back();
   }
-  if (auto v = env_("BEARER_TOKEN"); v && !Trim(*v).empty() &&
-      consider(Trim(*v), "$BEARER_TOKEN")) {
+  if (auto v = env_("BEARER_TOKEN");
+      v && !Trim(*v).empty() && consider(Trim(*v), "$BEARER_TOKEN")) {
     return found.back();
   }
   if (auto v = env_("BEARER_TOKEN_FILE"); v && file(*v, "$BEARER_TOKEN_FILE (" + *v + ")")) {
@@ -197,10 +201,9 @@ core::Result<FoundToken> TokenFinder::Find(const TokenRequest& request) const {
                                      core::FailureSite::kLocal);
 }
 
-core::Result<std::vector<std::string>> NamespaceAuth::Headers(bool require_token,
-                                                       const std::string& prefix,
-                                                       const std::vector<std::string>& issuers,
-                                                       const std::string& object_path) {
+core::Result<std::vector<std::string>> NamespaceAuth::Headers(
+    bool require_token, const std::string& prefix, const std::vector<std::string>& issuers,
+    const std::string& object_path) {
   if (!require_token) return std::vector<std::string>{};
   auto now = std::chrono::steady_clock::now();
   if (auto cached = cache_.find(prefix); cached != cache_.end() && now < cached->second.second) {

@@ -54,8 +54,8 @@ std::string FederationUrl::ToString() const {
 Result<FederationUrl> ParseFederationUrl(std::string_view url) {
   size_t colon = url.find("://");
   if (colon == std::string_view::npos || colon == 0) {
-    return InvalidArgumentError("bad federation URL '" + std::string(url) + "': " +
-                                std::string(kExamples));
+    return InvalidArgumentError("bad federation URL '" + std::string(url) +
+                                "': " + std::string(kExamples));
   }
   FederationUrl out;
   std::string scheme = Lower(url.substr(0, colon));
@@ -94,7 +94,8 @@ Result<FederationUrl> ParseFederationUrl(std::string_view url) {
   }
   std::unique_ptr<CURLU, CurlUrlDeleter> u(curl_url());
   std::string as_http = (scheme == "pelican" ? "https" : scheme) + "://" + rest;
-  if (CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, as_http.c_str(), CURLU_PATH_AS_IS); rc != CURLUE_OK) {
+  if (CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, as_http.c_str(), CURLU_PATH_AS_IS);
+      rc != CURLUE_OK) {
     return InvalidArgumentError("bad federation URL '" + std::string(url) +
                                 "': " + curl_url_strerror(rc) + "; " + std::string(kExamples));
   }
@@ -199,9 +200,8 @@ Result<SplitUrl> SplitHttpUrl(std::string_view url) {
   if (slash == colon + 3) {
     return InvalidArgumentError("URL without a host: '" + core::EscapeForLog(url, 300) + "'");
   }
-  out.base = scheme + std::string(url.substr(colon, (slash == std::string_view::npos
-                                                         ? url.size()
-                                                         : slash) - colon));
+  out.base = scheme + std::string(url.substr(
+                          colon, (slash == std::string_view::npos ? url.size() : slash) - colon));
   if (slash != std::string_view::npos && url[slash] == '/') {
     size_t end = url.find_first_of("?#", slash);
     out.path = std::string(url.substr(slash, end == std::string_view::npos ? end : end - slash));

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -23,11 +23,13 @@ using core::Status;
 constexpr char kMagic[8] = {'P', 'E', 'R', 'C', 'H', 'B', 'L', 'K'};
 constexpr uint64_t kFormat = 1;
 constexpr char kTmpPrefix[] = ".tmp.";
-constexpr size_t kFixedHeader = 8 + 6 * 8;  // magic + format, header_len, index, length, crc, id_len
+constexpr size_t kFixedHeader =
+    8 + 6 * 8;  // magic + format, header_len, index, length, crc, id_len
 
 Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
   std::string msg = what + " " + path + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return Status(core::StatusCode::kNoSpace, msg, core::FailureSite::kLocal);
+  if (err == ENOSPC || err == EDQUOT)
+    return Status(core::StatusCode::kNoSpace, msg, core::FailureSite::kLocal);
   return core::InternalError(msg);
 }
 
@@ -60,7 +62,8 @@ bool PreadAll(int fd, char* p, size_t n, off_t off) {
 
 uint32_t Crc32c(std::string_view data) {
   return crc32_iscsi(reinterpret_cast<unsigned char*>(const_cast<char*>(data.data())),
-                     static_cast<int>(data.size()), 0xFFFFFFFFu) ^ 0xFFFFFFFFu;
+                     static_cast<int>(data.size()), 0xFFFFFFFFu) ^
+         0xFFFFFFFFu;
 }
 
 std::string Header(const core::BlockKey& key, uint64_t length, uint32_t crc) {
@@ -87,7 +90,8 @@ struct Fd {
 }  // namespace
 
 FileBlockStore::FileBlockStore(std::string root)
-    : root_(std::move(root)), tmp_prefix_(kTmpPrefix + std::to_string(std::random_device{}()) + ".") {}
+    : root_(std::move(root)),
+      tmp_prefix_(kTmpPrefix + std::to_string(std::random_device{}()) + ".") {}
 
 std::string FileBlockStore::PathOf(const core::BlockKey& key) const {
   std::string shard = key.object_id.size() >= 2 ? key.object_id.substr(0, 2) : "00";
@@ -100,7 +104,7 @@ namespace {
 struct ParsedHeader {
   uint64_t header_len = 0, index = 0, data_len = 0, crc = 0;
   std::string id;
-  std::string why;   // "" when the header checks out
+  std::string why;     // "" when the header checks out
   int read_errno = 0;  // nonzero: the file could not be read (not a corruption)
 };
 
@@ -154,7 +158,8 @@ Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint6
   auto corrupt = [&](const std::string& why) {
     Forget(path);
     ::unlink(path.c_str());
-    return core::CorruptError("cache block " + path + ": " + why + "; removed", core::FailureSite::kLocal);
+    return core::CorruptError("cache block " + path + ": " + why + "; removed",
+                              core::FailureSite::kLocal);
   };
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
@@ -182,7 +187,8 @@ Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint6
   return Status::Ok();
 }
 
-Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t offset, uint64_t length) {
+Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t offset,
+                                         uint64_t length) {
   Fd f;
   uint64_t data_offset = 0, data_len = 0;
   PERCH_RETURN_IF_ERROR(OpenChecked(key, &f.fd, &data_offset, &data_len));
@@ -191,12 +197,14 @@ Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t off
   std::string part(n, '\0');
   if (!PreadAll(f.fd, part.data(), n, static_cast<off_t>(data_offset + offset))) {
     if (errno != 0) return ErrnoStatus("read", PathOf(key), errno);
-    return core::CorruptError("cache block " + PathOf(key) + " shrank while being read", core::FailureSite::kLocal);
+    return core::CorruptError("cache block " + PathOf(key) + " shrank while being read",
+                              core::FailureSite::kLocal);
   }
   return part;
 }
 
-Result<core::BlockSlice> FileBlockStore::Slice(const core::BlockKey& key, uint64_t offset, uint64_t length) {
+Result<core::BlockSlice> FileBlockStore::Slice(const core::BlockKey& key, uint64_t offset,
+                                               uint64_t length) {
   int fd = -1;
   uint64_t data_offset = 0, data_len = 0;
   PERCH_RETURN_IF_ERROR(OpenChecked(key, &fd, &data_offset, &data_len));
@@ -246,7 +254,8 @@ bool FileBlockStore::Verified(const std::string& path, const FileId& id) {
 
 void FileBlockStore::MarkVerified(const std::string& path, const FileId& id) {
   std::lock_guard<std::mutex> l(mu_);
-  if (verified_.size() >= (1u << 18)) verified_.clear();  // bound memory; re-verifying is only slower
+  if (verified_.size() >= (1u << 18))
+    verified_.clear();  // bound memory; re-verifying is only slower
   verified_[path] = id;
 }
 
@@ -296,8 +305,8 @@ Result<core::BlockScan> FileBlockStore::ForEachBlock(
       if (f.fd < 0) continue;  // went meanwhile (evicted)
       ParsedHeader h = ParseHeader(f.fd, size);
       if (h.read_errno != 0) continue;
-      if (!h.why.empty() || dot == std::string::npos ||
-          name.substr(0, dot) != h.id || name.substr(dot + 1) != std::to_string(h.index) ||
+      if (!h.why.empty() || dot == std::string::npos || name.substr(0, dot) != h.id ||
+          name.substr(dot + 1) != std::to_string(h.index) ||
           p.string() != PathOf(core::BlockKey{h.id, h.index})) {
         Forget(p.string());
         remove(p, size);

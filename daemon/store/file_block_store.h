@@ -41,10 +41,12 @@ class FileBlockStore : public core::BlockStore {
  public:
   explicit FileBlockStore(std::string root);
 
-  core::Result<core::Bytes> Read(const core::BlockKey& key, uint64_t offset, uint64_t length) override;
+  core::Result<core::Bytes> Read(const core::BlockKey& key, uint64_t offset,
+                                 uint64_t length) override;
   core::Status Write(const core::BlockKey& key, std::string_view data) override;
   core::Status Remove(const core::BlockKey& key) override;
-  core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset, uint64_t length) override;
+  core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset,
+                                       uint64_t length) override;
   // Temp files not named by this object are leftovers of a process that
   // died mid-write (removed); its own may be writes under way (kept).
   core::Result<core::BlockScan> ForEachBlock(
@@ -63,7 +65,8 @@ class FileBlockStore : public core::BlockStore {
   };
   // Opens block `key` and checks it (header always, CRC32C once per file).
   // On success `*fd` is open and `*data_offset`/`*data_len` locate the data.
-  core::Status OpenChecked(const core::BlockKey& key, int* fd, uint64_t* data_offset, uint64_t* data_len);
+  core::Status OpenChecked(const core::BlockKey& key, int* fd, uint64_t* data_offset,
+                           uint64_t* data_len);
   bool Verified(const std::string& path, const FileId& id);
   void MarkVerified(const std::string& path, const FileId& id);
   void Forget(const std::string& path);

@@ -1,11 +1,11 @@
 #include "daemon/store/rocksdb_index.h"
 
 #include <rocksdb/db.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
-#include <rocksdb/table.h>
-#include <rocksdb/write_batch.h>
 
 namespace perch::store {
 
@@ -15,7 +15,8 @@ core::Status Convert(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return core::Status::Ok();
   std::string msg = what + ": " + s.ToString();
   if (s.IsCorruption()) return core::CorruptError(msg, core::FailureSite::kLocal);
-  if (s.IsNoSpace()) return core::Status(core::StatusCode::kNoSpace, msg, core::FailureSite::kLocal);
+  if (s.IsNoSpace())
+    return core::Status(core::StatusCode::kNoSpace, msg, core::FailureSite::kLocal);
   return core::InternalError(msg);
 }
 
@@ -49,11 +50,14 @@ core::Status RocksDbIndex::MoveAside(const std::string& dir, const core::Status&
   std::error_code ec;
   std::filesystem::remove_all(aside, ec);  // only the latest is kept, for a post-mortem
   std::filesystem::rename(dir, aside, ec);
-  if (ec) return core::InternalError("cannot move corrupt cache index " + dir + " aside: " + ec.message());
+  if (ec)
+    return core::InternalError("cannot move corrupt cache index " + dir +
+                               " aside: " + ec.message());
   // Once per corruption: the rest of the start-up goes on with a new index.
-  spdlog::error("cache index {} is corrupt ({}); moved it to {} and started a new one (cached blocks are "
-                "re-adopted from their files in the background)",
-                dir, why.message(), aside);
+  spdlog::error(
+      "cache index {} is corrupt ({}); moved it to {} and started a new one (cached blocks are "
+      "re-adopted from their files in the background)",
+      dir, why.message(), aside);
   return core::Status::Ok();
 }
 
@@ -67,8 +71,9 @@ core::Result<std::unique_ptr<rocksdb::DB>> RocksDbIndex::OpenDb(const std::strin
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-      return core::UnavailableError("cache index " + dir + " is in use by another perchd (RocksDB lock held)",
-                                    core::FailureSite::kLocal);
+      return core::UnavailableError(
+          "cache index " + dir + " is in use by another perchd (RocksDB lock held)",
+          core::FailureSite::kLocal);
     }
     return Convert(s, "open cache index " + dir);
   }
@@ -77,7 +82,8 @@ core::Result<std::unique_ptr<rocksdb::DB>> RocksDbIndex::OpenDb(const std::strin
 
 core::Result<std::optional<std::string>> RocksDbIndex::Get(std::string_view key) {
   std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &value);
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &value);
   if (s.IsNotFound()) return std::optional<std::string>();
   if (!s.ok()) return Convert(s, "index get");
   return std::optional<std::string>(std::move(value));

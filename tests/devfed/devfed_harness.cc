@@ -212,7 +212,8 @@ void DevFed::Signal(const std::string& ns, int i, int sig) {
 
 void DevFed::KillCache(const std::string& ns, size_t i) {
   auto it = caches_.find(ns);
-  if (it != caches_.end() && i < it->second.size() && it->second[i].pid > 0) kill(it->second[i].pid, SIGKILL);
+  if (it != caches_.end() && i < it->second.size() && it->second[i].pid > 0)
+    kill(it->second[i].pid, SIGKILL);
 }
 
 }  // namespace perch::testing

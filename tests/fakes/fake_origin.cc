@@ -104,11 +104,13 @@ void FakeOrigin::List(const core::ObjectPath& path, core::Deadline,
       std::vector<core::DirEntry> out;
       for (const auto& [p, bytes] : files_) {
         auto op = *core::ObjectPath::Parse(p);
-        if (op.Parent() == path) out.push_back({std::string(op.Name()), {false, bytes.size(), mtimes_[p], ""}});
+        if (op.Parent() == path)
+          out.push_back({std::string(op.Name()), {false, bytes.size(), mtimes_[p], ""}});
       }
       for (const auto& [p, unused] : dirs_) {
         auto op = *core::ObjectPath::Parse(p);
-        if (!op.IsRoot() && op.Parent() == path) out.push_back({std::string(op.Name()), {true, 0, 0, ""}});
+        if (!op.IsRoot() && op.Parent() == path)
+          out.push_back({std::string(op.Name()), {true, 0, 0, ""}});
       }
       r = std::move(out);
     } else if (files_.count(path.str())) {

@@ -51,14 +51,14 @@ class FakeOrigin : public core::Origin {
   void Complete(std::function<void()> fn);
 
   std::mutex mu_;
-  std::map<std::string, std::string> files_;  // Protected by mu_
-  std::map<std::string, int64_t> mtimes_;     // Protected by mu_
-  std::map<std::string, bool> dirs_;          // Protected by mu_
-  core::Status fail_;                         // Protected by mu_
-  bool short_ = false;                        // Protected by mu_
-  bool hold_ = false;                         // Protected by mu_
-  std::vector<std::function<void()>> parked_; // Protected by mu_
-  std::vector<std::string> read_log_;         // Protected by mu_
+  std::map<std::string, std::string> files_;   // Protected by mu_
+  std::map<std::string, int64_t> mtimes_;      // Protected by mu_
+  std::map<std::string, bool> dirs_;           // Protected by mu_
+  core::Status fail_;                          // Protected by mu_
+  bool short_ = false;                         // Protected by mu_
+  bool hold_ = false;                          // Protected by mu_
+  std::vector<std::function<void()>> parked_;  // Protected by mu_
+  std::vector<std::string> read_log_;          // Protected by mu_
 };
 
 }  // namespace perch::testing

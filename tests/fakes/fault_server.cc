@@ -20,15 +20,15 @@ struct FaultServer::Impl {
   std::thread accept_thread;
   std::atomic<bool> stopping{false};
   mutable std::mutex mu;
-  std::map<std::string, std::string> objects;           // Protected by mu
-  std::vector<std::string> links{"ok"};                  // Protected by mu
-  std::map<std::string, int> hits;                       // Protected by mu
-  int override_status = 0;                               // Protected by mu
-  int override_times = 0;                                // Protected by mu
+  std::map<std::string, std::string> objects;                         // Protected by mu
+  std::vector<std::string> links{"ok"};                               // Protected by mu
+  std::map<std::string, int> hits;                                    // Protected by mu
+  int override_status = 0;                                            // Protected by mu
+  int override_times = 0;                                             // Protected by mu
   std::vector<std::pair<std::string, std::string>> override_headers;  // Protected by mu
   std::map<std::string, std::vector<ListingEntry>> listings;          // Protected by mu
-  std::list<std::thread> conns;                          // Protected by mu
-  std::list<std::shared_ptr<tcp::socket>> sockets;       // Protected by mu
+  std::list<std::thread> conns;                                       // Protected by mu
+  std::list<std::shared_ptr<tcp::socket>> sockets;                    // Protected by mu
   uint16_t port = 0;
   FaultServer* owner = nullptr;
 
@@ -78,7 +78,9 @@ FaultServer::~FaultServer() {
   for (auto& t : conns) t.join();
 }
 
-std::string FaultServer::BaseUrl() const { return "http://127.0.0.1:" + std::to_string(impl_->port); }
+std::string FaultServer::BaseUrl() const {
+  return "http://127.0.0.1:" + std::to_string(impl_->port);
+}
 
 void FaultServer::AddObject(const std::string& name, std::string bytes) {
   std::lock_guard<std::mutex> l(impl_->mu);
@@ -90,7 +92,8 @@ void FaultServer::SetLinks(std::vector<std::string> behaviours) {
   impl_->links = std::move(behaviours);
 }
 
-void FaultServer::SetDirectorOverride(int status, std::vector<std::pair<std::string, std::string>> headers,
+void FaultServer::SetDirectorOverride(int status,
+                                      std::vector<std::pair<std::string, std::string>> headers,
                                       int times) {
   std::lock_guard<std::mutex> l(impl_->mu);
   impl_->override_status = status;
@@ -202,14 +205,16 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
       int status = override_status;
       auto headers = override_headers;
       l.unlock();
-      return reply(status, status >= 400 ? "{\"status\":\"error\",\"msg\":\"injected\"}" : "", headers);
+      return reply(status, status >= 400 ? "{\"status\":\"error\",\"msg\":\"injected\"}" : "",
+                   headers);
     }
     std::string link;
     int pri = 1;
     for (const std::string& b : links) {
-      std::string base = b == "refuse" ? "http://127.0.0.1:1" : "http://127.0.0.1:" + std::to_string(port) + "/srv/" + b;
+      std::string base = b == "refuse" ? "http://127.0.0.1:1"
+                                       : "http://127.0.0.1:" + std::to_string(port) + "/srv/" + b;
       link += (link.empty() ? "" : ", ") + ("<" + base + target + ">; rel=\"duplicate\"; pri=" +
-                                             std::to_string(pri++) + "; depth=1");
+                                            std::to_string(pri++) + "; depth=1");
     }
     l.unlock();
     return reply(307, "",
@@ -258,20 +263,25 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
   if (range.rfind("bytes=", 0) == 0) {
     first = std::stoull(range.substr(6));
     size_t dash = range.find('-');
-    if (dash + 1 < range.size()) last = std::min<uint64_t>(std::stoull(range.substr(dash + 1)), last);
+    if (dash + 1 < range.size())
+      last = std::min<uint64_t>(std::stoull(range.substr(dash + 1)), last);
   }
   std::string body = object.substr(first, last - first + 1);
-  std::string cr = "bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" + std::to_string(object.size());
+  std::string cr = "bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" +
+                   std::to_string(object.size());
   if (behaviour == "norange") return reply(200, object);
   if (behaviour == "badrange") {
-    cr = "bytes " + std::to_string(first + 1) + "-" + std::to_string(last) + "/" + std::to_string(object.size());
+    cr = "bytes " + std::to_string(first + 1) + "-" + std::to_string(last) + "/" +
+         std::to_string(object.size());
   }
   if (behaviour == "wrongsize") {
-    cr = "bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" + std::to_string(object.size() + 1);
+    cr = "bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" +
+         std::to_string(object.size() + 1);
   }
   if (behaviour == "silent") {
     // Accepted, never answered (a SIGSTOPped cache: the kernel still accepts).
-    for (int i = 0; i < 200 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 200 && !stopping; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     return false;
   }
   if (behaviour == "stall" || behaviour == "short") {
@@ -282,7 +292,8 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
       asio::write(sock, asio::buffer(body.data(), body.size() / 2), ec);
       return false;  // close mid-body
     }
-    for (int i = 0; i < 100 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 100 && !stopping; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     return false;
   }
   return reply(206, body, {{"Content-Range", cr}, {"ETag", "\"17\""}});

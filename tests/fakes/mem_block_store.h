@@ -4,20 +4,20 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "daemon/core/block_store.h"
 #include "daemon/core/executor.h"
-
-#include <functional>
-#include <vector>
 
 namespace perch::testing {
 
 class MemBlockStore : public core::BlockStore {
  public:
-  core::Result<core::Bytes> Read(const core::BlockKey& key, uint64_t offset, uint64_t length) override;
+  core::Result<core::Bytes> Read(const core::BlockKey& key, uint64_t offset,
+                                 uint64_t length) override;
   core::Status Write(const core::BlockKey& key, std::string_view data) override;
   core::Status Remove(const core::BlockKey& key) override;
 
@@ -52,7 +52,9 @@ class QueuedExecutor : public core::Executor {
     std::lock_guard<std::mutex> l(mu_);
     tasks_.push_back(std::move(task));
   }
-  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override { Post(std::move(task)); }
+  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override {
+    Post(std::move(task));
+  }
   // Runs queued tasks until none is left; returns how many ran.
   size_t RunAll() {
     size_t n = 0;

@@ -23,8 +23,10 @@ using nlohmann::json;
 // Two directories of small files (one block each) and one of larger ones.
 std::vector<TreeFile> ControlTree() {
   std::vector<TreeFile> files;
-  for (int i = 0; i < 8; ++i) files.push_back({"a/f" + std::to_string(i), 1000 + 7000 * static_cast<uint64_t>(i)});
-  for (int i = 0; i < 8; ++i) files.push_back({"b/g" + std::to_string(i), 3000 + 5000 * static_cast<uint64_t>(i)});
+  for (int i = 0; i < 8; ++i)
+    files.push_back({"a/f" + std::to_string(i), 1000 + 7000 * static_cast<uint64_t>(i)});
+  for (int i = 0; i < 8; ++i)
+    files.push_back({"b/g" + std::to_string(i), 3000 + 5000 * static_cast<uint64_t>(i)});
   for (int i = 0; i < 4; ++i) files.push_back({"pinned/p" + std::to_string(i), 60000});
   for (int i = 0; i < 24; ++i) files.push_back({"stream/s" + std::to_string(i), 60000});
   return files;
@@ -110,7 +112,8 @@ TEST_F(ControlTest, StatsCountWhatWasRead) {
   EXPECT_GE(s["hits"].get<uint64_t>() - hits0, files);
   EXPECT_GE(s["bytes_from_cache"].get<uint64_t>() - from_cache0, bytes);
   const uint64_t hits = s["hits"];
-  EXPECT_DOUBLE_EQ(s["hit_ratio"].get<double>(), static_cast<double>(hits) / static_cast<double>(hits + files));
+  EXPECT_DOUBLE_EQ(s["hit_ratio"].get<double>(),
+                   static_cast<double>(hits) / static_cast<double>(hits + files));
 
   // The human form shows the same figures.
   RunResult human = Ctl({"stats"});
@@ -277,7 +280,8 @@ TEST_F(ControlTest, HealthReportsAnUnreachableFederation) {
 }
 
 TEST_F(ControlTest, MetricsParseWithPromtool) {
-  if (::access("/usr/bin/promtool", X_OK) != 0) GTEST_FAIL() << "promtool missing (Debian package prometheus)";
+  if (::access("/usr/bin/promtool", X_OK) != 0)
+    GTEST_FAIL() << "promtool missing (Debian package prometheus)";
   Mount({"--metrics", "127.0.0.1:0"});
   for (const auto& f : files_) {
     if (f.rel.starts_with("a/")) {
@@ -287,15 +291,19 @@ TEST_F(ControlTest, MetricsParseWithPromtool) {
   std::string addr = CtlJson({"health", "--json"})["metrics_address"];
   ASSERT_FALSE(addr.empty());
   fs::path out = work_->path() / "metrics.txt";
-  RunResult get = RunToExit("/usr/bin/curl", {"-sf", "-o", out.string(), "http://" + addr + "/metrics"});
+  RunResult get =
+      RunToExit("/usr/bin/curl", {"-sf", "-o", out.string(), "http://" + addr + "/metrics"});
   ASSERT_EQ(get.exit_code, 0) << get.output;
   std::string text = ReadLocalFile(out);
   RunResult check = RunToExit("/bin/sh", {"-c", "promtool check metrics < '" + out.string() + "'"});
   EXPECT_EQ(check.exit_code, 0) << check.output << "\n" << text;
   EXPECT_NE(text.find("\nperch_misses_total 8\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("perch_namespace_misses_total{namespace=\"/test/a\"} 8"), std::string::npos) << text;
-  EXPECT_NE(text.find("perch_fuse_op_duration_seconds_bucket{op=\"read\",le=\"+Inf\"}"), std::string::npos);
-  RunResult missing = RunToExit("/usr/bin/curl", {"-s", "-o", "/dev/null", "-w", "%{http_code}", "http://" + addr + "/x"});
+  EXPECT_NE(text.find("perch_namespace_misses_total{namespace=\"/test/a\"} 8"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("perch_fuse_op_duration_seconds_bucket{op=\"read\",le=\"+Inf\"}"),
+            std::string::npos);
+  RunResult missing = RunToExit(
+      "/usr/bin/curl", {"-s", "-o", "/dev/null", "-w", "%{http_code}", "http://" + addr + "/x"});
   EXPECT_EQ(missing.output, "404");
 }
 
@@ -313,11 +321,13 @@ TEST_F(ControlTest, ClearErrorsForBadPathsAndNoDaemon) {
   // A second daemon may not take the control socket of a running one.
   fs::path other = work_->path() / "mnt2";
   fs::create_directories(other);
-  RunResult second = RunPerchdToExit({"--foreground", "--cache-dir", (work_->path() / "cache2").string(), "--control",
-                                      "unix:" + (work_->path() / "ctl.sock").string(),
-                                      fed_->FederationUrl() + "/test", other.string()});
+  RunResult second =
+      RunPerchdToExit({"--foreground", "--cache-dir", (work_->path() / "cache2").string(),
+                       "--control", "unix:" + (work_->path() / "ctl.sock").string(),
+                       fed_->FederationUrl() + "/test", other.string()});
   EXPECT_EQ(second.exit_code, 1) << second.output;
-  EXPECT_NE(second.output.find("another perchd already listens"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("another perchd already listens"), std::string::npos)
+      << second.output;
   EXPECT_EQ(Ctl({"stats"}).exit_code, 0);  // the first one still answers
 
   perchd_.Stop();

@@ -127,7 +127,8 @@ TEST_F(FederationClientTest, ListingsAndStatsMatchTheExport) {
     ASSERT_TRUE(entries.ok()) << dir << ": " << entries.status().ToString();
     fs::path local = tree_->path() / fs::path(dir.substr(1));
     std::map<std::string, bool> expected;
-    for (auto& e : fs::directory_iterator(local)) expected[e.path().filename().string()] = e.is_directory();
+    for (auto& e : fs::directory_iterator(local))
+      expected[e.path().filename().string()] = e.is_directory();
     ASSERT_EQ(entries->size(), expected.size()) << dir;
     for (const core::DirEntry& e : *entries) {
       ASSERT_TRUE(expected.count(e.name)) << "unexpected entry '" << e.name << "' in " << dir;
@@ -219,7 +220,8 @@ TEST_F(FederationClientTest, NoTokenReachesAPublicExport) {
   loop_->SetRequestObserverForTest([&](const http::HttpRequest& r) {
     requests++;
     for (const auto& h : r.headers) {
-      if (h.find("secret-token-value") != std::string::npos || h.starts_with("Authorization")) with_token++;
+      if (h.find("secret-token-value") != std::string::npos || h.starts_with("Authorization"))
+        with_token++;
     }
   });
   ASSERT_TRUE(ReadSync(client, "/small.txt", 14, 0, 14).ok());
@@ -264,7 +266,8 @@ TEST(FederationRootClientTest, TheTokenGoesOnlyToTheProtectedNamespacesServers) 
     if (token && !p_server) leaked.push_back(r.method + " " + r.url);
   });
   for (auto [path, size, body] : std::vector<std::tuple<const char*, uint64_t, const char*>>{
-           {"/a/f.txt", 11, "bytes of a\n"}, {"/a/b/f.txt", 12, "bytes of ab\n"},
+           {"/a/f.txt", 11, "bytes of a\n"},
+           {"/a/b/f.txt", 12, "bytes of ab\n"},
            {"/p/f.txt", 11, "bytes of p\n"}}) {
     auto r = ReadSync(client, path, size, 0, size);
     ASSERT_TRUE(r.ok()) << path << ": " << r.status().ToString();
@@ -350,7 +353,8 @@ TEST(FederationClientTokenTest, ProtectedExportNeedsAToken) {
   EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied) << refused.status().ToString();
   auto refused_ls = ListSync(impostor, "/");
   ASSERT_FALSE(refused_ls.ok());
-  EXPECT_EQ(refused_ls.status().code(), StatusCode::kPermissionDenied) << refused_ls.status().ToString();
+  EXPECT_EQ(refused_ls.status().code(), StatusCode::kPermissionDenied)
+      << refused_ls.status().ToString();
 
   // The devfed token: list, stat and read succeed.
   FederationClientOptions good;
@@ -406,9 +410,8 @@ TEST(FederationClientUnreachableTest, AnsweredWithinTheDeadline) {
   CurlLoop loop(CurlLoop::Options{});
   FederationClient client(loop, *http::ParseFederationUrl("http://127.0.0.1:1/ns"));
   auto start = std::chrono::steady_clock::now();
-  auto r = Wait<core::FileAttr>([&](auto cb) {
-    client.Stat(P("/x"), core::DeadlineAfter(std::chrono::seconds(5)), cb);
-  });
+  auto r = Wait<core::FileAttr>(
+      [&](auto cb) { client.Stat(P("/x"), core::DeadlineAfter(std::chrono::seconds(5)), cb); });
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
   EXPECT_NE(r.status().message().find("discovery"), std::string::npos);

@@ -59,7 +59,8 @@ class MountTest : public ::testing::Test {
   }
 
   std::vector<std::string> Args(std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {"--cache-dir", cache_.string(), "--op-timeout", "5s", "--log-level", "info"};
+    std::vector<std::string> a = {"--cache-dir", cache_.string(), "--op-timeout",
+                                  "5s",          "--log-level",   "info"};
     a.insert(a.end(), extra.begin(), extra.end());
     a.push_back(fed_->FederationUrl() + "/test");
     a.push_back(mnt_.string());
@@ -67,7 +68,8 @@ class MountTest : public ::testing::Test {
   }
 
   void Mount(PerchdProcess& p, std::vector<std::string> extra = {}) {
-    std::string err = p.Start(Args(std::move(extra)), mnt_, work_->path() / ("perchd-" + std::to_string(++runs_) + ".log"));
+    std::string err = p.Start(Args(std::move(extra)), mnt_,
+                              work_->path() / ("perchd-" + std::to_string(++runs_) + ".log"));
     ASSERT_TRUE(err.empty()) << err;
   }
 
@@ -88,10 +90,12 @@ TEST_F(MountTest, TreeListsAndReadsByteExact) {
   // ls -R and stat: same names, types and sizes as the export.
   std::map<std::string, std::pair<bool, uint64_t>> want, got;
   for (auto& e : fs::recursive_directory_iterator(tree_->path())) {
-    want[fs::relative(e.path(), tree_->path()).string()] = {e.is_directory(), e.is_directory() ? 0 : e.file_size()};
+    want[fs::relative(e.path(), tree_->path()).string()] = {e.is_directory(),
+                                                            e.is_directory() ? 0 : e.file_size()};
   }
   for (auto& e : fs::recursive_directory_iterator(mnt_)) {
-    got[fs::relative(e.path(), mnt_).string()] = {e.is_directory(), e.is_directory() ? 0 : e.file_size()};
+    got[fs::relative(e.path(), mnt_).string()] = {e.is_directory(),
+                                                  e.is_directory() ? 0 : e.file_size()};
   }
   EXPECT_EQ(got, want);
   // Every file byte-exact, twice (the second time from the cache).
@@ -135,7 +139,8 @@ TEST_F(MountTest, WritesAreRefusedWithEROFS) {
   errno = 0;
   EXPECT_EQ(mkdir((mnt_ / "d").c_str(), 0755), -1);
   EXPECT_EQ(errno, EROFS);
-  EXPECT_EQ(std::system(("touch '" + (mnt_ / "small.txt").string() + "' 2>/dev/null").c_str()) == 0, false);
+  EXPECT_EQ(std::system(("touch '" + (mnt_ / "small.txt").string() + "' 2>/dev/null").c_str()) == 0,
+            false);
   EXPECT_TRUE(fs::exists(tree_->path() / "small.txt"));
 }
 
@@ -144,7 +149,8 @@ TEST_F(MountTest, QuotaSmallerThanTheTreeEvictsAndStaysCorrect) {
   Mount(perchd, {"--cache-size", "8M", "--block-size", "1M"});
   for (int round = 0; round < 2; ++round) {
     for (const auto& f : StandardTreeFiles()) {
-      ASSERT_TRUE(ReadThrough(mnt_ / fs::path(f.rel)) == ReadLocalFile(tree_->path() / fs::path(f.rel)))
+      ASSERT_TRUE(ReadThrough(mnt_ / fs::path(f.rel)) ==
+                  ReadLocalFile(tree_->path() / fs::path(f.rel)))
           << f.rel;
     }
   }
@@ -193,8 +199,8 @@ TEST_F(MountTest, SecondDaemonOnTheSameCacheDirRefuses) {
   Mount(perchd);
   fs::path other = work_->path() / "mnt2";
   fs::create_directories(other);
-  auto r = RunPerchdToExit({"--foreground", "--cache-dir", cache_.string(), fed_->FederationUrl() + "/test",
-                            other.string()});
+  auto r = RunPerchdToExit({"--foreground", "--cache-dir", cache_.string(),
+                            fed_->FederationUrl() + "/test", other.string()});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("another perchd"), std::string::npos) << r.output;
   EXPECT_FALSE(IsMounted(other));
@@ -211,14 +217,19 @@ TEST_F(MountTest, BadInputGivesOneClearMessage) {
   std::ofstream(bad_cfg) << "cache_size = \"lots\"\n";
   for (const Case& k : std::vector<Case>{
            {{"--foreground", "--cache-dir", c, "ftp://x/y", mnt_.string()}, "unsupported scheme"},
-           {{"--foreground", "--cache-dir", c, url, (work_->path() / "missing").string()}, "does not exist"},
-           {{"--foreground", "--cache-dir", c, "--cache-size", "lots", url, mnt_.string()}, "not a size"},
-           {{"--foreground", "--cache-dir", c, "--config", bad_cfg.string(), url, mnt_.string()}, "cache_size"},
-           {{"--foreground", "--cache-dir", c, "http://127.0.0.1:1/test", mnt_.string()}, "cannot mount"},
+           {{"--foreground", "--cache-dir", c, url, (work_->path() / "missing").string()},
+            "does not exist"},
+           {{"--foreground", "--cache-dir", c, "--cache-size", "lots", url, mnt_.string()},
+            "not a size"},
+           {{"--foreground", "--cache-dir", c, "--config", bad_cfg.string(), url, mnt_.string()},
+            "cache_size"},
+           {{"--foreground", "--cache-dir", c, "http://127.0.0.1:1/test", mnt_.string()},
+            "cannot mount"},
        }) {
     auto r = RunPerchdToExit(k.args);
     EXPECT_NE(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find(k.needle), std::string::npos) << "expected '" << k.needle << "' in:\n" << r.output;
+    EXPECT_NE(r.output.find(k.needle), std::string::npos) << "expected '" << k.needle << "' in:\n"
+                                                          << r.output;
     EXPECT_FALSE(IsMounted(mnt_));
   }
 }
@@ -238,7 +249,9 @@ TEST_F(MountTest, RestartAfterSigkillMountsOverTheDeadMount) {
   Mount(perchd);
   EXPECT_NE(perchd.Log().find("was a dead FUSE mount"), std::string::npos) << perchd.Log();
   for (const auto& f : StandardTreeFiles()) {
-    EXPECT_TRUE(ReadThrough(mnt_ / fs::path(f.rel)) == ReadLocalFile(tree_->path() / fs::path(f.rel))) << f.rel;
+    EXPECT_TRUE(ReadThrough(mnt_ / fs::path(f.rel)) ==
+                ReadLocalFile(tree_->path() / fs::path(f.rel)))
+        << f.rel;
   }
   EXPECT_EQ(perchd.Stop(), 0) << perchd.Log();
   EXPECT_FALSE(IsMounted(mnt_));
@@ -281,11 +294,13 @@ TEST(MountRestartTest, CachedFilesSurviveAFederationOutage) {
   TempDir work("restart");
   fs::path mnt = work.path() / "mnt", cache = work.path() / "cache";
   fs::create_directories(mnt);
-  auto fed = std::make_unique<DevFed>(DevFed::Options{{{"/r", tree.path().string(), false}}, 0, false});
+  auto fed =
+      std::make_unique<DevFed>(DevFed::Options{{{"/r", tree.path().string(), false}}, 0, false});
   ASSERT_EQ(fed->Start(), "");
   // Without prefetch, so that the file this test leaves unread stays uncached.
-  std::vector<std::string> args = {"--cache-dir", cache.string(), "--op-timeout", "3s", "--no-prefetch",
-                                   fed->FederationUrl() + "/r", mnt.string()};
+  std::vector<std::string> args = {"--cache-dir", cache.string(),  "--op-timeout",
+                                   "3s",          "--no-prefetch", fed->FederationUrl() + "/r",
+                                   mnt.string()};
   // Read everything but the uncached file; list the whole tree.
   {
     PerchdProcess perchd;
@@ -293,7 +308,8 @@ TEST(MountRestartTest, CachedFilesSurviveAFederationOutage) {
     for (auto& e : fs::recursive_directory_iterator(mnt)) (void)e;
     for (const auto& f : files) {
       if (f.rel == "with space.bin") continue;
-      ASSERT_TRUE(ReadLocalFile(mnt / fs::path(f.rel)) == ReadLocalFile(tree.path() / fs::path(f.rel)));
+      ASSERT_TRUE(ReadLocalFile(mnt / fs::path(f.rel)) ==
+                  ReadLocalFile(tree.path() / fs::path(f.rel)));
     }
     EXPECT_EQ(perchd.Stop(), 0) << perchd.Log();
   }
@@ -302,7 +318,9 @@ TEST(MountRestartTest, CachedFilesSurviveAFederationOutage) {
   ASSERT_EQ(perchd.Start(args, mnt, work.path() / "2.log"), "");
   for (const auto& f : files) {
     if (f.rel == "with space.bin") continue;
-    EXPECT_TRUE(ReadLocalFile(mnt / fs::path(f.rel)) == ReadLocalFile(tree.path() / fs::path(f.rel))) << f.rel;
+    EXPECT_TRUE(ReadLocalFile(mnt / fs::path(f.rel)) ==
+                ReadLocalFile(tree.path() / fs::path(f.rel)))
+        << f.rel;
   }
   // The uncached file: EIO within the deadline, never a hang.
   auto start = std::chrono::steady_clock::now();

@@ -27,8 +27,9 @@ class MountedFederation : public ::testing::Test {
   // Writes `files` (and whatever `populate` adds to the tree), starts the
   // federation. Call first in SetUp; skips the test where xrootd or FUSE is
   // missing.
-  void StartFederation(const std::string& tag, std::vector<TreeFile> files,
-                       const std::function<void(const std::filesystem::path&)>& populate = nullptr) {
+  void StartFederation(
+      const std::string& tag, std::vector<TreeFile> files,
+      const std::function<void(const std::filesystem::path&)>& populate = nullptr) {
     if (!DevFed::XrootdAvailable()) GTEST_SKIP() << "xrootd is not installed";
     if (!FuseAvailable()) GTEST_SKIP() << "needs root and /dev/fuse";
     work_ = std::make_unique<TempDir>(tag);
@@ -46,8 +47,9 @@ class MountedFederation : public ::testing::Test {
 
   // Mounts /test with perchd (`extra` flags added); the cache survives remounts.
   void Mount(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--cache-dir", (work_->path() / "cache").string(), "--op-timeout", "20s",
-                                     "--control", "unix:" + Socket()};
+    std::vector<std::string> args = {"--cache-dir",  (work_->path() / "cache").string(),
+                                     "--op-timeout", "20s",
+                                     "--control",    "unix:" + Socket()};
     args.insert(args.end(), extra.begin(), extra.end());
     args.push_back(fed_->FederationUrl() + "/test");
     args.push_back(mnt_.string());

@@ -74,7 +74,8 @@ int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
 
 // `args` with "--control unix:<dir>/<name>.sock" added unless they name a
 // control address: every test daemon gets its own socket.
-std::vector<std::string> WithOwnControl(std::vector<std::string> args, const fs::path& dir, const std::string& name) {
+std::vector<std::string> WithOwnControl(std::vector<std::string> args, const fs::path& dir,
+                                        const std::string& name) {
   for (const auto& a : args) {
     if (a == "--control") return args;
   }
@@ -87,7 +88,8 @@ RunResult RunPerchdToExit(const std::vector<std::string>& args, std::chrono::sec
   return RunToExit(PERCHD_PATH, WithOwnControl(args, dir.path(), "control"), timeout);
 }
 
-RunResult RunToExit(const std::string& binary, const std::vector<std::string>& args, std::chrono::seconds timeout) {
+RunResult RunToExit(const std::string& binary, const std::vector<std::string>& args,
+                    std::chrono::seconds timeout) {
   TempDir dir("run");
   fs::path log = dir.path() / "log";
   pid_t pid = Spawn(binary, args, log);

@@ -62,7 +62,6 @@ class PrefetchMountTest : public MountedFederation {
     for (const auto& f : files_) n += f.size;
     return n;
   }
-
 };
 
 TEST_F(PrefetchMountTest, FourConcurrentReadersFetchEachBlockOnce) {
@@ -123,7 +122,8 @@ TEST_F(PrefetchMountTest, HintedFilesArriveBeforeTheyAreRead) {
 TEST_F(PrefetchMountTest, LargeFileStreamsWithReadAhead) {
   Mount({"--no-prefetch"});
   // Without prefetch nothing is read ahead...
-  ASSERT_EQ(ReadLocalFile(mnt_ / "train/n00/img0.JPEG"), ReadLocalFile(tree_ / "train/n00/img0.JPEG"));
+  ASSERT_EQ(ReadLocalFile(mnt_ / "train/n00/img0.JPEG"),
+            ReadLocalFile(tree_ / "train/n00/img0.JPEG"));
   json s = QuietStats();
   EXPECT_EQ(s["prefetch"]["sequential_blocks"], 0u);
   EXPECT_EQ(s["prefetch"]["directory_files"], 0u);

@@ -41,9 +41,9 @@ class StalledServersTest : public ::testing::Test {
   }
 
   void Mount(const std::string& op_timeout) {
-    std::vector<std::string> args = {"--cache-dir", (work_->path() / "cache").string(),
-                                     "--op-timeout", op_timeout, "--no-prefetch",
-                                     fed_->FederationUrl() + "/s", mnt_.string()};
+    std::vector<std::string> args = {
+        "--cache-dir",   (work_->path() / "cache").string(), "--op-timeout", op_timeout,
+        "--no-prefetch", fed_->FederationUrl() + "/s",       mnt_.string()};
     ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "perchd.log"), "");
   }
 

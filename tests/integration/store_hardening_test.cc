@@ -34,7 +34,8 @@ std::vector<TreeFile> MixedTree(int small, int large, uint64_t large_size) {
   for (int i = 0; i < small; ++i) {
     files.push_back({"small/s" + std::to_string(i), 1 + 9973 * static_cast<uint64_t>(i) % 300000});
   }
-  for (int i = 0; i < large; ++i) files.push_back({"large/l" + std::to_string(i), large_size + 4096 * i});
+  for (int i = 0; i < large; ++i)
+    files.push_back({"large/l" + std::to_string(i), large_size + 4096 * i});
   return files;
 }
 
@@ -108,13 +109,15 @@ TEST_F(StoreHardeningTest, NobodyCanListOrReadTheCacheDirectory) {
   fs::permissions(Cache(), fs::perms(0755));
   Mount();
   ReadAll();
-  json s = StatsWhen([&](const json& s) { return s["cached_bytes"] > 0u && s["inflight_requests"] == 0u; });
+  json s = StatsWhen(
+      [&](const json& s) { return s["cached_bytes"] > 0u && s["inflight_requests"] == 0u; });
   ASSERT_GT(s["cached_bytes"], 0u);
   // As root: no directory or file under the cache grants anything to group or others.
   size_t files = 0;
   for (auto& e : fs::recursive_directory_iterator(Cache())) {
     if (e.is_symlink()) continue;
-    EXPECT_EQ(e.status().permissions() & (fs::perms::group_all | fs::perms::others_all), fs::perms::none)
+    EXPECT_EQ(e.status().permissions() & (fs::perms::group_all | fs::perms::others_all),
+              fs::perms::none)
         << e.path();
     files += e.is_regular_file();
   }
@@ -128,7 +131,8 @@ TEST_F(StoreHardeningTest, NobodyCanListOrReadTheCacheDirectory) {
   for (const std::vector<std::string>& cmd :
        {std::vector<std::string>{"-u", "nobody", "--", "ls", Cache().string()},
         std::vector<std::string>{"-u", "nobody", "--", "ls", (Cache() / "index").string()},
-        std::vector<std::string>{"-u", "nobody", "--", "cat", (Cache() / "index" / "CURRENT").string()},
+        std::vector<std::string>{"-u", "nobody", "--", "cat",
+                                 (Cache() / "index" / "CURRENT").string()},
         std::vector<std::string>{"-u", "nobody", "--", "cat", block}}) {
     RunResult r = RunToExit("/usr/sbin/runuser", cmd);
     EXPECT_NE(r.exit_code, 0) << cmd.back() << ": " << r.output;
@@ -139,7 +143,8 @@ TEST_F(StoreHardeningTest, NobodyCanListOrReadTheCacheDirectory) {
 TEST_F(StoreHardeningTest, ADiskSmallerThanTheQuotaServesEveryReadAndShowsStoreErrors) {
   StartFederation("store-enospc", MixedTree(40, 12, 5 << 20));
   fs::create_directories(Cache());
-  ASSERT_EQ(mount("tmpfs", Cache().c_str(), "tmpfs", 0, "size=64m"), 0) << "mount tmpfs: " << strerror(errno);
+  ASSERT_EQ(mount("tmpfs", Cache().c_str(), "tmpfs", 0, "size=64m"), 0)
+      << "mount tmpfs: " << strerror(errno);
   tmpfs_ = true;
   Mount({"--cache-size", "1G"});
   // At start the quota is capped to what the filesystem holds.
@@ -190,7 +195,9 @@ TEST_F(StoreHardeningTest, ACorruptIndexIsMovedAsideAndTheCacheServes) {
   Mount();
   const std::string log = perchd_.Log();
   size_t said = 0;
-  for (size_t at = log.find("is corrupt"); at != std::string::npos; at = log.find("is corrupt", at + 1)) ++said;
+  for (size_t at = log.find("is corrupt"); at != std::string::npos;
+       at = log.find("is corrupt", at + 1))
+    ++said;
   EXPECT_EQ(said, 1u) << log;
   EXPECT_TRUE(fs::exists(Cache() / "index.corrupt"));
   // The blocks are re-adopted from their files: counted, and served.
@@ -253,7 +260,8 @@ TEST_F(StoreHardeningTest, TwentySigkillsDuringWarmsLeaveAConsistentCache) {
       ASSERT_EQ(Ctl({"evict", mnt_.string()}).exit_code, 0);
     }
     std::thread warm([&] { Ctl({"warm", mnt_.string(), "--wait"}); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(5, 150)(rng)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(5, 150)(rng)));
     perchd_.Kill();
     warm.join();
   }

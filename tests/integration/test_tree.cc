@@ -23,7 +23,13 @@ std::vector<TreeFile> StandardTreeFiles(bool include_large) {
       {"100%.txt", 100},
       {"a+b=c&d.txt", 7},
       {"semi;colon,comma.txt", 33},
-      {"\xc3\xbc" "n" "\xc3\xaf" "code-" "\xe5\x90\x8d" ".dat", 4097},
+      {"\xc3\xbc"
+       "n"
+       "\xc3\xaf"
+       "code-"
+       "\xe5\x90\x8d"
+       ".dat",
+       4097},
       {"sub dir/nested/deep.txt", 12345},
       {"sub dir/x.bin", 65536},
       {"images/n01440764/img_0001.JPEG", 110 * 1024},

@@ -21,8 +21,9 @@ class TrainerOnMountTest : public MountedFederation {
  protected:
   void SetUp() override {
     StartFederation("trainer-mount", {}, [](const fs::path& tree) {
-      RunResult r = RunToExit(PERCH_SYNTH_PATH, {"--out", tree.string(), "--classes", "3", "--per-class", "8",
-                                                 "--min-side", "64", "--max-side", "96"});
+      RunResult r =
+          RunToExit(PERCH_SYNTH_PATH, {"--out", tree.string(), "--classes", "3", "--per-class", "8",
+                                       "--min-side", "64", "--max-side", "96"});
       ASSERT_EQ(r.exit_code, 0) << r.output;
       RunResult chmod = RunToExit("/bin/chmod", {"-R", "a+rX", tree.string()});
       ASSERT_EQ(chmod.exit_code, 0) << chmod.output;
@@ -33,9 +34,10 @@ class TrainerOnMountTest : public MountedFederation {
 TEST_F(TrainerOnMountTest, EpochOrderReachesPerchdAsHints) {
   Mount();
   // perchctl sits beside perch-train in build/bin; the socket comes from the environment.
-  RunResult r = RunToExit("/usr/bin/env", {"PERCH_SOCKET=" + Socket(), PERCH_TRAIN_PATH, "--data-dir",
-                                           (mnt_ / "train").string(), "--loader-only", "--epochs", "2",
-                                           "--workers", "1", "--image-size", "32"});
+  RunResult r =
+      RunToExit("/usr/bin/env", {"PERCH_SOCKET=" + Socket(), PERCH_TRAIN_PATH, "--data-dir",
+                                 (mnt_ / "train").string(), "--loader-only", "--epochs", "2",
+                                 "--workers", "1", "--image-size", "32"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("is on a perch mount"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("loader-only: 48 images"), std::string::npos) << r.output;
@@ -45,8 +47,8 @@ TEST_F(TrainerOnMountTest, EpochOrderReachesPerchdAsHints) {
 
   // Off when asked: an empty hint command.
   r = RunToExit("/usr/bin/env", {"PERCH_SOCKET=" + Socket(), PERCH_TRAIN_PATH, "--data-dir",
-                                 (mnt_ / "train").string(), "--loader-only", "--workers", "1", "--image-size",
-                                 "32", "--hint-command", ""});
+                                 (mnt_ / "train").string(), "--loader-only", "--workers", "1",
+                                 "--image-size", "32", "--hint-command", ""});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("is on a perch mount"), std::string::npos) << r.output;
   EXPECT_EQ(CtlJson({"stats", "--json"})["prefetch"]["hinted_files"], 48u);

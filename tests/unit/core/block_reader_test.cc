@@ -32,8 +32,9 @@ class BlockReaderTest : public ::testing::Test {
 
   Result<core::Bytes> Read(uint64_t off, uint64_t len) {
     std::optional<Result<core::Bytes>> out;
-    reader_.Read(*ObjectPath::Parse("/f"), ObjectVersion{data_.size(), ""}, "obj", ByteRange{off, len},
-                 DeadlineAfter(std::chrono::seconds(5)), [&](Result<core::Bytes> r) { out = std::move(r); });
+    reader_.Read(*ObjectPath::Parse("/f"), ObjectVersion{data_.size(), ""}, "obj",
+                 ByteRange{off, len}, DeadlineAfter(std::chrono::seconds(5)),
+                 [&](Result<core::Bytes> r) { out = std::move(r); });
     EXPECT_TRUE(out.has_value()) << "inline fakes complete synchronously";
     return out ? *std::move(out) : Result<core::Bytes>(InternalError("no answer"));
   }
@@ -75,8 +76,9 @@ TEST_F(BlockReaderTest, ConcurrentMissesShareOneFetch) {
   origin_.Hold(true);
   int answered = 0;
   for (int i = 0; i < 4; ++i) {
-    reader_.Read(*ObjectPath::Parse("/f"), ObjectVersion{data_.size(), ""}, "obj", ByteRange{10, 20},
-                 DeadlineAfter(std::chrono::seconds(5)), [&](Result<core::Bytes> r) {
+    reader_.Read(*ObjectPath::Parse("/f"), ObjectVersion{data_.size(), ""}, "obj",
+                 ByteRange{10, 20}, DeadlineAfter(std::chrono::seconds(5)),
+                 [&](Result<core::Bytes> r) {
                    ASSERT_TRUE(r.ok());
                    EXPECT_EQ(*r, data_.substr(10, 20));
                    ++answered;

@@ -74,7 +74,8 @@ TEST(CacheCatalogTest, AnEmptyIndexIsRebuiltFromTheStoreAndAdoptedBlocksGoFirst)
   MemIndex index;  // the old one was lost to corruption
   MemBlockStore store;
   InlineExecutor disk;
-  for (uint64_t b = 0; b < 4; ++b) ASSERT_TRUE(store.Write(BlockKey{"old", b}, std::string(1000, 'o')).ok());
+  for (uint64_t b = 0; b < 4; ++b)
+    ASSERT_TRUE(store.Write(BlockKey{"old", b}, std::string(1000, 'o')).ok());
   CacheCatalog catalog(index, store, disk, CatalogOptions{6000, 0.95, 0.5, 1, nullptr}, nullptr);
   ASSERT_TRUE(catalog.Load().ok());
   catalog.Reconcile();
@@ -114,7 +115,8 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
   MemBlockStore& store = node.store;
   FakeDisk fs{200 * kMiB, 0, &store};
   testing::StackConfig config;
-  config.catalog = CatalogOptions{1ULL << 30, 0.95, 0.85, 1024, [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); }};
+  config.catalog = CatalogOptions{1ULL << 30, 0.95, 0.85, 1024,
+                                  [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); }};
   config.block_size = kMiB;
   ASSERT_TRUE(node.Build(config).ok());
   CacheCatalog& catalog = node.catalog();
@@ -130,7 +132,8 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
   for (uint64_t off = 0; off < data.size(); off += 128 * 1024) {
     std::optional<Result<Bytes>> got;
     reader.Read(*ObjectPath::Parse("/ns/big"), version, "big", ByteRange{off, 128 * 1024},
-                DeadlineAfter(std::chrono::seconds(5)), [&](Result<Bytes> r) { got = std::move(r); });
+                DeadlineAfter(std::chrono::seconds(5)),
+                [&](Result<Bytes> r) { got = std::move(r); });
     ASSERT_TRUE(got.has_value() && got->ok()) << off;
     ASSERT_EQ(**got, data.substr(off, 128 * 1024)) << off;
   }
@@ -142,7 +145,8 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
   EXPECT_EQ(catalog.cached_bytes(), store.UsedBytes());
   // Network bytes stay close to bytes read (no refetch per 128 KiB read).
   EXPECT_LE(origin.bytes_read.load(), data.size() * 11 / 10);
-  EXPECT_NE(catalog.StoreProblem().find("quota capped"), std::string::npos) << catalog.StoreProblem();
+  EXPECT_NE(catalog.StoreProblem().find("quota capped"), std::string::npos)
+      << catalog.StoreProblem();
 
   // The disk frees up again: the next look lifts the cap.
   fs.Fill(0);

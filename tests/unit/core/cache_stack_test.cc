@@ -106,7 +106,8 @@ TEST(CacheStackTest, TheOnlyMountAdoptsUntaggedNamespaceEntries) {
   config.first_mount = false;
   ASSERT_TRUE(node.Build(config).ok());
   ASSERT_TRUE(node.AddMount(node.origin, "fed").ok());
-  ASSERT_TRUE(node.stack().mounts()[0]->CheckRoot(std::chrono::seconds(1)).ok());  // as perchd starts
+  ASSERT_TRUE(
+      node.stack().mounts()[0]->CheckRoot(std::chrono::seconds(1)).ok());  // as perchd starts
   ASSERT_EQ(ReadAll(*node.stack().mounts()[0], "/d/a.bin"), Data(2500, 1));
   const std::string tag = CacheStack::TagOf("fed");
   // Rewrite the entries as the old layout had them.

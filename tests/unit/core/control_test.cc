@@ -18,15 +18,14 @@
 namespace perch::core {
 namespace {
 
+using testing::Data;
 using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::MemIndex;
+using testing::P;
 using testing::StackConfig;
 using testing::StackFixture;
-using testing::Data;
-using testing::P;
-
 
 class ControlCoreTest : public ::testing::Test {
  protected:
@@ -219,7 +218,9 @@ class ThreadPerTaskExecutor : public Executor {
     std::lock_guard<std::mutex> l(mu_);
     threads_.emplace_back(std::move(task));
   }
-  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override { Post(std::move(task)); }
+  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override {
+    Post(std::move(task));
+  }
   void Join() {
     for (;;) {
       std::vector<std::thread> batch;
@@ -273,7 +274,8 @@ TEST_F(ControlCoreTest, ProgressReachesListenersInOrderAndEndsFinished) {
 }
 
 // A mount spec as perchd makes one: a mountpoint, a prefix and URLs of its federation.
-MountSpec SpecOf(Origin& origin, const std::string& host, const std::string& prefix, const std::string& mountpoint) {
+MountSpec SpecOf(Origin& origin, const std::string& host, const std::string& prefix,
+                 const std::string& mountpoint) {
   MountSpec spec;
   spec.federation_id = "pelican://" + host + prefix;
   spec.federation = "pelican://" + host;
@@ -310,7 +312,8 @@ TEST_F(ControlCoreTest, ResolvesMountPathsUrlsAndFederationPaths) {
   EXPECT_EQ(resolved("/mnt/osdf/d//sub/"), "/d/sub");
   EXPECT_EQ(resolved("/ns/d"), "/d");
   EXPECT_EQ(resolved("pelican://fed.example/ns/d/b.bin"), "/d/b.bin");
-  EXPECT_EQ(control.Resolve("pelican://other.example/ns/d").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(control.Resolve("pelican://other.example/ns/d").status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(control.Resolve("/mnt/osdfx/d").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(control.Resolve("/nsx").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(control.Resolve("relative/path").status().code(), StatusCode::kInvalidArgument);
@@ -366,7 +369,8 @@ TEST_F(ControlCoreTest, TwoFederationsShareOneCacheAndStayApart) {
   ObjectPath below;
   EXPECT_EQ(node.stack().MountOfCatalogPath(*control.Resolve("/mnt/two/d/a.bin"), &below), &two);
   EXPECT_EQ(below, P("/d/a.bin"));
-  EXPECT_EQ(node.stack().MountOfCatalogPath(*control.Resolve("pelican://one.example/d"), &below), &one);
+  EXPECT_EQ(node.stack().MountOfCatalogPath(*control.Resolve("pelican://one.example/d"), &below),
+            &one);
   auto ambiguous = control.Resolve("/d/a.bin");
   EXPECT_EQ(ambiguous.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(ambiguous.status().message().find("one.example"), std::string::npos);
@@ -395,7 +399,8 @@ TEST_F(ControlCoreTest, TwoFederationsShareOneCacheAndStayApart) {
     sum.bytes_from_cache += n.values.bytes_from_cache;
     sum.bytes_from_network += n.values.bytes_from_network;
   }
-  EXPECT_EQ(federations, (std::set<std::string>{"pelican://one.example/", "pelican://two.example/"}));
+  EXPECT_EQ(federations,
+            (std::set<std::string>{"pelican://one.example/", "pelican://two.example/"}));
   EXPECT_EQ(sum.misses, s.totals.misses);
   EXPECT_EQ(sum.bytes_from_network, s.totals.bytes_from_network);
   EXPECT_EQ(s.totals.bytes_from_network, 2 * 2500u + 8 * 900u);

@@ -15,15 +15,14 @@
 namespace perch::core {
 namespace {
 
+using testing::Data;
 using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::MemIndex;
+using testing::P;
 using testing::StackConfig;
 using testing::StackFixture;
-using testing::Data;
-using testing::P;
-
 
 // One node's cache stack over a FakeOrigin; Restart() rebuilds everything but
 // the index and the block store, as a daemon restart does.
@@ -148,7 +147,8 @@ TEST_F(FileSystemTest, QuotaEvictsLeastRecentlyUsedBlocks) {
   }
   EXPECT_GT(catalog_->evictions(), 0u);
   // The most recently used block survived; the oldest went.
-  EXPECT_TRUE(store_.Has(BlockKey{fs_->ObjectId(P("/d/sub/c.txt"), *fs_->GetAttr(P("/d/sub/c.txt"))), 0}));
+  EXPECT_TRUE(
+      store_.Has(BlockKey{fs_->ObjectId(P("/d/sub/c.txt"), *fs_->GetAttr(P("/d/sub/c.txt"))), 0}));
 }
 
 TEST_F(FileSystemTest, BlocksInUseAreNotEvicted) {
@@ -157,8 +157,8 @@ TEST_F(FileSystemTest, BlocksInUseAreNotEvicted) {
   pinned_.insert(BlockKey{id, 0});
   CacheCatalog small(index_, store_, disk_, CatalogOptions{1000, 0.5, 0.4, 1, nullptr},
                      [this](const BlockKey& k) { return pinned_.count(k) > 0; });
-  ASSERT_TRUE(small.Load().ok());  // over the high watermark: evicts at once
-  EXPECT_EQ(small.evictions(), 2u);  // blocks 1 and 2; block 0 is in use
+  ASSERT_TRUE(small.Load().ok());        // over the high watermark: evicts at once
+  EXPECT_EQ(small.evictions(), 2u);      // blocks 1 and 2; block 0 is in use
   EXPECT_EQ(small.EvictIfNeeded(), 0u);  // nothing else may go
   EXPECT_TRUE(store_.Has(BlockKey{id, 0}));
   EXPECT_FALSE(store_.Has(BlockKey{id, 1}));

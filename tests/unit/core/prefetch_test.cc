@@ -16,14 +16,14 @@
 namespace perch::core {
 namespace {
 
+using testing::Data;
 using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::MemIndex;
+using testing::P;
 using testing::StackConfig;
 using testing::StackFixture;
-using testing::Data;
-using testing::P;
 
 // Starts are recorded; fetches end when the test releases them.
 struct Recorder {
@@ -52,7 +52,8 @@ TEST(FetchSchedulerTest, TheBudgetIsNeverExceeded) {
   std::mt19937 rng(7);
   for (int i = 0; i < 60; ++i) {
     auto prio = static_cast<Priority>(rng() % kPriorityCount);
-    s.Submit(prio, "flow" + std::to_string(rng() % 3), 100 + rng() % 900, r.Task("t" + std::to_string(i)));
+    s.Submit(prio, "flow" + std::to_string(rng() % 3), 100 + rng() % 900,
+             r.Task("t" + std::to_string(i)));
     if (rng() % 2 == 0 && !r.running.empty()) r.Finish(r.running.begin()->first);
   }
   while (!r.running.empty()) r.Finish(r.running.begin()->first);
@@ -74,7 +75,8 @@ TEST(FetchSchedulerTest, DemandOvertakesPrefetch) {
   // Background classes may use 2 of 4 slots: demand always finds room.
   FetchScheduler s(SchedulerOptions{4, 1 << 30, 0.5});
   Recorder r;
-  for (int i = 0; i < 5; ++i) s.Submit(Priority::kSpeculative, "ns", 1, r.Task("p" + std::to_string(i)));
+  for (int i = 0; i < 5; ++i)
+    s.Submit(Priority::kSpeculative, "ns", 1, r.Task("p" + std::to_string(i)));
   EXPECT_EQ(r.started.size(), 2u);
   s.Submit(Priority::kDemand, "ns", 1, r.Task("d0"));
   EXPECT_EQ(r.started.back(), "d0");  // started at once, ahead of three queued prefetches
@@ -98,8 +100,10 @@ TEST(FetchSchedulerTest, DemandOvertakesPrefetch) {
 TEST(FetchSchedulerTest, FlowsTakeTurnsWithinAClass) {
   FetchScheduler s(SchedulerOptions{1, 1 << 30, 1.0});
   Recorder r;
-  for (int i = 0; i < 3; ++i) s.Submit(Priority::kSpeculative, "x", 1, r.Task("x" + std::to_string(i)));
-  for (int i = 0; i < 2; ++i) s.Submit(Priority::kSpeculative, "y", 1, r.Task("y" + std::to_string(i)));
+  for (int i = 0; i < 3; ++i)
+    s.Submit(Priority::kSpeculative, "x", 1, r.Task("x" + std::to_string(i)));
+  for (int i = 0; i < 2; ++i)
+    s.Submit(Priority::kSpeculative, "y", 1, r.Task("y" + std::to_string(i)));
   while (!r.running.empty()) r.Finish(r.running.begin()->first);
   EXPECT_EQ(r.started, (std::vector<std::string>{"x0", "x1", "y0", "x2", "y1"}));
 }
@@ -120,7 +124,6 @@ TEST(FetchSchedulerTest, CancelAndBoostQueuedFetches) {
   EXPECT_EQ(s.Stats().cancelled, 1u);
   EXPECT_EQ(s.Stats().boosted, 1u);
 }
-
 
 // The cache stack with a scheduler and a prefetcher over a FakeOrigin.
 class PrefetchTest : public ::testing::Test {
@@ -166,7 +169,8 @@ TEST_F(PrefetchTest, HintsAreFollowedInOrderAWindowAheadOfTheReader) {
   for (int i = 0; i < 10; ++i) Attr("/h/f" + std::to_string(i));  // metadata known; only data moves
   size_t mark = origin_.ReadLog().size();
   prefetcher_->Hint("job", {P("/h/f5"), P("/h/f2"), P("/h/f9"), P("/h/f0"), P("/h/f7")});
-  EXPECT_EQ(LogSince(mark), (std::vector<std::string>{"/h/f5@0", "/h/f2@0"}));  // the window: two files
+  EXPECT_EQ(LogSince(mark),
+            (std::vector<std::string>{"/h/f5@0", "/h/f2@0"}));  // the window: two files
 
   // The reader opens the first hinted file: the window moves one file on.
   auto h = fs_->Open(P("/h/f5"));
@@ -181,7 +185,8 @@ TEST_F(PrefetchTest, HintsAreFollowedInOrderAWindowAheadOfTheReader) {
   h = fs_->Open(P("/h/f0"));
   ASSERT_TRUE(h.ok());
   fs_->Release(*h);
-  EXPECT_EQ(LogSince(mark), (std::vector<std::string>{"/h/f5@0", "/h/f2@0", "/h/f9@0", "/h/f0@0", "/h/f7@0"}));
+  EXPECT_EQ(LogSince(mark),
+            (std::vector<std::string>{"/h/f5@0", "/h/f2@0", "/h/f9@0", "/h/f0@0", "/h/f7@0"}));
   EXPECT_EQ(prefetcher_->stats().hinted_files, 5u);
 
   // A new list replaces the old one.
@@ -198,17 +203,20 @@ TEST_F(PrefetchTest, AReaderWaitingOnAQueuedPrefetchMovesItToTheFront) {
   origin_.Hold(true);
   size_t mark = origin_.ReadLog().size();
   for (uint64_t b = 0; b < 4; ++b) {
-    reader_->Prefetch(P("/big.bin"), ObjectVersion{a.size, a.etag}, id, b, FetchClass{Priority::kSpeculative, ""});
+    reader_->Prefetch(P("/big.bin"), ObjectVersion{a.size, a.etag}, id, b,
+                      FetchClass{Priority::kSpeculative, ""});
   }
   std::optional<Result<Bytes>> got;
-  reader_->Read(P("/big.bin"), ObjectVersion{a.size, a.etag}, id, ByteRange{3000, 10}, DeadlineAfter(std::chrono::seconds(5)),
+  reader_->Read(P("/big.bin"), ObjectVersion{a.size, a.etag}, id, ByteRange{3000, 10},
+                DeadlineAfter(std::chrono::seconds(5)),
                 [&](Result<Bytes> r) { got = std::move(r); });
   EXPECT_EQ(scheduler_->Stats().boosted, 1u);
   while (origin_.ReleaseOne()) {
   }
   origin_.Hold(false);
   ASSERT_TRUE(got.has_value() && got->ok());
-  EXPECT_EQ(LogSince(mark), (std::vector<std::string>{"/big.bin@0", "/big.bin@3000", "/big.bin@1000", "/big.bin@2000"}));
+  EXPECT_EQ(LogSince(mark), (std::vector<std::string>{"/big.bin@0", "/big.bin@3000",
+                                                      "/big.bin@1000", "/big.bin@2000"}));
   EXPECT_EQ(reader_->stats().misses, 4u);
 }
 
@@ -253,8 +261,9 @@ TEST_F(PrefetchTest, OpeningAFileFetchesItsSiblingsOnce) {
   auto h = fs_->Open(P("/d/g2"));
   ASSERT_TRUE(h.ok());
   // After g2 in name order, wrapping around; every block of each (1500 bytes: two).
-  EXPECT_EQ(LogSince(mark), (std::vector<std::string>{"/d/g3@0", "/d/g3@1000", "/d/g4@0", "/d/g4@1000", "/d/g0@0",
-                                                      "/d/g0@1000", "/d/g1@0", "/d/g1@1000"}));
+  EXPECT_EQ(LogSince(mark),
+            (std::vector<std::string>{"/d/g3@0", "/d/g3@1000", "/d/g4@0", "/d/g4@1000", "/d/g0@0",
+                                      "/d/g0@1000", "/d/g1@0", "/d/g1@1000"}));
   EXPECT_EQ(prefetcher_->stats().directory_files, 4u);
   fs_->Release(*h);
   h = fs_->Open(P("/d/g3"));

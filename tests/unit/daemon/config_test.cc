@@ -37,7 +37,8 @@ class ConfigFileTest : public ::testing::Test {
  protected:
   void TearDown() override { std::filesystem::remove(path_); }
   void Write(const std::string& text) { std::ofstream(path_) << text; }
-  std::string path_ = std::filesystem::temp_directory_path() / ("perch-config-" + std::to_string(getpid()) + ".toml");
+  std::string path_ = std::filesystem::temp_directory_path() /
+                      ("perch-config-" + std::to_string(getpid()) + ".toml");
 };
 
 TEST_F(ConfigFileTest, AppliesEveryKey) {
@@ -64,10 +65,14 @@ dir_ttl = 60
 }
 
 TEST_F(ConfigFileTest, ErrorsNameTheProblem) {
-  struct Case { const char* text; const char* needle; };
-  for (const Case& k : {Case{"cache_size = \"lots\"", "cache_size"}, Case{"cach_size = 1", "unknown key 'cach_size'"},
-                        Case{"fuse_threads = -3", "positive integer"}, Case{"cache_dir = 5", "must be a string"},
-                        Case{"cache_size = [", ":1:"}}) {
+  struct Case {
+    const char* text;
+    const char* needle;
+  };
+  for (const Case& k : {Case{"cache_size = \"lots\"", "cache_size"},
+                        Case{"cach_size = 1", "unknown key 'cach_size'"},
+                        Case{"fuse_threads = -3", "positive integer"},
+                        Case{"cache_dir = 5", "must be a string"}, Case{"cache_size = [", ":1:"}}) {
     Write(k.text);
     DaemonConfig c;
     try {
@@ -105,8 +110,9 @@ TEST_F(ConfigFileTest, ListenersStayLocalUnlessAllowed) {
   c = DaemonConfig{};
   ApplyConfigFile(path_, &c);
   EXPECT_THROW(Validate(c), ConfigError);
-  Write("metrics = \"0.0.0.0:9464\"\nmetrics_allow_remote = true\ncontrol_group = \"root\"\n"
-        "allow_nonempty_mountpoint = true\n");
+  Write(
+      "metrics = \"0.0.0.0:9464\"\nmetrics_allow_remote = true\ncontrol_group = \"root\"\n"
+      "allow_nonempty_mountpoint = true\n");
   c = DaemonConfig{};
   ApplyConfigFile(path_, &c);
   EXPECT_TRUE(c.metrics_allow_remote);
@@ -149,13 +155,18 @@ tokens = { "/data/private" = "/etc/perch/private.token" }
   EXPECT_EQ(MountsOf(c)[0].federation_url, "osdf:///ns");
   EXPECT_TRUE(MountsOf(DaemonConfig{}).empty());
 
-  struct Case { const char* text; const char* needle; };
-  for (const Case& k : {Case{"federation = \"osdf:///\"\n[[mount]]\nfederation = \"osdf:///a\"\nmountpoint = \"/a\"\n",
-                             "not both"},
-                        Case{"[[mount]]\nfederation = \"osdf:///a\"\n", "needs both"},
-                        Case{"[[mount]]\nfederation = \"osdf:///a\"\nmountpoint = \"/a\"\ncache_size = 1\n",
-                             "unknown key 'cache_size'"},
-                        Case{"mount = 3\n", "array of tables"}}) {
+  struct Case {
+    const char* text;
+    const char* needle;
+  };
+  for (const Case& k :
+       {Case{"federation = \"osdf:///\"\n[[mount]]\nfederation = \"osdf:///a\"\nmountpoint = "
+             "\"/a\"\n",
+             "not both"},
+        Case{"[[mount]]\nfederation = \"osdf:///a\"\n", "needs both"},
+        Case{"[[mount]]\nfederation = \"osdf:///a\"\nmountpoint = \"/a\"\ncache_size = 1\n",
+             "unknown key 'cache_size'"},
+        Case{"mount = 3\n", "array of tables"}}) {
     Write(k.text);
     DaemonConfig bad;
     try {
@@ -165,8 +176,9 @@ tokens = { "/data/private" = "/etc/perch/private.token" }
       EXPECT_NE(std::string(e.what()).find(k.needle), std::string::npos) << e.what();
     }
   }
-  Write("[[mount]]\nfederation = \"osdf:///a\"\nmountpoint = \"/a\"\n"
-        "[[mount]]\nfederation = \"osdf:///b\"\nmountpoint = \"/a\"\n");
+  Write(
+      "[[mount]]\nfederation = \"osdf:///a\"\nmountpoint = \"/a\"\n"
+      "[[mount]]\nfederation = \"osdf:///b\"\nmountpoint = \"/a\"\n");
   DaemonConfig twice;
   ApplyConfigFile(path_, &twice);
   EXPECT_THROW(Validate(twice), ConfigError);

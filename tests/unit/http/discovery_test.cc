@@ -18,7 +18,8 @@ TEST(DiscoveryTest, ParsesOsdfDocument) {
 }
 
 TEST(DiscoveryTest, NormalisesPortAndSlash) {
-  auto info = ParseDiscoveryDocument(R"({"director_endpoint": "https://d.example:443/", "extra": 1})");
+  auto info =
+      ParseDiscoveryDocument(R"({"director_endpoint": "https://d.example:443/", "extra": 1})");
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->director_endpoint, "https://d.example");
   auto http = ParseDiscoveryDocument(R"({"director_endpoint": "http://127.0.0.1:8080"})");

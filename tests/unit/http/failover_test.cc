@@ -166,16 +166,18 @@ TEST(ParseDirectorAnswerTest, GoEscapedLinkGeneralisesToTheNamespace) {
 
 TEST(ParseDirectorAnswerTest, NestedNamespaceAndOriginBaseWithItsOwnPath) {
   auto path = ObjectPath::Parse("/a/b/x/y.bin");
-  auto r = Redirect({{"link",
-                      "<http://c1:1/a/b/x/y.bin>; rel=\"duplicate\"; pri=1; depth=2, "
-                      "<http://origin:2/export/b/x/y.bin>; rel=\"duplicate\"; pri=2; depth=2"},
-                     {"x-pelican-namespace",
-                      "namespace=/a/b, require-token=true, collections-url=http://origin:2/export"}});
+  auto r =
+      Redirect({{"link",
+                 "<http://c1:1/a/b/x/y.bin>; rel=\"duplicate\"; pri=1; depth=2, "
+                 "<http://origin:2/export/b/x/y.bin>; rel=\"duplicate\"; pri=2; depth=2"},
+                {"x-pelican-namespace",
+                 "namespace=/a/b, require-token=true, collections-url=http://origin:2/export"}});
   auto e = ParseDirectorAnswer(*path, r, 6, Clock::now() + std::chrono::seconds(60));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_EQ((*e)->prefix.str(), "/a/b");
   EXPECT_TRUE((*e)->require_token);
-  EXPECT_EQ((*e)->server_bases, (std::vector<std::string>{"http://c1:1/a/b", "http://origin:2/export/b"}));
+  EXPECT_EQ((*e)->server_bases,
+            (std::vector<std::string>{"http://c1:1/a/b", "http://origin:2/export/b"}));
   EXPECT_EQ((*e)->ServerUrl(1, *ObjectPath::Parse("/a/b/z w")), "http://origin:2/export/b/z%20w");
 }
 
@@ -197,7 +199,8 @@ TEST(ParseDirectorAnswerTest, ErrorsAreClassified) {
   EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
   EXPECT_NE(e.status().message().find("No namespace found"), std::string::npos);
   r.head.status = 503;
-  EXPECT_TRUE(ParseDirectorAnswer(*ObjectPath::Parse("/x"), r, 6, Clock::now()).status().retryable());
+  EXPECT_TRUE(
+      ParseDirectorAnswer(*ObjectPath::Parse("/x"), r, 6, Clock::now()).status().retryable());
   r.head.status = 307;
   EXPECT_EQ(ParseDirectorAnswer(*ObjectPath::Parse("/x"), r, 6, Clock::now()).status().code(),
             StatusCode::kCorrupt);

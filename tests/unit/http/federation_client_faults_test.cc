@@ -32,10 +32,12 @@ class FaultsTest : public ::testing::Test {
     opts.low_speed_time = std::chrono::seconds(1);
     opts.low_speed_bytes = 1000;
     opts.director_backoff = std::chrono::milliseconds(50);
-    client_ = std::make_unique<FederationClient>(loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
+    client_ = std::make_unique<FederationClient>(
+        loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
   }
 
-  Result<core::Bytes> Read(uint64_t off, uint64_t len, std::chrono::seconds timeout = std::chrono::seconds(20)) {
+  Result<core::Bytes> Read(uint64_t off, uint64_t len,
+                           std::chrono::seconds timeout = std::chrono::seconds(20)) {
     std::promise<Result<core::Bytes>> p;
     client_->ReadRange(*core::ObjectPath::Parse("/obj"), core::ObjectVersion{object_.size(), ""},
                        core::ByteRange{off, len}, core::DeadlineAfter(timeout),
@@ -82,7 +84,8 @@ TEST_F(FaultsTest, StalledServerIsAbandoned) {
 TEST_F(FaultsTest, ASilentServerIsLeftAfterTheFirstByteTimeNotTheLowSpeedLimit) {
   // Accepted but never answered (a SIGSTOPped cache); low-speed limit 20 s.
   FederationClientOptions opts;
-  client_ = std::make_unique<FederationClient>(loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
+  client_ = std::make_unique<FederationClient>(
+      loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
   server_.SetLinks({"silent", "ok"});
   auto start = std::chrono::steady_clock::now();
   auto r = Read(0, 4096);
@@ -105,7 +108,8 @@ TEST_F(FaultsTest, AListingWhoseOriginMovedAsksTheDirectorAgain) {
   server_.SetDirectorOverride(
       307,
       {{"Link", "<" + server_.BaseUrl() + "/srv/ok/ns/>; rel=\"duplicate\"; pri=1; depth=0"},
-       {"X-Pelican-Namespace", "namespace=/ns, require-token=false, collections-url=http://127.0.0.1:1"}},
+       {"X-Pelican-Namespace",
+        "namespace=/ns, require-token=false, collections-url=http://127.0.0.1:1"}},
       /*times=*/1);
   std::promise<Result<std::vector<core::DirEntry>>> p;
   client_->List(*core::ObjectPath::Parse("/"), core::DeadlineAfter(std::chrono::seconds(10)),
@@ -131,7 +135,8 @@ TEST_F(FaultsTest, ExhaustedListIsUnavailableAndNamesTheLastError) {
 TEST_F(FaultsTest, DeadlineIsHonouredWhenEveryServerStalls) {
   server_.SetLinks({"stall"});
   FederationClientOptions opts;  // default low-speed limits: 20 s, longer than the deadline
-  client_ = std::make_unique<FederationClient>(loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
+  client_ = std::make_unique<FederationClient>(
+      loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
   auto start = std::chrono::steady_clock::now();
   auto r = Read(0, 10, std::chrono::seconds(2));
   ASSERT_FALSE(r.ok());
@@ -169,7 +174,9 @@ TEST_F(FaultsTest, MalformedDirectorAnswersAreClearErrors) {
   for (const Case& c : std::vector<Case>{
            {307, {{"Link", "<http://x/ns/obj; rel=\"duplicate\""}}, "unterminated"},
            {307, {}, "neither Link nor Location"},
-           {307, {{"Location", "http://127.0.0.1:1/ns/obj"}, {"X-Pelican-Namespace", "namespace=/other"}},
+           {307,
+            {{"Location", "http://127.0.0.1:1/ns/obj"},
+             {"X-Pelican-Namespace", "namespace=/other"}},
             "does not contain the object"},
            {307, {{"Link", "<ftp://x/ns/obj>; rel=\"duplicate\"; pri=1"}}, "not an http"},
            {404, {}, "injected"},
@@ -211,7 +218,8 @@ TEST(CurlLoopBudgetTest, InFlightBudgetIsNeverExceeded) {
       if (!res.ok() && res.status().code() == core::StatusCode::kDeadlineExceeded) ok++;
     });
   }
-  for (int i = 0; i < 200 && done.load() < 30; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 200 && done.load() < 30; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(done.load(), 30);
   EXPECT_EQ(ok.load(), 30);  // every one hit its own deadline; none hung in the queue
   EXPECT_EQ(peak.load(), 3u);

@@ -28,7 +28,9 @@ std::vector<std::string> Names(const std::vector<core::DirEntry>& entries) {
 
 TEST(NamespaceDirectoryTest, RootAndIntermediateDirectoriesComeFromPrefixes) {
   NamespaceDirectory dir;
-  dir.SetAdvertised({{P("/a"), false}, {P("/a/b"), false}, {P("/ospool/uc-shared/public"), true},
+  dir.SetAdvertised({{P("/a"), false},
+                     {P("/a/b"), false},
+                     {P("/ospool/uc-shared/public"), true},
                      {P("/p"), true}});
   auto root = dir.ChildrenToward(P("/"));
   EXPECT_EQ(Names(root), (std::vector<std::string>{"a", "ospool", "p"}));

@@ -44,7 +44,10 @@ TEST(LinkHeaderTest, UrlsWithCommasAndSemicolons) {
 }
 
 TEST(LinkHeaderTest, MalformedGivesClearErrors) {
-  struct Case { const char* value; const char* needle; };
+  struct Case {
+    const char* value;
+    const char* needle;
+  };
   for (const Case& c : {Case{"<http://h/x; rel=\"duplicate\"", "unterminated"},
                         Case{"<http://h/x>; rel=\"dup", "unterminated"},
                         Case{"http://h/x; rel=\"duplicate\"", "does not start with"},
@@ -63,7 +66,8 @@ TEST(LinkHeaderTest, MalformedGivesClearErrors) {
 
 TEST(NamespaceHeaderTest, ParsesProtocolExample) {
   auto ns = ParseNamespaceHeader(
-      "namespace=/myvo/protected, require-token=true, collections-url=https://origin.example.org:8443");
+      "namespace=/myvo/protected, require-token=true, "
+      "collections-url=https://origin.example.org:8443");
   ASSERT_TRUE(ns.ok());
   EXPECT_EQ(ns->prefix, "/myvo/protected");
   EXPECT_TRUE(ns->require_token);
@@ -96,15 +100,18 @@ TEST(AuthorizationHeaderTest, AllLinesAllIssuers) {
 
 TEST(TokenGenerationHeaderTest, ParsesAndValidates) {
   auto tg = ParseTokenGenerationHeader(
-      "issuer=https://issuer.example.org/myvo, max-scope-depth=3, strategy=OAuth2, base-path=/myvo");
+      "issuer=https://issuer.example.org/myvo, max-scope-depth=3, strategy=OAuth2, "
+      "base-path=/myvo");
   ASSERT_TRUE(tg.ok());
   EXPECT_EQ(tg->issuer, "https://issuer.example.org/myvo");
   EXPECT_EQ(tg->max_scope_depth, 3);
   EXPECT_EQ(tg->strategy, "OAuth2");
   EXPECT_EQ(tg->base_path, "/myvo");
   EXPECT_FALSE(ParseTokenGenerationHeader("issuer=https://i, strategy=OAuth2").ok());
-  EXPECT_FALSE(ParseTokenGenerationHeader("issuer=https://i, max-scope-depth=x, strategy=OAuth2").ok());
-  EXPECT_FALSE(ParseTokenGenerationHeader("issuer=https://i, max-scope-depth=1, strategy=Magic").ok());
+  EXPECT_FALSE(
+      ParseTokenGenerationHeader("issuer=https://i, max-scope-depth=x, strategy=OAuth2").ok());
+  EXPECT_FALSE(
+      ParseTokenGenerationHeader("issuer=https://i, max-scope-depth=1, strategy=Magic").ok());
 }
 
 TEST(ContentRangeTest, Parses) {
@@ -122,8 +129,9 @@ TEST(ContentRangeTest, Parses) {
 }
 
 TEST(ContentRangeTest, Malformed) {
-  for (const char* bad : {"", "bytes", "bytes 1-2", "items 1-2/3", "bytes 5-2/10", "bytes 0-10/10",
-                          "bytes a-b/c", "bytes -1-2/3", "bytes 1-2/-3", "bytes 99999999999999999999-1/2"}) {
+  for (const char* bad :
+       {"", "bytes", "bytes 1-2", "items 1-2/3", "bytes 5-2/10", "bytes 0-10/10", "bytes a-b/c",
+        "bytes -1-2/3", "bytes 1-2/-3", "bytes 99999999999999999999-1/2"}) {
     auto cr = ParseContentRange(bad);
     EXPECT_FALSE(cr.ok()) << bad;
     EXPECT_NE(cr.status().message().find("Content-Range"), std::string::npos);

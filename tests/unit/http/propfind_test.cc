@@ -145,7 +145,10 @@ TEST(PropfindTest, ElementsOutsideDavNamespaceAreIgnored) {
 }
 
 TEST(PropfindTest, MalformedAnswersGiveClearErrors) {
-  struct Case { std::string xml; const char* needle; };
+  struct Case {
+    std::string xml;
+    const char* needle;
+  };
   const std::string head = R"(<D:multistatus xmlns:D="DAV:"><D:response>)";
   const std::string ok_prop =
       "<D:propstat><D:prop><D:getcontentlength>1</D:getcontentlength></D:prop>"
@@ -225,8 +228,9 @@ TEST(PropfindTest, HostileListingEntriesAreRejected) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("lacks the collection"), std::string::npos);
   // Duplicate names.
-  EXPECT_FALSE(InterpretListing(make({{"/ns/d", true}, {"/ns/d/a", false}, {"/ns/d/a", false}}),
-                                "/ns/d").ok());
+  EXPECT_FALSE(
+      InterpretListing(make({{"/ns/d", true}, {"/ns/d/a", false}, {"/ns/d/a", false}}), "/ns/d")
+          .ok());
   // Listing a file.
   auto file = InterpretListing(make({{"/ns/f", false}}), "/ns/f");
   ASSERT_FALSE(file.ok());

@@ -16,7 +16,8 @@ namespace fs = std::filesystem;
 std::string B64Url(const std::string& in) {
   std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
   int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+                          reinterpret_cast<const unsigned char*>(in.data()),
+                          static_cast<int>(in.size()));
   out.resize(static_cast<size_t>(n));
   for (char& c : out) {
     if (c == '+') c = '-';
@@ -35,8 +36,9 @@ std::string Jwt(const std::string& claims) {
 class TokenFinderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("perch-token-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("perch-token-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_ / "creds");
     env_["_CONDOR_CREDS"] = (dir_ / "creds").string();
   }
@@ -48,12 +50,17 @@ class TokenFinderTest : public ::testing::Test {
     return p.string();
   }
   TokenFinder Finder(std::string explicit_file = "") {
-    return TokenFinder(std::move(explicit_file), [this](const std::string& k) -> std::optional<std::string> {
-      auto it = env_.find(k);
-      return it == env_.end() ? std::nullopt : std::optional<std::string>(it->second);
-    }, 4242);
+    return TokenFinder(
+        std::move(explicit_file),
+        [this](const std::string& k) -> std::optional<std::string> {
+          auto it = env_.find(k);
+          return it == env_.end() ? std::nullopt : std::optional<std::string>(it->second);
+        },
+        4242);
   }
-  TokenRequest Request() { return TokenRequest{"/ns/data/x", "/ns", {"https://issuer.example"}, ""}; }
+  TokenRequest Request() {
+    return TokenRequest{"/ns/data/x", "/ns", {"https://issuer.example"}, ""};
+  }
 
   fs::path dir_;
   std::map<std::string, std::string> env_;
@@ -70,10 +77,12 @@ TEST_F(TokenFinderTest, NothingFoundListsWhereItLooked) {
 }
 
 TEST_F(TokenFinderTest, ExplicitFileWinsAndJsonIsRead) {
-  std::string good = Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/","exp":)" +
-                         std::to_string(later_) + "}");
+  std::string good =
+      Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/","exp":)" +
+          std::to_string(later_) + "}");
   std::string f = Write("explicit", R"({"access_token": ")" + good + R"(", "expires_in": 60})");
-  env_["BEARER_TOKEN"] = Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/"})");
+  env_["BEARER_TOKEN"] =
+      Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/"})");
   auto t = Finder(f).Find(Request());
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->token, good);
@@ -82,7 +91,8 @@ TEST_F(TokenFinderTest, ExplicitFileWinsAndJsonIsRead) {
 }
 
 TEST_F(TokenFinderTest, EnvironmentOrder) {
-  std::string a = Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/data"})");
+  std::string a =
+      Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/data"})");
   env_["BEARER_TOKEN_FILE"] = Write("btf", a + "\n");
   auto t = Finder().Find(Request());
   ASSERT_TRUE(t.ok());
@@ -93,10 +103,14 @@ TEST_F(TokenFinderTest, EnvironmentOrder) {
 }
 
 TEST_F(TokenFinderTest, SkipsUnacceptableTokensForALaterAcceptableOne) {
-  std::string expired = Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/","exp":1})");
-  std::string wrong_issuer = Jwt(R"({"wlcg.ver":"1.0","iss":"https://evil.example","scope":"storage.read:/"})");
-  std::string wrong_scope = Jwt(R"({"ver":"scitoken:2.0","iss":"https://issuer.example","scope":"read:/other"})");
-  std::string good = Jwt(R"({"ver":"scitoken:2.0","iss":"https://issuer.example","scope":"write:/ read:/data"})");
+  std::string expired =
+      Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/","exp":1})");
+  std::string wrong_issuer =
+      Jwt(R"({"wlcg.ver":"1.0","iss":"https://evil.example","scope":"storage.read:/"})");
+  std::string wrong_scope =
+      Jwt(R"({"ver":"scitoken:2.0","iss":"https://issuer.example","scope":"read:/other"})");
+  std::string good =
+      Jwt(R"({"ver":"scitoken:2.0","iss":"https://issuer.example","scope":"write:/ read:/data"})");
   env_["BEARER_TOKEN"] = expired;
   env_["BEARER_TOKEN_FILE"] = Write("a", wrong_issuer);
   env_["TOKEN"] = Write("b", wrong_scope);

@@ -51,9 +51,9 @@ TEST(FederationUrlTest, DevelopmentHttp) {
 }
 
 TEST(FederationUrlTest, BadUrlsSayWhy) {
-  for (const char* bad : {"", "/just/a/path", "ftp://host/x", "pelican:///x", "pelican://",
-                          "http://user:pw@host/x", "pelican://host/a/../b", "osdf:///a/%zz",
-                          "osdf:///a/%00b"}) {
+  for (const char* bad :
+       {"", "/just/a/path", "ftp://host/x", "pelican:///x", "pelican://", "http://user:pw@host/x",
+        "pelican://host/a/../b", "osdf:///a/%zz", "osdf:///a/%00b"}) {
     auto u = ParseFederationUrl(bad);
     EXPECT_FALSE(u.ok()) << bad;
     EXPECT_EQ(u.status().code(), StatusCode::kInvalidArgument) << bad;

@@ -78,7 +78,6 @@ TEST_F(StoreTest, RoundTripAtManyOffsets) {
   EXPECT_EQ(store.Read(BlockKey{"ab12cd", 1}, 0, 1).status().code(), StatusCode::kNotFound);
 }
 
-
 TEST_F(StoreTest, SliceLocatesTheBytesInTheBlockFile) {
   FileBlockStore store(dir_.string());
   std::string data = Data(100000);
@@ -87,7 +86,8 @@ TEST_F(StoreTest, SliceLocatesTheBytesInTheBlockFile) {
   ASSERT_TRUE(slice.ok()) << slice.status().ToString();
   EXPECT_EQ(slice->length(), 1000u);
   std::string got(1000, '\0');
-  ASSERT_EQ(pread(slice->fd(), got.data(), got.size(), static_cast<off_t>(slice->file_offset())), 1000);
+  ASSERT_EQ(pread(slice->fd(), got.data(), got.size(), static_cast<off_t>(slice->file_offset())),
+            1000);
   EXPECT_EQ(got, data.substr(4096, 1000));
   auto tail = store.Slice(BlockKey{"cc", 7}, 99990, 1000);  // clipped at the end of the block
   ASSERT_TRUE(tail.ok());
@@ -104,7 +104,8 @@ TEST_F(StoreTest, CorruptionIsDetectedAndTheFileRemoved) {
   std::vector<Case> cases = {
       {"data byte", [](const std::string& p) { FlipByte(p, fs::file_size(p) - 100); }, "CRC32C"},
       {"magic", [](const std::string& p) { FlipByte(p, 0); }, "magic"},
-      {"truncated", [](const std::string& p) { fs::resize_file(p, fs::file_size(p) - 1); }, "does not match"},
+      {"truncated", [](const std::string& p) { fs::resize_file(p, fs::file_size(p) - 1); },
+       "does not match"},
       {"tiny", [](const std::string& p) { fs::resize_file(p, 10); }, "shorter than its header"},
   };
   for (const Case& c : cases) {
@@ -132,7 +133,8 @@ TEST_F(StoreTest, ABlockUnderAnotherKeysNameIsRejected) {
 }
 
 TEST_F(StoreTest, FullDiskIsNoSpaceAndLeavesNothing) {
-  if (mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=256k") != 0) GTEST_SKIP() << "cannot mount tmpfs";
+  if (mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=256k") != 0)
+    GTEST_SKIP() << "cannot mount tmpfs";
   mounted_ = true;
   FileBlockStore store(dir_.string());
   ASSERT_TRUE(store.Write(BlockKey{"bb", 0}, Data(100 << 10)).ok());
@@ -147,7 +149,10 @@ TEST_F(StoreTest, RocksDbIndexBatchesScansAndReopens) {
   {
     auto index = RocksDbIndex::Open((dir_ / "index").string());
     ASSERT_TRUE(index.ok()) << index.status().ToString();
-    ASSERT_TRUE((*index)->Apply({{"b/x/1", "one"}, {"b/x/2", "two"}, {"c/y", "other"}, {"b/x/3", "three"}}).ok());
+    ASSERT_TRUE(
+        (*index)
+            ->Apply({{"b/x/1", "one"}, {"b/x/2", "two"}, {"c/y", "other"}, {"b/x/3", "three"}})
+            .ok());
     ASSERT_TRUE((*index)->Apply({{"b/x/3", std::nullopt}}).ok());
     // A second open of the same directory is refused clearly.
     auto second = RocksDbIndex::Open((dir_ / "index").string());
@@ -161,10 +166,13 @@ TEST_F(StoreTest, RocksDbIndexBatchesScansAndReopens) {
   EXPECT_EQ(**v, "two");
   EXPECT_FALSE((*index)->Get("b/x/3")->has_value());
   std::vector<std::string> keys;
-  ASSERT_TRUE((*index)->Scan("b/", [&](std::string_view k, std::string_view) {
-    keys.emplace_back(k);
-    return true;
-  }).ok());
+  ASSERT_TRUE((*index)
+                  ->Scan("b/",
+                         [&](std::string_view k, std::string_view) {
+                           keys.emplace_back(k);
+                           return true;
+                         })
+                  .ok());
   EXPECT_EQ(keys, (std::vector<std::string>{"b/x/1", "b/x/2"}));
 }
 
@@ -234,7 +242,8 @@ TEST_F(StoreTest, BlockDirectoriesAndFilesArePrivate) {
   FileBlockStore store(root.string());
   ASSERT_TRUE(store.Write(BlockKey{"cc", 0}, Data(10)).ok());
   fs::path file = store.PathOf(BlockKey{"cc", 0});
-  EXPECT_EQ(fs::status(file).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(fs::status(file).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
   EXPECT_EQ(fs::status(file.parent_path()).permissions() & fs::perms::all, fs::perms::owner_all);
   EXPECT_EQ(fs::status(root / "blocks").permissions() & fs::perms::all, fs::perms::owner_all);
 }
