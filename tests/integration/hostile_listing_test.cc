@@ -99,5 +99,22 @@ TEST_F(HostileListingTest, HugeSizesAndBadNamesStayBoundedAndSigtermIsPrompt) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
+// Issue #11 item 7 through the mount: the director's first answer names an
+// origin for listings that is gone (a closed port), its next answer the one
+// that serves. perchd mounts and lists at once (it asks the director again
+// after the listing fails), instead of failing until the answer expires.
+TEST_F(HostileListingTest, ListingsFollowAnOriginThatMoved) {
+  server_.SetDirectorOverride(
+      307,
+      {{"Link", "<" + server_.BaseUrl() + "/srv/ok/ns/>; rel=\"duplicate\"; pri=1; depth=0"},
+       {"X-Pelican-Namespace",
+        "namespace=/ns, require-token=false, collections-url=http://127.0.0.1:1"}},
+      /*times=*/1);
+  Mount();
+  EXPECT_TRUE(fs::is_directory(mnt_ / "d")) << perchd_.Log();
+  EXPECT_EQ(ReadLocalFile(mnt_ / "d" / "small"), "hello");
+  EXPECT_EQ(server_.DirectorHits() >= 2, true);
+}
+
 }  // namespace
 }  // namespace perch::testing
