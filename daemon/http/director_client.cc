@@ -34,42 +34,23 @@ bool IsRedirect(long code) {
   return code == 301 || code == 302 || code == 303 || code == 307 || code == 308;
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// The part of `encoded` (a URL path, escaped in any consistent way) that comes
-// before the segments which decode to `decoded_suffix` ("/x/y"); nullopt if
-// `encoded` does not end with them. Directors escape differently (Go's
-// url.URL leaves `$&+,:;=@` raw, perch escapes them), so compare decoded.
+// The part of `encoded` (a URL path, escaped in any consistent way) before
+// its last segments when they decode to the segments of `suffix`; nullopt if
+// they do not. Directors escape differently (Go's url.URL leaves `$&+,:;=@`
+// raw, perch escapes them), so segments are compared decoded; a %2F inside a
+// segment is no boundary.
 std::optional<std::string> StripDecodedSuffix(const std::string& encoded,
-                                              const std::string& decoded_suffix) {
-  // Decode, remembering where each decoded byte started in `encoded`.
-  std::string decoded;
-  std::vector<size_t> start;
-  for (size_t i = 0; i < encoded.size();) {
-    start.push_back(i);
-    if (encoded[i] == '%' && i + 2 < encoded.size() && HexValue(encoded[i + 1]) >= 0 &&
-        HexValue(encoded[i + 2]) >= 0) {
-      decoded.push_back(
-          static_cast<char>(HexValue(encoded[i + 1]) * 16 + HexValue(encoded[i + 2])));
-      i += 3;
-    } else {
-      decoded.push_back(encoded[i]);
-      i += 1;
-    }
+                                              const ObjectPath& suffix) {
+  size_t end = encoded.size();
+  auto want = suffix.Segments();
+  for (auto it = want.rbegin(); it != want.rend(); ++it) {
+    size_t slash = end == 0 ? std::string::npos : encoded.rfind('/', end - 1);
+    if (slash == std::string::npos) return std::nullopt;
+    auto segment = PercentDecode(std::string_view(encoded).substr(slash + 1, end - slash - 1));
+    if (!segment.ok() || *segment != *it) return std::nullopt;
+    end = slash;
   }
-  if (decoded.size() < decoded_suffix.size() || !decoded.ends_with(decoded_suffix)) {
-    return std::nullopt;
-  }
-  size_t cut = decoded.size() - decoded_suffix.size();
-  if (cut == decoded.size()) return encoded;
-  // The suffix must begin at a real '/' of the encoded path (not at a %2F).
-  if (encoded[start[cut]] != '/') return std::nullopt;
-  return encoded.substr(0, start[cut]);
+  return encoded.substr(0, end);
 }
 
 }  // namespace
@@ -159,7 +140,8 @@ Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(const ObjectPa
     return core::CorruptError(what + ": neither Link nor Location header", FailureSite::kDirector);
   }
   std::string rel = fed_path.str().substr(entry->prefix.IsRoot() ? 0 : entry->prefix.str().size());
-  int rel_depth = static_cast<int>(ObjectPath::Parse(rel.empty() ? "/" : rel)->Segments().size());
+  const ObjectPath rel_path = *ObjectPath::Parse(rel.empty() ? "/" : rel);
+  int rel_depth = static_cast<int>(rel_path.Segments().size());
   for (const LinkEntry& link : links) {
     if (entry->server_bases.size() >= max_servers) break;
     auto split = SplitHttpUrl(link.url);
@@ -170,7 +152,7 @@ Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(const ObjectPa
     // namespace (its depth) to get the namespace root on that server.
     if (link.depth >= 0 && link.depth != rel_depth) entry->cacheable = false;
     if (!rel.empty()) {
-      if (auto base = StripDecodedSuffix(path, rel)) {
+      if (auto base = StripDecodedSuffix(path, rel_path)) {
         path = *base;
       } else {
         // Could not generalise: use the URL for this object only.

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/core/limits.h"
+
 namespace perch::http {
 
 using core::ObjectPath;
@@ -25,11 +27,12 @@ void NamespaceDirectory::AddSeen(const ObjectPath& prefix, bool require_token) {
 }
 
 std::optional<ObjectPath> NamespaceDirectory::Holder(const ObjectPath& path) const {
-  std::optional<ObjectPath> best;
-  ForEach([&](const ObjectPath& p, bool) {
-    if (path.HasPrefix(p) && (!best || p.str().size() > best->str().size())) best = p;
-  });
-  return best;
+  // Up the path's ancestors, longest first: a lookup per segment, not a scan
+  // of every prefix (this runs for every block a read fetches).
+  for (ObjectPath p = path; !p.IsRoot(); p = p.Parent()) {
+    if (IsPrefix(p)) return p;
+  }
+  return std::nullopt;
 }
 
 bool NamespaceDirectory::IsPrefix(const ObjectPath& path) const {
@@ -76,7 +79,7 @@ core::Result<std::vector<NamespaceDirectory::Prefix>> ParseNamespaceList(std::st
     auto it = item.find("path");
     if (it == item.end() || !it->is_string()) continue;
     const std::string& text = it->get_ref<const std::string&>();
-    if (text.empty() || text.front() != '/' || text.size() > 4096) continue;
+    if (text.empty() || text.front() != '/' || text.size() > core::kMaxPathBytes) continue;
     auto p = ObjectPath::Parse(text);
     if (!p.ok() || p->IsRoot()) continue;
     bool require_token = false;

@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
 #include "daemon/http/pelican_headers.h"
 
@@ -16,12 +17,6 @@ using core::ObjectPath;
 using core::Result;
 using core::Status;
 using core::StatusCode;
-
-namespace {
-// No object of a federation is larger than this (1 PiB); a larger
-// Content-Length is a server's error, not a size to allocate or loop over.
-constexpr uint64_t kMaxProbeSize = uint64_t{1} << 50;
-}  // namespace
 
 struct RangeReader::Op {
   ObjectPath fed_path;
@@ -312,7 +307,7 @@ bool RangeReader::ProbeDone(std::shared_ptr<Op> op, const HttpHead& head) {
     std::string total = slash == std::string::npos ? "" : cr.substr(slash + 1);
     if (total.empty() || total.size() > 16 ||
         total.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoull(total) > kMaxProbeSize) {
+        std::stoull(total) > core::kMaxObjectSize) {
       return false;  // no usable size: StatusFromHttp makes it the server's failure
     }
     attr.size = std::stoull(total);

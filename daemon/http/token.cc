@@ -231,12 +231,11 @@ core::Result<std::vector<std::string>> NamespaceAuth::Headers(
     found = finder_.Find(TokenRequest{object_path, prefix, issuers, token_name_});
   }
   if (!found.ok()) {
-    if (!warned_[prefix]) {
-      warned_[prefix] = true;
+    if (warned_.size() >= 4096) warned_.clear();
+    if (warned_.insert(prefix).second) {
       spdlog::warn("namespace {} requires a token and none is usable ({}): its files are EACCES",
                    core::EscapeForLog(prefix), core::EscapeForLog(found.status().message()));
     }
-    if (warned_.size() > 4096) warned_.clear();
     return core::PermissionDeniedError(
         "namespace " + prefix + " requires a token: " + found.status().message(),
         core::FailureSite::kLocal);

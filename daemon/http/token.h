@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -90,7 +91,7 @@ class NamespaceAuth {
   std::chrono::seconds ttl_;
   std::map<std::string, std::string> by_prefix_;
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> cache_;
-  std::map<std::string, bool> warned_;  // namespaces whose missing token was logged
+  std::set<std::string> warned_;  // namespaces whose missing token was logged
 };
 
 // Reads a token file: raw token text or JSON {"access_token": ...}; trimmed.
