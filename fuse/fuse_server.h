@@ -30,7 +30,7 @@
 #include <unordered_map>
 
 #include "daemon/core/filesystem.h"
-#include "daemon/core/node_control.h"
+#include "daemon/core/metrics.h"
 
 struct fuse_session;
 

@@ -322,6 +322,9 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
       continue;
     }
     if (!Forget(key, &batch)) continue;
+    // Counted as the bytes leave cached_bytes, so that no stats snapshot
+    // shows the cache shrunk by an eviction it does not count.
+    evictions_.fetch_add(1);
     result->blocks++;
     result->bytes += length;
     objects.insert(key.object_id);
@@ -331,7 +334,6 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
     Status s = index_.Apply(batch);
     if (!s.ok()) spdlog::warn("cache: eviction records not written: {}", s.ToString());
   }
-  evictions_ += result->blocks;
 }
 
 Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {

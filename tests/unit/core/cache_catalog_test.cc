@@ -119,7 +119,7 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
                                   [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); }};
   config.block_size = kMiB;
   ASSERT_TRUE(node.Build(config).ok());
-  CacheCatalog& catalog = node.catalog();
+  CacheCatalog& catalog = node.stack().catalog();
   EXPECT_EQ(catalog.capacity_bytes(), 192 * kMiB);  // 200 MiB less the 8 MiB reserve
   // Something else fills the disk after the last look: 40 MiB left for perch.
   fs.Fill(160 * kMiB);
