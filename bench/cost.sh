@@ -7,7 +7,8 @@
 #     parallel): the CPU a plain HTTP client spends on the same GETs;
 #   - through perch: cold (new cache, page cache dropped), from its disk cache
 #     (remounted, page cache dropped) and from the page cache (read again);
-#   - the large file also from local disk (page cache dropped).
+#   - the large file also from local disk (page cache dropped), and once more
+#     with the disk taken out: perch's cache dir and a local copy on tmpfs.
 # For each pass: wall time, perchd's CPU (utime+stime of all its threads from
 # /proc/PID/stat, before/after), the reader's CPU (its children's rusage), the
 # FUSE requests perchd answered (perchctl stats --json: fuse_ops counts), and
@@ -23,6 +24,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 bench_setup cost curl bc strace
+SHM=$WORK/shm
+cost_cleanup() {  # the tmpfs (after the perch mount on it), then what bench_setup made
+  fusermount3 -u -z "$WORK/perch" 2>/dev/null || true
+  mountpoint -q "$SHM" && umount -l "$SHM"
+  bench_cleanup
+}
+trap cost_cleanup EXIT INT TERM
 
 SMALL_FILES=${SMALL_FILES:-2000}
 LARGE_MB=${LARGE_MB:-1024}
@@ -123,7 +131,8 @@ SMB=$(echo "$SMALL_BYTES / 1000000" | bc -l)
 LMB=$(echo "$LARGE_MB * 1.048576" | bc -l)
 LGB=$(echo "$LMB / 1000" | bc -l)
 {
-  echo "What a file costs, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, loopback, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- daemon fuse || echo '+changes')."
+  echo "What a file costs, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, loopback."
+  echo "Binaries: $BIN (worktree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- daemon fuse || echo ', with changes'))."
   echo "$SMALL_FILES files ($(printf %.0f "$SMB") MB) read by $READERS parallel readers (xargs cat / curl --parallel); one $LARGE_MB MiB file read by dd bs=1M."
   echo "CPU: perchd = utime+stime of all its threads; reader = the reader processes' rusage (cat/dd/curl, their kernel time included)."
   echo "load = 1-minute load average at the start of the pass (other work on the machine)."
@@ -165,6 +174,21 @@ pass "perch page cache, large" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/nul
 bench_umount "$M"
 drop
 plain "local disk, large (again)" "$LGB" GB "$LMB" dd if="$DATA/large.bin" of=/dev/null bs=1M status=none
+
+echo "== large file, disk taken out: perch's cache and the local copy on tmpfs" >&2
+mkdir -p "$SHM"
+mount -t tmpfs -o size=$((LARGE_MB * 2 + 512))m perch-cost "$SHM"
+cp "$DATA/large.bin" "$SHM/large.bin"
+plain "local tmpfs, large" "$LGB" GB "$LMB" dd if="$SHM/large.bin" of=/dev/null bs=1M status=none
+bench_mount "$SHM/cache" "$M"
+SETTLE=$(((LARGE_MB + 3) / 4)) pass "perch cold, tmpfs cache" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/null bs=1M status=none
+bench_umount "$M"
+bench_mount "$SHM/cache" "$M"
+drop
+pass "perch tmpfs cache, large" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/null bs=1M status=none
+bench_umount "$M"
+plain "local tmpfs, large (again)" "$LGB" GB "$LMB" dd if="$SHM/large.bin" of=/dev/null bs=1M status=none
+rm -rf "$SHM/cache" "$SHM/large.bin"
 
 if [[ $STRACE == 1 ]]; then
   echo "== perch cold under strace -c -f (system calls per cold file)" >&2
