@@ -150,6 +150,7 @@ core::Result<fuse::FuseOptions> FuseOptionsOf(const DaemonConfig& cfg, core::Cac
   o.max_threads = cfg.fuse_threads;
   o.metrics = &ops;
   o.no_open = cfg.fuse_no_open;
+  o.read_ahead = cfg.fuse_read_ahead;
   if (!cfg.protected_group.empty()) {
     struct group* g = ::getgrnam(cfg.protected_group.c_str());
     if (g == nullptr) {

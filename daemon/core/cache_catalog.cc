@@ -258,6 +258,10 @@ bool CacheCatalog::Contains(const BlockKey& key) const {
   return records_.count(key) > 0;
 }
 
+bool CacheCatalog::MayContain(const BlockKey& key) const {
+  return !reconciled_.load() || Contains(key);
+}
+
 uint64_t CacheCatalog::CachedBytes(const std::string& object_id) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = objects_.find(object_id);
