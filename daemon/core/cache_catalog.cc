@@ -60,8 +60,9 @@ std::string CacheCatalog::EncodeObject(const ObjectInfo& o) {
 
 Status CacheCatalog::Load() {
   uint64_t total = 0, max_seq = 0;
-  std::map<BlockKey, Record> loaded;
-  std::map<std::string, ObjectInfo> objects;
+  ObjectIds ids;
+  std::map<RecordKey, Record> loaded;
+  std::map<Id, ObjectInfo> objects;
   std::set<ObjectPath> pins;
   size_t bad = 0;
   Status s = index_.Scan("o/", [&](std::string_view k, std::string_view v) {
@@ -78,7 +79,8 @@ Status CacheCatalog::Load() {
       return true;
     }
     o.path = *parsed;
-    objects.emplace(std::string(k.substr(2)), std::move(o));
+    const Id id = ids.Intern(k.substr(2));
+    if (!objects.emplace(id, std::move(o)).second) ids.Release(id);
     return true;
   });
   if (!s.ok()) return s;
@@ -101,30 +103,38 @@ Status CacheCatalog::Load() {
       ++bad;
       return true;
     }
-    BlockKey key{std::string(rest.substr(0, slash)),
-                 std::strtoull(std::string(rest.substr(slash + 1)).c_str(), nullptr, 16)};
+    RecordKey key{ids.Intern(rest.substr(0, slash)),
+                  std::strtoull(std::string(rest.substr(slash + 1)).c_str(), nullptr, 16)};
+    if (!loaded.emplace(key, r).second) {
+      ids.Release(key.id);
+      return true;
+    }
     total += r.length;
     max_seq = std::max(max_seq, r.seq);
-    if (auto o = objects.find(key.object_id); o != objects.end()) {
+    if (auto o = objects.find(key.id); o != objects.end()) {
       o->second.cached_bytes += r.length;
       o->second.blocks++;
     }
-    loaded.emplace(std::move(key), r);
     return true;
   });
   if (!s.ok()) return s;
   if (bad > 0) spdlog::warn("cache: {} undecodable index records ignored", bad);
   size_t count = loaded.size();
+  for (auto it = objects.begin(); it != objects.end();) {
+    if (it->second.blocks > 0) {
+      ++it;
+      continue;
+    }
+    ids.Release(it->first);  // its blocks went before it (a crash): forgotten
+    it = objects.erase(it);
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
+    ids_ = std::move(ids);
     records_ = std::move(loaded);
-    objects_.clear();
-    ids_by_path_.clear();
-    for (auto& [id, o] : objects) {
-      if (o.blocks == 0) continue;  // its blocks went before it (a crash): forgotten
-      ids_by_path_[o.path.str()].insert(id);
-      objects_.emplace(id, std::move(o));
-    }
+    objects_ = std::move(objects);
+    by_path_.clear();
+    for (const auto& [id, o] : objects_) by_path_.emplace(o.path.str(), id);
     pins_ = std::move(pins);
     next_seq_ = max_seq + 1;
     cached_bytes_ = total;
@@ -134,31 +144,61 @@ Status CacheCatalog::Load() {
   return Status::Ok();
 }
 
+std::optional<CacheCatalog::RecordKey> CacheCatalog::FindLocked(const BlockKey& key) const {
+  auto id = ids_.Find(key.object_id);
+  if (!id) return std::nullopt;
+  return RecordKey{*id, key.index};
+}
+
+BlockKey CacheCatalog::BlockKeyLocked(const RecordKey& key) const {
+  return BlockKey{ids_.Name(key.id), key.index};
+}
+
+std::pair<std::map<CacheCatalog::RecordKey, CacheCatalog::Record>::iterator, bool>
+CacheCatalog::EmplaceLocked(const BlockKey& key, Record r) {
+  if (auto found = FindLocked(key)) {
+    if (auto it = records_.find(*found); it != records_.end()) return {it, false};
+  }
+  const RecordKey k{ids_.Intern(key.object_id), key.index};
+  return records_.emplace(k, r);
+}
+
+void CacheCatalog::CountBlockLocked(const Id& id, uint64_t length) {
+  cached_bytes_ += length;
+  if (auto o = objects_.find(id); o != objects_.end()) {
+    o->second.cached_bytes += length;
+    o->second.blocks++;
+  }
+}
+
 void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
                           const ObjectVersion& version) {
   std::vector<Index::Write> batch;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto [it, inserted] = records_.try_emplace(key);
-    if (!inserted) cached_bytes_ -= it->second.length;
-    auto [obj, new_object] = objects_.try_emplace(key.object_id);
-    if (new_object) {
-      obj->second.path = path;
-      obj->second.size = version.size;
-      obj->second.etag = version.etag;
-      ids_by_path_[path.str()].insert(key.object_id);
+    auto [it, inserted] = EmplaceLocked(key, Record{});
+    const Id id = it->first.id;
+    const uint64_t old_length = it->second.length;
+    if (!inserted) cached_bytes_ -= old_length;
+    auto obj = objects_.find(id);
+    if (obj == objects_.end()) {
+      obj = objects_
+                .emplace(ids_.Intern(key.object_id),
+                         ObjectInfo{path, version.size, version.etag, 0, 0})
+                .first;
+      by_path_.emplace(obj->second.path.str(), id);
       batch.push_back({ObjectKey(key.object_id), EncodeObject(obj->second)});
-    }
-    if (inserted) {
+      obj->second.blocks = 1;  // this block, also when it was adopted before
+    } else if (inserted) {
       obj->second.blocks++;
     } else {
-      obj->second.cached_bytes -= it->second.length;
+      obj->second.cached_bytes -= std::min(obj->second.cached_bytes, old_length);
     }
     obj->second.cached_bytes += length;
     it->second.length = length;
     it->second.seq = next_seq_++;
     cached_bytes_ += length;
-    dirty_.erase(key);
+    dirty_.erase(it->first);
     batch.push_back({Key(key), Encode(it->second)});
   }
   Status s = index_.Apply(batch);
@@ -175,19 +215,14 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
   bool adopted = false;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = records_.find(key);
-    if (it == records_.end()) {
-      // A block file without a record (crash between rename and record): adopt it.
-      it = records_.emplace(key, Record{length, 0}).first;
-      cached_bytes_ += length;
-      if (auto o = objects_.find(key.object_id); o != objects_.end()) {
-        o->second.cached_bytes += length;
-        o->second.blocks++;
-      }
+    // A block file without a record (crash between rename and record) is adopted.
+    auto [it, inserted] = EmplaceLocked(key, Record{length, 0});
+    if (inserted) {
+      CountBlockLocked(it->first.id, length);
       adopted = true;
     }
     it->second.seq = next_seq_++;
-    dirty_.insert(key);
+    dirty_.insert(it->first);
     flush = dirty_.size() >= options_.flush_every;
   }
   if (adopted) MaybeScheduleEviction();
@@ -196,23 +231,25 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
 
 bool CacheCatalog::Forget(const BlockKey& key, std::vector<Index::Write>* batch) {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = records_.find(key);
+  auto found = FindLocked(key);
+  if (!found) return false;
+  auto it = records_.find(*found);
   if (it == records_.end()) return false;
   cached_bytes_ -= it->second.length;
-  if (auto o = objects_.find(key.object_id); o != objects_.end()) {
+  if (auto o = objects_.find(found->id); o != objects_.end()) {
     o->second.cached_bytes -= std::min(o->second.cached_bytes, it->second.length);
-    if (--o->second.blocks == 0) {
-      auto ids = ids_by_path_.find(o->second.path.str());
-      if (ids != ids_by_path_.end()) {
-        ids->second.erase(key.object_id);
-        if (ids->second.empty()) ids_by_path_.erase(ids);
-      }
+    if (o->second.blocks <= 1) {
+      by_path_.erase({o->second.path.str(), o->first});
       objects_.erase(o);
+      ids_.Release(found->id);
       batch->push_back({ObjectKey(key.object_id), std::nullopt});
+    } else {
+      o->second.blocks--;
     }
   }
   records_.erase(it);
-  dirty_.erase(key);
+  dirty_.erase(*found);
+  ids_.Release(found->id);
   batch->push_back({Key(key), std::nullopt});
   return true;
 }
@@ -255,7 +292,8 @@ std::vector<ObjectPath> CacheCatalog::Pins() const {
 
 bool CacheCatalog::Contains(const BlockKey& key) const {
   std::lock_guard<std::mutex> l(mu_);
-  return records_.count(key) > 0;
+  auto found = FindLocked(key);
+  return found && records_.count(*found) > 0;
 }
 
 bool CacheCatalog::MayContain(const BlockKey& key) const {
@@ -264,7 +302,9 @@ bool CacheCatalog::MayContain(const BlockKey& key) const {
 
 uint64_t CacheCatalog::CachedBytes(const std::string& object_id) const {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = objects_.find(object_id);
+  auto id = ids_.Find(object_id);
+  if (!id) return 0;
+  auto it = objects_.find(*id);
   return it == objects_.end() ? 0 : it->second.cached_bytes;
 }
 
@@ -283,23 +323,22 @@ std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std
   std::vector<CachedObject> out;
   std::lock_guard<std::mutex> l(mu_);
   // Paths under `prefix` sort at or after it (every path below starts with it).
-  std::string start = std::max(after, prefix.str());
-  for (auto it = ids_by_path_.lower_bound(start); it != ids_by_path_.end() && out.size() < limit;
-       ++it) {
-    if (it->first == after) continue;
-    auto path = ObjectPath::Parse(it->first);
-    if (!path.ok()) continue;
-    if (!path->HasPrefix(prefix)) {
+  const std::string start = std::max(after, prefix.str());
+  std::string_view last;  // all objects of one path go in one page
+  for (auto it = by_path_.lower_bound({start, Id{}}); it != by_path_.end(); ++it) {
+    const std::string_view path = it->first;
+    if (path == after) continue;
+    if (out.size() >= limit && path != last) break;
+    const ObjectInfo& o = objects_.at(it->second);
+    if (!o.path.HasPrefix(prefix)) {
       // "/a/b" < "/a/b c" < "/a/b/x": a sibling with a longer name may sort
       // between the prefix and its children, so skip it rather than stop.
-      if (it->first.compare(0, prefix.str().size(), prefix.str()) != 0) break;
+      if (path.compare(0, prefix.str().size(), prefix.str()) != 0) break;
       continue;
     }
-    for (const std::string& id : it->second) {
-      const ObjectInfo& o = objects_.at(id);
-      out.push_back(
-          CachedObject{o.path, id, o.size, o.cached_bytes, o.blocks, IsPinnedLocked(o.path)});
-    }
+    last = path;
+    out.push_back(CachedObject{o.path, ids_.Name(it->second), o.size, o.cached_bytes, o.blocks,
+                               IsPinnedLocked(o.path)});
   }
   return out;
 }
@@ -315,7 +354,8 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
     uint64_t length = 0;
     {
       std::lock_guard<std::mutex> l(mu_);
-      auto it = records_.find(key);
+      auto found = FindLocked(key);
+      auto it = found ? records_.find(*found) : records_.end();
       if (it == records_.end()) continue;  // went meanwhile
       length = it->second.length;
     }
@@ -351,9 +391,9 @@ Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {
         result.pinned_objects++;
         continue;
       }
-      for (auto it = records_.lower_bound(BlockKey{id, 0});
-           it != records_.end() && it->first.object_id == id; ++it) {
-        keys.push_back(it->first);
+      for (auto it = records_.lower_bound(RecordKey{id, 0});
+           it != records_.end() && it->first.id == id; ++it) {
+        keys.push_back(BlockKeyLocked(it->first));
       }
     }
   }
@@ -367,9 +407,9 @@ Status CacheCatalog::Flush() {
   std::vector<Index::Write> batch;
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (const BlockKey& k : dirty_) {
+    for (const RecordKey& k : dirty_) {
       auto it = records_.find(k);
-      if (it != records_.end()) batch.push_back({Key(k), Encode(it->second)});
+      if (it != records_.end()) batch.push_back({Key(BlockKeyLocked(k)), Encode(it->second)});
     }
     dirty_.clear();
   }
@@ -405,13 +445,15 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   const uint64_t low_mark = static_cast<uint64_t>(capacity * options_.low_watermark);
   const uint64_t low = low_mark > room ? low_mark - room : 0;
   if (cached_bytes_.load() + room <= high || cached_bytes_.load() <= low) return 0;
-  std::vector<std::pair<uint64_t, BlockKey>> lru;
+  // Oldest first: (seq, key) of every unpinned block, 40 bytes each while
+  // this pass runs; ids become strings only for the blocks taken.
+  std::vector<std::pair<uint64_t, RecordKey>> lru;
   {
     std::lock_guard<std::mutex> l(mu_);
     lru.reserve(records_.size());
     for (const auto& [k, r] : records_) {
       if (!pins_.empty()) {
-        auto o = objects_.find(k.object_id);
+        auto o = objects_.find(k.id);
         if (o != objects_.end() && IsPinnedLocked(o->second.path)) continue;
       }
       lru.emplace_back(r.seq, k);
@@ -423,14 +465,20 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   const uint64_t cached = cached_bytes_.load();  // may have dropped since the check above
   const uint64_t to_free = cached > low ? cached - low : 0;
   uint64_t planned = 0;
-  for (const auto& [seq, key] : lru) {
+  for (const auto& [seq, rkey] : lru) {
     if (planned >= to_free) break;
+    BlockKey key;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (records_.count(rkey) == 0) continue;  // went meanwhile (its id may be reused)
+      key = BlockKeyLocked(rkey);
+    }
     if (in_use_ && in_use_(key)) continue;  // not under mu_: a leaf lock calls nothing
     std::lock_guard<std::mutex> l(mu_);
-    auto it = records_.find(key);
+    auto it = records_.find(rkey);
     if (it == records_.end()) continue;
     planned += it->second.length;
-    victims.push_back(key);
+    victims.push_back(std::move(key));
   }
   EvictResult result;
   RemoveBlocks(victims, &result);
@@ -498,70 +546,6 @@ std::string CacheCatalog::StoreProblem() const {
            std::to_string(options_.capacity_bytes) + " bytes by the filesystem";
   }
   return out;
-}
-
-bool CacheCatalog::Adopt(const BlockKey& key, uint64_t length) {
-  Record r{length, 0};  // seq 0: its last use is unknown, so it goes first
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!records_.emplace(key, r).second) return false;
-    cached_bytes_ += length;
-    if (auto o = objects_.find(key.object_id); o != objects_.end()) {
-      o->second.cached_bytes += length;
-      o->second.blocks++;
-    }
-  }
-  index_.Apply({{Key(key), Encode(r)}})
-      .IgnoreError();  // without it, the next start adopts it again
-  return true;
-}
-
-void CacheCatalog::Reconcile() {
-  disk_.Post([this] { ReconcileNow(); });
-}
-
-void CacheCatalog::ReconcileNow() {
-  std::set<BlockKey> unseen;  // records whose file the walk has not found (yet)
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (const auto& [k, r] : records_) unseen.insert(unseen.end(), k);
-  }
-  uint64_t adopted = 0, adopted_bytes = 0;
-  auto scan = store_.ForEachBlock([&](const BlockKey& key, uint64_t length) {
-    if (unseen.erase(key) > 0) return;
-    // A block being written now gets its record from Stored().
-    if (in_use_ && in_use_(key)) return;
-    if (Adopt(key, length)) {
-      adopted++;
-      adopted_bytes += length;
-    }
-  });
-  if (!scan.ok()) {
-    spdlog::warn("cache: start-up walk of the block store failed: {}", scan.status().ToString());
-    reconciled_ = true;
-    return;
-  }
-  // Records without a file (or whose file came after the walk passed: checked again).
-  std::vector<Index::Write> batch;
-  uint64_t dropped = 0;
-  for (const BlockKey& key : unseen) {
-    if (in_use_ && in_use_(key)) continue;
-    auto r = store_.Read(key, 0, 0);
-    if (r.ok() || r.status().code() != StatusCode::kNotFound) continue;
-    if (Forget(key, &batch)) dropped++;
-  }
-  if (!batch.empty()) index_.Apply(batch).IgnoreError();
-  if (adopted > 0 || dropped > 0 || scan->leftovers_removed > 0) {
-    spdlog::warn(
-        "cache: start-up walk of {} block files: adopted {} blocks without a record ({} bytes), "
-        "removed {} leftover files ({} bytes), dropped {} records without a file",
-        scan->blocks, adopted, adopted_bytes, scan->leftovers_removed, scan->leftover_bytes,
-        dropped);
-  } else {
-    spdlog::info("cache: start-up walk of {} block files: index and files agree", scan->blocks);
-  }
-  reconciled_ = true;
-  MaybeScheduleEviction();
 }
 
 }  // namespace perch::core

@@ -49,13 +49,17 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "daemon/core/block_store.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/index.h"
+#include "daemon/core/object_ids.h"
 
 namespace perch::core {
 
@@ -202,6 +206,14 @@ class CacheCatalog : public BlockListener {
   size_t blocks() const;
 
  private:
+  using Id = ObjectIds::Key;
+  // A block as the catalog keeps it in memory: no heap string (see Memory).
+  struct RecordKey {
+    Id id;
+    uint64_t index = 0;
+    friend bool operator==(const RecordKey&, const RecordKey&) = default;
+    friend auto operator<=>(const RecordKey&, const RecordKey&) = default;
+  };
   struct Record {
     uint64_t length = 0;
     uint64_t seq = 0;
@@ -218,6 +230,14 @@ class CacheCatalog : public BlockListener {
   static std::string PinKey(const ObjectPath& path);
   static std::string Encode(const Record& r);
   static std::string EncodeObject(const ObjectInfo& o);
+  // The block `key` names, if the catalog knows its id. REQUIRES: mu_ held.
+  std::optional<RecordKey> FindLocked(const BlockKey& key) const;
+  BlockKey BlockKeyLocked(const RecordKey& key) const;  // REQUIRES: mu_ held
+  // Inserts a record (interning its id) or finds the one there. REQUIRES: mu_ held.
+  std::pair<std::map<RecordKey, Record>::iterator, bool> EmplaceLocked(const BlockKey& key,
+                                                                       Record r);
+  // Adds block `key` of `length` bytes to its object's counts. REQUIRES: mu_ held.
+  void CountBlockLocked(const Id& id, uint64_t length);
   void MaybeScheduleEviction();
   // Removes `key`'s in-memory record and appends the index deletes it needs
   // (the block record; the object record with its last block) to `batch`.
@@ -229,7 +249,7 @@ class CacheCatalog : public BlockListener {
   // Records block `key` found in the store without a record, as the oldest
   // block. False if it has a record by now.
   bool Adopt(const BlockKey& key, uint64_t length);
-  void ReconcileNow();
+  void ReconcileNow();  // cache_catalog_reconcile.cc
 
   // Constant after construction.
   Index& index_;
@@ -247,15 +267,21 @@ class CacheCatalog : public BlockListener {
   std::atomic<bool> eviction_scheduled_{false};
   std::atomic<int> eviction_retries_{0};  // passes in a row that freed nothing
 
+  // Memory (issue 14): per cached small object one records_ node (80
+  // bytes), one objects_ node (160) with its path, one by_path_ node (80);
+  // ids are ObjectIds keys, the path index points into objects_' paths.
   mutable std::mutex mu_;
-  std::map<BlockKey, Record> records_;                        // Protected by mu_
-  std::set<BlockKey> dirty_;                                  // Protected by mu_
-  std::map<std::string, ObjectInfo> objects_;                 // Protected by mu_: by object id
-  std::map<std::string, std::set<std::string>> ids_by_path_;  // Protected by mu_
-  std::set<ObjectPath> pins_;                                 // Protected by mu_
-  uint64_t next_seq_ = 1;                                     // Protected by mu_
-  std::string last_store_error_;                              // Protected by mu_
-  Clock::time_point last_store_error_at_;                     // Protected by mu_
+  ObjectIds ids_;                        // Protected by mu_
+  std::map<RecordKey, Record> records_;  // Protected by mu_
+  std::set<RecordKey> dirty_;            // Protected by mu_
+  std::map<Id, ObjectInfo> objects_;     // Protected by mu_
+  // (path, id) of every object in objects_; the view is into its ObjectInfo's
+  // path (map nodes do not move).
+  std::set<std::pair<std::string_view, Id>> by_path_;  // Protected by mu_
+  std::set<ObjectPath> pins_;                          // Protected by mu_
+  uint64_t next_seq_ = 1;                              // Protected by mu_
+  std::string last_store_error_;                       // Protected by mu_
+  Clock::time_point last_store_error_at_;              // Protected by mu_
 };
 
 }  // namespace perch::core

@@ -6,10 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "daemon/core/block_reader.h"
+#include "daemon/core/codec.h"
+#include "daemon/core/object_ids.h"
 #include "tests/fakes/fake_origin.h"
 #include "tests/fakes/mem_block_store.h"
 #include "tests/fakes/mem_index.h"
@@ -245,6 +250,123 @@ TEST(CacheCatalogTest, AHitOnABlockStillInMemoryCountsThePartReadNotTheBlock) {
   EXPECT_EQ(read(1000, 50), data.substr(1000, 50));
   EXPECT_EQ(reader.stats().hits.load(), 10u);
   EXPECT_EQ(reader.stats().bytes_from_cache.load(), 950u);
+}
+
+// Issue 14, item 4: ids are kept as 16 bytes when they are 32 hex digits and
+// interned otherwise; both print back as they came, interned ones are freed
+// with their last reference and their slot reused.
+TEST(ObjectIdsTest, HexIdsAreBytesOtherIdsAreInternedAndReleased) {
+  ObjectIds ids;
+  const std::string hex = codec::StableId("/a/b");
+  ASSERT_EQ(hex.size(), 32u);
+  const ObjectIds::Key h = ids.Intern(hex);
+  EXPECT_EQ(h.interned, 0u);
+  EXPECT_EQ(ids.Name(h), hex);
+  EXPECT_EQ(ids.interned(), 0u);
+  EXPECT_EQ(ids.Find(hex), h);
+  // Uppercase hex, a shorter id, any string: interned, printed back exactly.
+  std::string upper = hex;
+  upper[0] = 'A';
+  for (const std::string& other : {upper, std::string("obj"), hex.substr(1), std::string()}) {
+    const ObjectIds::Key k = ids.Intern(other);
+    EXPECT_NE(k.interned, 0u) << other;
+    EXPECT_EQ(ids.Name(k), other);
+    EXPECT_EQ(ids.Find(other), k);
+  }
+  EXPECT_EQ(ids.interned(), 4u);
+  const ObjectIds::Key obj = *ids.Find("obj");
+  EXPECT_EQ(ids.Intern("obj"), obj);  // a second reference
+  ids.Release(obj);
+  EXPECT_TRUE(ids.Find("obj").has_value());
+  ids.Release(obj);
+  EXPECT_FALSE(ids.Find("obj").has_value());
+  EXPECT_EQ(ids.interned(), 3u);
+  const ObjectIds::Key again = ids.Intern("again");
+  EXPECT_EQ(again.interned, obj.interned);  // the free slot
+  EXPECT_EQ(ids.Name(again), "again");
+  // Hex keys sort as their strings, before interned ones.
+  const ObjectIds::Key low = ids.Intern(std::string(32, '0'));
+  const ObjectIds::Key high = ids.Intern(std::string(31, 'f') + "e");
+  EXPECT_LT(low, high);
+  EXPECT_LT(high, again);
+}
+
+// The catalog with real (hex) ids and others side by side: lookups, List by
+// path (paged, several versions of one path together), Evict by prefix,
+// a restart from the index, and the interned ids all released once their
+// blocks are gone.
+TEST(CacheCatalogTest, CompactIdsListEvictAndReloadLikeStrings) {
+  MemIndex index;
+  MemBlockStore store;
+  InlineExecutor disk;
+  auto path = [](const std::string& p) { return *ObjectPath::Parse(p); };
+  std::map<std::string, std::string> id_of;  // path -> id
+  {
+    CacheCatalog catalog(index, store, disk, CatalogOptions{}, nullptr);
+    ASSERT_TRUE(catalog.Load().ok());
+    for (int i = 0; i < 20; ++i) {
+      const std::string p = "/d" + std::to_string(i % 3) + "/f" + std::to_string(i);
+      const std::string id = i % 4 == 0 ? "plain-" + std::to_string(i) : codec::StableId(p);
+      id_of[p] = id;
+      for (uint64_t b = 0; b < 2; ++b) {
+        ASSERT_TRUE(store.Write(BlockKey{id, b}, std::string(100, 'x')).ok());
+        catalog.Stored(BlockKey{id, b}, 100, path(p), ObjectVersion{200, "etag"});
+      }
+    }
+    // A second version of /d0/f0 (a new id, the same path).
+    ASSERT_TRUE(store.Write(BlockKey{codec::StableId("v2"), 0}, std::string(50, 'y')).ok());
+    catalog.Stored(BlockKey{codec::StableId("v2"), 0}, 50, path("/d0/f0"), ObjectVersion{50, ""});
+    catalog.Touched(BlockKey{id_of["/d0/f3"], 1}, 100);
+    ASSERT_TRUE(catalog.Flush().ok());
+  }
+  CacheCatalog catalog(index, store, disk, CatalogOptions{}, nullptr);
+  ASSERT_TRUE(catalog.Load().ok());
+  catalog.Reconcile();
+  EXPECT_EQ(catalog.blocks(), 41u);
+  EXPECT_EQ(catalog.cached_bytes(), 4050u);
+  for (const auto& [p, id] : id_of) {
+    EXPECT_TRUE(catalog.Contains(BlockKey{id, 1})) << p;
+    EXPECT_EQ(catalog.CachedBytes(id), 200u) << p;
+  }
+  EXPECT_FALSE(catalog.Contains(BlockKey{"plain-1", 0}));
+  EXPECT_FALSE(catalog.Contains(BlockKey{codec::StableId("none"), 0}));
+
+  // List: path order, both versions of /d0/f0 on one page.
+  auto all = catalog.List(path("/"), "", 1000);
+  ASSERT_EQ(all.size(), 21u);
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end(),
+                             [](const auto& a, const auto& b) { return a.path < b.path; }));
+  auto first = catalog.List(path("/d0"), "", 1);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].path.str(), "/d0/f0");
+  EXPECT_EQ(first[1].path.str(), "/d0/f0");
+  std::set<std::string> first_ids{first[0].object_id, first[1].object_id};
+  EXPECT_EQ(first_ids, (std::set<std::string>{id_of["/d0/f0"], codec::StableId("v2")}));
+  auto next = catalog.List(path("/d0"), "/d0/f0", 1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].path.str(), "/d0/f12");
+  EXPECT_EQ(next[0].object_id, id_of["/d0/f12"]);
+  EXPECT_EQ(next[0].blocks, 2u);
+  EXPECT_EQ(next[0].cached_bytes, 200u);
+  EXPECT_EQ(next[0].size, 200u);
+
+  // Evict a prefix: its objects leave the lists and the index.
+  auto evicted = catalog.Evict(path("/d1"));
+  ASSERT_TRUE(evicted.ok());
+  EXPECT_EQ(evicted->objects, 7u);
+  EXPECT_EQ(evicted->blocks, 14u);
+  EXPECT_TRUE(catalog.List(path("/d1"), "", 100).empty());
+  EXPECT_FALSE(catalog.Contains(BlockKey{id_of["/d1/f4"], 0}));
+  EXPECT_EQ(catalog.cached_bytes(), store.UsedBytes());
+  // Dropping every block forgets every object.
+  for (const auto& o : catalog.List(path("/"), "", 1000)) {
+    for (uint64_t b = 0; b < o.blocks; ++b) catalog.Dropped(BlockKey{o.object_id, b});
+  }
+  EXPECT_EQ(catalog.blocks(), 0u);
+  EXPECT_EQ(catalog.cached_bytes(), 0u);
+  EXPECT_TRUE(catalog.List(path("/"), "", 1000).empty());
+  EXPECT_EQ(index.CountPrefix("o/"), 0u);
+  EXPECT_EQ(index.CountPrefix("b/"), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,95 @@
+// CacheCatalog's start-up walk (Reconcile, see cache_catalog.h "Design"):
+// block files without a record are adopted, records without a file dropped.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "daemon/core/cache_catalog.h"
+
+namespace perch::core {
+
+bool CacheCatalog::Adopt(const BlockKey& key, uint64_t length) {
+  Record r{length, 0};  // seq 0: its last use is unknown, so it goes first
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto [it, inserted] = EmplaceLocked(key, r);
+    if (!inserted) return false;
+    CountBlockLocked(it->first.id, length);
+  }
+  index_.Apply({{Key(key), Encode(r)}})
+      .IgnoreError();  // without it, the next start adopts it again
+  return true;
+}
+
+void CacheCatalog::Reconcile() {
+  disk_.Post([this] { ReconcileNow(); });
+}
+
+void CacheCatalog::ReconcileNow() {
+  // The records at the start, sorted (32 bytes each), and which the walk has found.
+  std::vector<RecordKey> known;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    known.reserve(records_.size());
+    for (const auto& [k, r] : records_) known.push_back(k);
+  }
+  std::vector<bool> seen(known.size());
+  uint64_t adopted = 0, adopted_bytes = 0;
+  auto scan = store_.ForEachBlock([&](const BlockKey& key, uint64_t length) {
+    std::optional<RecordKey> found;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      found = FindLocked(key);
+    }
+    if (found) {
+      auto it = std::lower_bound(known.begin(), known.end(), *found);
+      if (it != known.end() && *it == *found) {
+        seen[it - known.begin()] = true;
+        return;
+      }
+    }
+    // A block being written now gets its record from Stored().
+    if (in_use_ && in_use_(key)) return;
+    if (Adopt(key, length)) {
+      adopted++;
+      adopted_bytes += length;
+    }
+  });
+  if (!scan.ok()) {
+    spdlog::warn("cache: start-up walk of the block store failed: {}", scan.status().ToString());
+    reconciled_ = true;
+    return;
+  }
+  // Records without a file (or whose file came after the walk passed: checked again).
+  std::vector<Index::Write> batch;
+  uint64_t dropped = 0;
+  for (size_t i = 0; i < known.size(); ++i) {
+    if (seen[i]) continue;
+    BlockKey key;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (records_.count(known[i]) == 0) continue;  // went meanwhile
+      key = BlockKeyLocked(known[i]);
+    }
+    if (in_use_ && in_use_(key)) continue;
+    auto r = store_.Read(key, 0, 0);
+    if (r.ok() || r.status().code() != StatusCode::kNotFound) continue;
+    if (Forget(key, &batch)) dropped++;
+  }
+  if (!batch.empty()) index_.Apply(batch).IgnoreError();
+  if (adopted > 0 || dropped > 0 || scan->leftovers_removed > 0) {
+    spdlog::warn(
+        "cache: start-up walk of {} block files: adopted {} blocks without a record ({} bytes), "
+        "removed {} leftover files ({} bytes), dropped {} records without a file",
+        scan->blocks, adopted, adopted_bytes, scan->leftovers_removed, scan->leftover_bytes,
+        dropped);
+  } else {
+    spdlog::info("cache: start-up walk of {} block files: index and files agree", scan->blocks);
+  }
+  reconciled_ = true;
+  MaybeScheduleEviction();
+}
+
+}  // namespace perch::core
