@@ -116,25 +116,45 @@ std::optional<NamespaceCache::AttrEntry> NamespaceCache::FindAttr(const ObjectPa
   return e;
 }
 
-std::optional<NamespaceCache::ListEntry> NamespaceCache::FindList(const ObjectPath& path) {
+std::optional<FileAttr> NamespaceCache::FromListingInMemory(const ObjectPath& path, int64_t now) {
+  if (path.IsRoot()) return std::nullopt;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = lists_.find(path.Parent().str());
+  if (it == lists_.end() || it->second->expires <= now) return std::nullopt;
+  const std::vector<DirEntry>& entries = it->second->entries;  // sorted by name
+  const std::string_view name = path.Name();
+  auto e = std::lower_bound(entries.begin(), entries.end(), name,
+                            [](const DirEntry& d, std::string_view n) { return d.name < n; });
+  if (e == entries.end() || e->name != name) return std::nullopt;
+  return e->attr;
+}
+
+std::shared_ptr<const NamespaceCache::ListEntry> NamespaceCache::FindList(const ObjectPath& path) {
   {
     std::lock_guard<std::mutex> l(mu_);
     if (auto it = lists_.find(path.str()); it != lists_.end()) return it->second;
   }
   auto v = index_.Get(ListKey(path));
-  if (!v.ok() || !v->has_value()) return std::nullopt;
+  if (!v.ok() || !v->has_value()) return nullptr;
   codec::Reader r(**v);
-  ListEntry e;
+  auto e = std::make_shared<ListEntry>();
   uint64_t expires = 0, n = 0;
-  if (!r.GetU64(&expires) || !r.GetU64(&n)) return std::nullopt;
-  e.expires = static_cast<int64_t>(expires);
+  if (!r.GetU64(&expires) || !r.GetU64(&n)) return nullptr;
+  e->expires = static_cast<int64_t>(expires);
   for (uint64_t i = 0; i < n; ++i) {
     DirEntry d;
     if (!r.GetString(&d.name) || !GetAttrFields(&r, &d.attr)) {
       spdlog::warn("namespace: undecodable listing for {}; ignoring it", EscapeForLog(path.str()));
-      return std::nullopt;
+      return nullptr;
     }
-    e.entries.push_back(std::move(d));
+    e->entries.push_back(std::move(d));
+  }
+  // Written sorted by name; sorted again in case an entry came otherwise
+  // (FromListingInMemory searches it).
+  if (!std::is_sorted(e->entries.begin(), e->entries.end(),
+                      [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; })) {
+    std::sort(e->entries.begin(), e->entries.end(),
+              [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
   }
   std::lock_guard<std::mutex> l(mu_);
   lists_[path.str()] = e;
@@ -168,8 +188,8 @@ void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
     PutAttr(&v, d.attr);
   }
   batch.push_back({ListKey(path), std::move(v)});
-  // Children's attributes come with the listing (readdirplus needs them).
-  std::vector<std::pair<std::string, AttrEntry>> children;
+  // Children's attributes come with the listing (readdirplus needs them); in
+  // memory the listing answers for them (FromListingInMemory).
   for (const DirEntry& d : e.entries) {
     auto child = path.Child(d.name);
     if (!child.ok()) continue;
@@ -180,12 +200,16 @@ void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
     codec::PutU64(&av, static_cast<uint64_t>(ae.expires));
     PutAttr(&av, ae.attr);
     batch.push_back({AttrKey(*child), std::move(av)});
-    children.emplace_back(child->str(), ae);
   }
   {
+    auto shared = std::make_shared<const ListEntry>(e);
     std::lock_guard<std::mutex> l(mu_);
-    lists_[path.str()] = e;
-    for (auto& [p, ae] : children) attrs_[p] = ae;
+    lists_[path.str()] = std::move(shared);
+    // Entries of an earlier state of this directory: the listing answers now.
+    for (const DirEntry& d : e.entries) {
+      auto child = path.Child(d.name);
+      if (child.ok()) attrs_.erase(child->str());
+    }
   }
   Status s = index_.Apply(batch);
   if (!s.ok()) {
@@ -207,6 +231,20 @@ void NamespaceCache::NoteOffline(const Status& why) {
 
 Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadline) {
   int64_t now = Now();
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    auto it = attrs_.find(path.str());
+    if (it != attrs_.end() && it->second.expires > now) {
+      if (!it->second.exists) return NotFoundError(path.str() + " does not exist (cached answer)");
+      return it->second.attr;
+    }
+    const bool in_memory = it != attrs_.end();
+    l.unlock();
+    // A listed file's attributes live in its directory's listing (no attrs_ entry).
+    if (!in_memory) {
+      if (auto listed = FromListingInMemory(path, now)) return *listed;
+    }
+  }
   std::optional<AttrEntry> known = FindAttr(path);
   if (known && known->expires > now) {
     if (!known->exists) return NotFoundError(path.str() + " does not exist (cached answer)");
@@ -257,7 +295,7 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
 
 Result<std::vector<DirEntry>> NamespaceCache::ReadDir(const ObjectPath& path, Deadline deadline) {
   int64_t now = Now();
-  std::optional<ListEntry> known = FindList(path);
+  std::shared_ptr<const ListEntry> known = FindList(path);
   if (known && known->expires > now) return known->entries;
   auto r =
       WaitFor<std::vector<DirEntry>>(deadline, [&](auto cb) { origin_.List(path, deadline, cb); });

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -72,7 +73,11 @@ class NamespaceCache {
   std::string AttrKey(const ObjectPath& p) const { return "na" + options_.key_prefix + p.str(); }
   std::string ListKey(const ObjectPath& p) const { return "nl" + options_.key_prefix + p.str(); }
   std::optional<AttrEntry> FindAttr(const ObjectPath& path);
-  std::optional<ListEntry> FindList(const ObjectPath& path);
+  // The listing of `path`, shared (a lookup copies one entry, not the listing).
+  std::shared_ptr<const ListEntry> FindList(const ObjectPath& path);
+  // The attributes of `path` from its parent's listing in memory if that is
+  // fresh at `now` and names it.
+  std::optional<FileAttr> FromListingInMemory(const ObjectPath& path, int64_t now);
   void StoreAttr(const ObjectPath& path, const AttrEntry& e);
   void StoreList(const ObjectPath& path, const ListEntry& e);
   void NoteOnline();
@@ -85,8 +90,12 @@ class NamespaceCache {
 
   std::atomic<bool> offline_{false};
   std::mutex mu_;
-  std::map<std::string, AttrEntry> attrs_;  // Protected by mu_
-  std::map<std::string, ListEntry> lists_;  // Protected by mu_
+  // Memory (issue 14): a listed file is one DirEntry in its directory's
+  // listing; attrs_ holds only paths stat'ed on their own or read back from
+  // the index after their listing expired (children's attributes from a
+  // listing go to the index, not here).
+  std::map<std::string, AttrEntry> attrs_;                         // Protected by mu_
+  std::map<std::string, std::shared_ptr<const ListEntry>> lists_;  // Protected by mu_
 };
 
 }  // namespace perch::core
