@@ -409,8 +409,8 @@ struct FuseServer::Ops {
 
 FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
     : fs_(fs), options_(std::move(options)) {
-  inodes_[FUSE_ROOT_ID] = Inode{ObjectPath(), 1};
-  by_path_["/"] = FUSE_ROOT_ID;
+  auto root = inodes_.emplace(FUSE_ROOT_ID, Inode{ObjectPath(), 1}).first;
+  by_path_.emplace(root->second.path.str(), FUSE_ROOT_ID);
 }
 
 FuseServer::~FuseServer() {
@@ -420,16 +420,13 @@ FuseServer::~FuseServer() {
 
 uint64_t FuseServer::Remember(const ObjectPath& path) {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = by_path_.find(path.str());
-  uint64_t ino;
-  if (it != by_path_.end()) {
-    ino = it->second;
-  } else {
-    ino = next_ino_++;
-    by_path_.emplace(path.str(), ino);
-    inodes_.emplace(ino, Inode{path, 0});
+  if (auto it = by_path_.find(path.str()); it != by_path_.end()) {
+    inodes_[it->second].lookups++;
+    return it->second;
   }
-  inodes_[ino].lookups++;
+  const uint64_t ino = next_ino_++;
+  auto node = inodes_.emplace(ino, Inode{path, 1}).first;
+  by_path_.emplace(node->second.path.str(), ino);  // a view of the node's path
   return ino;
 }
 

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "daemon/core/filesystem.h"
@@ -122,8 +123,11 @@ class FuseServer {
 
   std::mutex mu_;
   std::unordered_map<uint64_t, Inode> inodes_;  // Protected by mu_
-  std::map<std::string, uint64_t> by_path_;     // Protected by mu_
-  uint64_t next_ino_ = 2;                       // Protected by mu_
+  // Path -> inode of every inode in inodes_; the key is a view of that
+  // Inode's path (nodes of an unordered_map do not move), so each remembered
+  // path is stored once (issue 14: a `find` over 1 M files remembers 1 M).
+  std::unordered_map<std::string_view, uint64_t> by_path_;  // Protected by mu_
+  uint64_t next_ino_ = 2;                                   // Protected by mu_
 };
 
 }  // namespace perch::fuse
