@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "daemon/core/codec.h"
+#include "daemon/core/mutex.h"
 
 namespace perch::core {
 
@@ -20,7 +21,7 @@ CacheCatalog::CacheCatalog(Index& index, BlockStore& store, Executor& disk, Cata
       capacity_(options_.capacity_bytes) {}
 
 bool WarningLimiter::Allow(uint64_t* suppressed) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   const Clock::time_point now = Clock::now();
   if (logged_ && now - last_ < period_) {
     dropped_++;
@@ -116,7 +117,7 @@ Status CacheCatalog::Load() {
   if (bad > 0) spdlog::warn("cache: {} undecodable index records ignored", bad);
   size_t count = loaded.size();
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     records_ = std::move(loaded);
     objects_.clear();
     ids_by_path_.clear();
@@ -138,7 +139,7 @@ void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath
                           const ObjectVersion& version) {
   std::vector<Index::Write> batch;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto [it, inserted] = records_.try_emplace(key);
     if (!inserted) cached_bytes_ -= it->second.length;
     auto [obj, new_object] = objects_.try_emplace(key.object_id);
@@ -174,7 +175,7 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
   bool flush = false;
   bool adopted = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = records_.find(key);
     if (it == records_.end()) {
       // A block file without a record (crash between rename and record): adopt it.
@@ -195,7 +196,7 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
 }
 
 bool CacheCatalog::Forget(const BlockKey& key, std::vector<Index::Write>* batch) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = records_.find(key);
   if (it == records_.end()) return false;
   cached_bytes_ -= it->second.length;
@@ -231,7 +232,7 @@ bool CacheCatalog::IsPinnedLocked(const ObjectPath& path) const {
 
 Status CacheCatalog::Pin(const ObjectPath& prefix) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     pins_.insert(prefix);
   }
   return index_.Apply({{PinKey(prefix), std::string()}});
@@ -239,7 +240,7 @@ Status CacheCatalog::Pin(const ObjectPath& prefix) {
 
 Status CacheCatalog::Unpin(const ObjectPath& prefix) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (pins_.erase(prefix) == 0)
       return NotFoundError(prefix.str() + " is not pinned", FailureSite::kLocal);
   }
@@ -249,12 +250,12 @@ Status CacheCatalog::Unpin(const ObjectPath& prefix) {
 }
 
 std::vector<ObjectPath> CacheCatalog::Pins() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return {pins_.begin(), pins_.end()};
 }
 
 bool CacheCatalog::Contains(const BlockKey& key) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return records_.count(key) > 0;
 }
 
@@ -263,13 +264,13 @@ bool CacheCatalog::MayContain(const BlockKey& key) const {
 }
 
 uint64_t CacheCatalog::CachedBytes(const std::string& object_id) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = objects_.find(object_id);
   return it == objects_.end() ? 0 : it->second.cached_bytes;
 }
 
 uint64_t CacheCatalog::pinned_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   uint64_t total = 0;
   if (pins_.empty()) return 0;
   for (const auto& [id, o] : objects_) {
@@ -281,7 +282,7 @@ uint64_t CacheCatalog::pinned_bytes() const {
 std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std::string& after,
                                              size_t limit) const {
   std::vector<CachedObject> out;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   // Paths under `prefix` sort at or after it (every path below starts with it).
   std::string start = std::max(after, prefix.str());
   for (auto it = ids_by_path_.lower_bound(start); it != ids_by_path_.end() && out.size() < limit;
@@ -314,7 +315,7 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
     }
     uint64_t length = 0;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       auto it = records_.find(key);
       if (it == records_.end()) continue;  // went meanwhile
       length = it->second.length;
@@ -344,7 +345,7 @@ Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {
   EvictResult result;
   std::vector<BlockKey> keys;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (const auto& [id, o] : objects_) {
       if (!o.path.HasPrefix(prefix)) continue;
       if (IsPinnedLocked(o.path)) {
@@ -366,7 +367,7 @@ Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {
 Status CacheCatalog::Flush() {
   std::vector<Index::Write> batch;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (const BlockKey& k : dirty_) {
       auto it = records_.find(k);
       if (it != records_.end()) batch.push_back({Key(k), Encode(it->second)});
@@ -378,7 +379,7 @@ Status CacheCatalog::Flush() {
 }
 
 size_t CacheCatalog::blocks() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return records_.size();
 }
 
@@ -407,7 +408,7 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   if (cached_bytes_.load() + room <= high || cached_bytes_.load() <= low) return 0;
   std::vector<std::pair<uint64_t, BlockKey>> lru;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     lru.reserve(records_.size());
     for (const auto& [k, r] : records_) {
       if (!pins_.empty()) {
@@ -426,7 +427,7 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   for (const auto& [seq, key] : lru) {
     if (planned >= to_free) break;
     if (in_use_ && in_use_(key)) continue;  // not under mu_: a leaf lock calls nothing
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = records_.find(key);
     if (it == records_.end()) continue;
     planned += it->second.length;
@@ -475,7 +476,7 @@ void CacheCatalog::UpdateCapacity() {
 void CacheCatalog::StoreFailed(const BlockKey& /*key*/, uint64_t length, const Status& why) {
   store_errors_++;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     last_store_error_ = why.message();
     last_store_error_at_ = Clock::now();
   }
@@ -487,7 +488,7 @@ void CacheCatalog::StoreFailed(const BlockKey& /*key*/, uint64_t length, const S
 }
 
 std::string CacheCatalog::StoreProblem() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (store_errors_.load() == 0 || Clock::now() - last_store_error_at_ > std::chrono::minutes(5))
     return "";
   auto ago = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - last_store_error_at_);
@@ -503,7 +504,7 @@ std::string CacheCatalog::StoreProblem() const {
 bool CacheCatalog::Adopt(const BlockKey& key, uint64_t length) {
   Record r{length, 0};  // seq 0: its last use is unknown, so it goes first
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!records_.emplace(key, r).second) return false;
     cached_bytes_ += length;
     if (auto o = objects_.find(key.object_id); o != objects_.end()) {
@@ -523,7 +524,7 @@ void CacheCatalog::Reconcile() {
 void CacheCatalog::ReconcileNow() {
   std::set<BlockKey> unseen;  // records whose file the walk has not found (yet)
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (const auto& [k, r] : records_) unseen.insert(unseen.end(), k);
   }
   uint64_t adopted = 0, adopted_bytes = 0;

@@ -48,7 +48,6 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -56,6 +55,7 @@
 #include "daemon/core/block_store.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/index.h"
+#include "daemon/core/mutex.h"
 
 namespace perch::core {
 
@@ -107,10 +107,10 @@ class WarningLimiter {
 
  private:
   const std::chrono::seconds period_;
-  std::mutex mu_;
-  bool logged_ = false;     // Protected by mu_
-  Clock::time_point last_;  // Protected by mu_
-  uint64_t dropped_ = 0;    // Protected by mu_
+  Mutex mu_;
+  bool logged_ PERCH_GUARDED_BY(mu_) = false;
+  Clock::time_point last_ PERCH_GUARDED_BY(mu_);
+  uint64_t dropped_ PERCH_GUARDED_BY(mu_) = 0;
 };
 
 // One cached object, as ListCached shows it.
@@ -225,7 +225,7 @@ class CacheCatalog : public BlockListener {
   bool Forget(const BlockKey& key, std::vector<Index::Write>* batch);
   // Removes `keys` (file first, then record), skipping blocks in use. Not under mu_.
   void RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* result);
-  bool IsPinnedLocked(const ObjectPath& path) const;  // REQUIRES: mu_ held
+  bool IsPinnedLocked(const ObjectPath& path) const PERCH_REQUIRES(mu_);
   // Records block `key` found in the store without a record, as the oldest
   // block. False if it has a record by now.
   bool Adopt(const BlockKey& key, uint64_t length);
@@ -247,15 +247,15 @@ class CacheCatalog : public BlockListener {
   std::atomic<bool> eviction_scheduled_{false};
   std::atomic<int> eviction_retries_{0};  // passes in a row that freed nothing
 
-  mutable std::mutex mu_;
-  std::map<BlockKey, Record> records_;                        // Protected by mu_
-  std::set<BlockKey> dirty_;                                  // Protected by mu_
-  std::map<std::string, ObjectInfo> objects_;                 // Protected by mu_: by object id
-  std::map<std::string, std::set<std::string>> ids_by_path_;  // Protected by mu_
-  std::set<ObjectPath> pins_;                                 // Protected by mu_
-  uint64_t next_seq_ = 1;                                     // Protected by mu_
-  std::string last_store_error_;                              // Protected by mu_
-  Clock::time_point last_store_error_at_;                     // Protected by mu_
+  mutable Mutex mu_;
+  std::map<BlockKey, Record> records_ PERCH_GUARDED_BY(mu_);
+  std::set<BlockKey> dirty_ PERCH_GUARDED_BY(mu_);
+  std::map<std::string, ObjectInfo> objects_ PERCH_GUARDED_BY(mu_);  // by object id
+  std::map<std::string, std::set<std::string>> ids_by_path_ PERCH_GUARDED_BY(mu_);
+  std::set<ObjectPath> pins_ PERCH_GUARDED_BY(mu_);
+  uint64_t next_seq_ PERCH_GUARDED_BY(mu_) = 1;
+  std::string last_store_error_ PERCH_GUARDED_BY(mu_);
+  Clock::time_point last_store_error_at_ PERCH_GUARDED_BY(mu_);
 };
 
 }  // namespace perch::core

@@ -8,6 +8,7 @@
 #include "daemon/core/codec.h"
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/wait.h"
 
 namespace perch::core {
@@ -96,7 +97,7 @@ bool NamespaceCache::HasPersistedEntries() {
 
 std::optional<NamespaceCache::AttrEntry> NamespaceCache::FindAttr(const ObjectPath& path) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (auto it = attrs_.find(path.str()); it != attrs_.end()) return it->second;
   }
   auto v = index_.Get(AttrKey(path));
@@ -111,14 +112,14 @@ std::optional<NamespaceCache::AttrEntry> NamespaceCache::FindAttr(const ObjectPa
   }
   e.exists = exists != 0;
   e.expires = static_cast<int64_t>(expires);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   attrs_[path.str()] = e;
   return e;
 }
 
 std::optional<NamespaceCache::ListEntry> NamespaceCache::FindList(const ObjectPath& path) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (auto it = lists_.find(path.str()); it != lists_.end()) return it->second;
   }
   auto v = index_.Get(ListKey(path));
@@ -136,14 +137,14 @@ std::optional<NamespaceCache::ListEntry> NamespaceCache::FindList(const ObjectPa
     }
     e.entries.push_back(std::move(d));
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   lists_[path.str()] = e;
   return e;
 }
 
 void NamespaceCache::StoreAttr(const ObjectPath& path, const AttrEntry& e) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     attrs_[path.str()] = e;
   }
   std::string v;
@@ -183,7 +184,7 @@ void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
     children.emplace_back(child->str(), ae);
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     lists_[path.str()] = e;
     for (auto& [p, ae] : children) attrs_[p] = ae;
   }

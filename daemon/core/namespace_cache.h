@@ -20,12 +20,12 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/core/index.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/origin.h"
 
 namespace perch::core {
@@ -84,9 +84,9 @@ class NamespaceCache {
   const NamespaceOptions options_;
 
   std::atomic<bool> offline_{false};
-  std::mutex mu_;
-  std::map<std::string, AttrEntry> attrs_;  // Protected by mu_
-  std::map<std::string, ListEntry> lists_;  // Protected by mu_
+  Mutex mu_;
+  std::map<std::string, AttrEntry> attrs_ PERCH_GUARDED_BY(mu_);
+  std::map<std::string, ListEntry> lists_ PERCH_GUARDED_BY(mu_);
 };
 
 }  // namespace perch::core
