@@ -1,0 +1,433 @@
+#include "client/transfer/classad.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace perch::transfer {
+namespace {
+
+using core::InvalidArgumentError;
+using core::Result;
+using core::Status;
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+bool IsNameStart(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+bool IsNameChar(char c) { return IsNameStart(c) || (c >= '0' && c <= '9'); }
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'; }
+
+// A cursor over the input that knows its line and column, for messages.
+class Parser {
+ public:
+  explicit Parser(std::string_view text) : text_(text) {}
+
+  Result<std::vector<ClassAd>> ParseAll() {
+    std::vector<ClassAd> ads;
+    while (true) {
+      PERCH_RETURN_IF_ERROR(SkipSpace());
+      if (AtEnd()) return ads;
+      if (Peek() != '[') return Error("expected '[' to start a ClassAd");
+      if (ads.size() >= kMaxClassAds) return Error("more than 100000 ClassAds");
+      auto ad = ParseAd();
+      if (!ad.ok()) return ad.status();
+      ads.push_back(*std::move(ad));
+    }
+  }
+
+ private:
+  bool AtEnd() const { return pos_ >= text_.size(); }
+  char Peek() const { return text_[pos_]; }
+
+  Status Error(const std::string& what) const {
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < pos_ && i < text_.size(); ++i) {
+      column = text_[i] == '\n' ? 1 : column + 1;
+      line += text_[i] == '\n' ? 1 : 0;
+    }
+    return InvalidArgumentError("line " + std::to_string(line) + ", column " +
+                                std::to_string(column) + ": " + what);
+  }
+
+  // Skips whitespace and comments.
+  Status SkipSpace() {
+    while (!AtEnd()) {
+      if (IsSpace(Peek())) {
+        ++pos_;
+      } else if (text_.substr(pos_, 2) == "//") {
+        size_t nl = text_.find('\n', pos_);
+        pos_ = nl == std::string_view::npos ? text_.size() : nl + 1;
+      } else if (text_.substr(pos_, 2) == "/*") {
+        size_t end = text_.find("*/", pos_ + 2);
+        if (end == std::string_view::npos) return Error("unterminated /* comment");
+        pos_ = end + 2;
+      } else {
+        break;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // At '[': one ad, through its ']'.
+  Result<ClassAd> ParseAd() {
+    ++pos_;
+    ClassAd ad;
+    size_t count = 0;
+    while (true) {
+      PERCH_RETURN_IF_ERROR(SkipSpace());
+      if (AtEnd()) return Error("unterminated ClassAd: expected ']'");
+      if (Peek() == ']') {
+        ++pos_;
+        return ad;
+      }
+      auto name = ParseName();
+      if (!name.ok()) return name.status();
+      if (ad.Find(*name) != nullptr) return Error("attribute '" + *name + "' given twice");
+      if (++count > kMaxAttributes) return Error("more than 4096 attributes in one ClassAd");
+      PERCH_RETURN_IF_ERROR(SkipSpace());
+      if (AtEnd() || Peek() != '=')
+        return Error("expected '=' after attribute name '" + *name + "'");
+      ++pos_;
+      auto value = ParseValue(*name);
+      if (!value.ok()) return value.status();
+      ad.Set(*name, *std::move(value));
+      PERCH_RETURN_IF_ERROR(SkipSpace());
+      if (AtEnd()) return Error("unterminated ClassAd: expected ';' or ']'");
+      if (Peek() == ';') {
+        ++pos_;
+      } else if (Peek() != ']') {
+        return Error("expected ';' or ']' after the value of '" + *name + "'");
+      }
+    }
+  }
+
+  Result<std::string> ParseName() {
+    if (Peek() == '\'') {
+      auto quoted = ParseQuoted('\'');
+      if (!quoted.ok()) return quoted.status();
+      if (quoted->empty()) return Error("empty attribute name");
+      return quoted;
+    }
+    if (!IsNameStart(Peek())) return Error("expected an attribute name");
+    size_t start = pos_;
+    while (!AtEnd() && IsNameChar(Peek())) ++pos_;
+    return std::string(text_.substr(start, pos_ - start));
+  }
+
+  // At the opening quote: a string literal (or quoted name), decoded.
+  Result<std::string> ParseQuoted(char quote) {
+    size_t start = pos_++;
+    std::string out;
+    while (true) {
+      if (AtEnd()) {
+        pos_ = start;
+        return Error("unterminated string");
+      }
+      char c = text_[pos_++];
+      if (c == quote) return out;
+      if (out.size() >= kMaxStringBytes) return Error("string longer than 1 MiB");
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (AtEnd()) continue;  // reported as unterminated
+      char e = text_[pos_++];
+      switch (e) {
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case '\\':
+        case '"':
+        case '\'':
+        case '?':
+          out += e;
+          break;
+        default: {
+          if (e < '0' || e > '7') {
+            --pos_;
+            return Error(std::string("unknown escape '\\") + e + "' in a string");
+          }
+          int value = e - '0';
+          int max_digits = e <= '3' ? 3 : 2;
+          for (int d = 1; d < max_digits && !AtEnd() && Peek() >= '0' && Peek() <= '7'; ++d) {
+            value = value * 8 + (text_[pos_++] - '0');
+          }
+          if (value == 0) return Error("encoded NUL in a string");
+          out += static_cast<char>(value);
+        }
+      }
+    }
+  }
+
+  // After '=': the value's extent up to ';' or ']' at depth 0, then what it is.
+  Result<ClassAdValue> ParseValue(const std::string& name) {
+    PERCH_RETURN_IF_ERROR(SkipSpace());
+    size_t start = pos_;
+    std::string closers;                     // the brackets still open, innermost last
+    std::optional<std::string> only_string;  // the decoded value if it is one string literal
+    int tokens = 0;
+    while (!AtEnd()) {
+      char c = Peek();
+      if (closers.empty() && (c == ';' || c == ']')) break;
+      if (IsSpace(c) || text_.substr(pos_, 2) == "//" || text_.substr(pos_, 2) == "/*") {
+        PERCH_RETURN_IF_ERROR(SkipSpace());
+        continue;
+      }
+      ++tokens;
+      if (c == '"' || c == '\'') {
+        auto s = ParseQuoted(c);
+        if (!s.ok()) return s.status();
+        if (c == '"' && tokens == 1) only_string = *std::move(s);
+        continue;
+      }
+      if (c == '(' || c == '[' || c == '{') {
+        if (closers.size() >= static_cast<size_t>(kMaxNesting)) {
+          return Error("value of '" + name + "' nested deeper than 32 brackets");
+        }
+        closers += c == '(' ? ')' : (c == '[' ? ']' : '}');
+      } else if (c == ')' || c == ']' || c == '}') {
+        if (closers.empty() || closers.back() != c) {
+          return Error(std::string("unbalanced '") + c + "' in the value of '" + name + "'");
+        }
+        closers.pop_back();
+      }
+      ++pos_;
+    }
+    if (!closers.empty()) {
+      return Error("unterminated value of '" + name + "': expected '" + closers.back() + "'");
+    }
+    std::string_view raw = text_.substr(start, pos_ - start);
+    while (!raw.empty() && IsSpace(raw.back())) raw.remove_suffix(1);
+    if (raw.empty()) return Error("attribute '" + name + "' has no value");
+    if (only_string && tokens == 1) return ClassAdValue::String(*std::move(only_string));
+    return Literal(raw, name);
+  }
+
+  // A value that is not a string literal: a keyword, a number, an ad, a list
+  // or an expression (kept as text).
+  Result<ClassAdValue> Literal(std::string_view raw, const std::string& name) {
+    ClassAdValue v;
+    v.text = std::string(raw);
+    for (auto [word, kind] : {std::pair{"true", ClassAdValue::Kind::kBool},
+                              std::pair{"false", ClassAdValue::Kind::kBool},
+                              std::pair{"undefined", ClassAdValue::Kind::kUndefined},
+                              std::pair{"error", ClassAdValue::Kind::kError}}) {
+      if (EqualsIgnoreCase(raw, word)) {
+        v.kind = kind;
+        v.boolean = EqualsIgnoreCase(raw, "true");
+        return v;
+      }
+    }
+    char first = raw.front();
+    bool matched = raw.size() >= 2 &&
+                   ((first == '[' && raw.back() == ']') || (first == '{' && raw.back() == '}'));
+    if (matched && Balanced(raw.substr(1, raw.size() - 2))) {
+      v.kind = first == '[' ? ClassAdValue::Kind::kAd : ClassAdValue::Kind::kList;
+      return v;
+    }
+    std::string s(raw);
+    size_t digits = (s[0] == '-' || s[0] == '+') ? 1 : 0;
+    if (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') {
+      bool hex = s.size() > digits + 1 && s[digits] == '0' && (s[digits + 1] | 0x20) == 'x';
+      char* end = nullptr;
+      errno = 0;
+      long long i = std::strtoll(s.c_str(), &end, hex ? 16 : 10);
+      if (end == s.c_str() + s.size()) {
+        if (errno == ERANGE) return Error("integer value of '" + name + "' is out of range");
+        v.kind = ClassAdValue::Kind::kInteger;
+        v.integer = i;
+        return v;
+      }
+      errno = 0;
+      double r = std::strtod(s.c_str(), &end);
+      if (end == s.c_str() + s.size() && !hex && std::isfinite(r)) {
+        v.kind = ClassAdValue::Kind::kReal;
+        v.real = r;
+        return v;
+      }
+    }
+    v.kind = ClassAdValue::Kind::kExpression;
+    return v;
+  }
+
+  // True if `inner` (what lies between a value's first and last bracket)
+  // never closes that outer bracket early, as in "[a] + [b]".
+  static bool Balanced(std::string_view inner) {
+    int depth = 0;
+    char quote = 0;
+    for (size_t i = 0; i < inner.size(); ++i) {
+      char c = inner[i];
+      if (quote != 0) {
+        if (c == '\\')
+          ++i;
+        else if (c == quote)
+          quote = 0;
+        continue;
+      }
+      if (c == '"' || c == '\'') quote = c;
+      if (c == '(' || c == '[' || c == '{') ++depth;
+      if ((c == ')' || c == ']' || c == '}') && --depth < 0) return false;
+    }
+    return depth == 0;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+ClassAdValue ClassAdValue::String(std::string s) {
+  ClassAdValue v;
+  v.kind = Kind::kString;
+  v.text = std::move(s);
+  return v;
+}
+
+ClassAdValue ClassAdValue::Bool(bool b) {
+  ClassAdValue v;
+  v.kind = Kind::kBool;
+  v.boolean = b;
+  return v;
+}
+
+ClassAdValue ClassAdValue::Integer(int64_t i) {
+  ClassAdValue v;
+  v.kind = Kind::kInteger;
+  v.integer = i;
+  return v;
+}
+
+ClassAdValue ClassAdValue::Nested(const ClassAd& ad) {
+  ClassAdValue v;
+  v.kind = Kind::kAd;
+  v.text = ad.Unparse();
+  return v;
+}
+
+ClassAdValue ClassAdValue::ListOf(const std::vector<ClassAd>& ads) {
+  ClassAdValue v;
+  v.kind = Kind::kList;
+  v.text = "{ ";
+  for (size_t i = 0; i < ads.size(); ++i) v.text += (i > 0 ? ", " : "") + ads[i].Unparse();
+  v.text += " }";
+  return v;
+}
+
+std::string ClassAdValue::Unparse() const {
+  switch (kind) {
+    case Kind::kString:
+      return QuoteClassAdString(text);
+    case Kind::kBool:
+      return boolean ? "true" : "false";
+    case Kind::kInteger:
+      return std::to_string(integer);
+    case Kind::kReal: {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.17g", real);
+      std::string s = buf;
+      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+      return s;
+    }
+    case Kind::kUndefined:
+      return "undefined";
+    case Kind::kError:
+      return "error";
+    case Kind::kAd:
+    case Kind::kList:
+    case Kind::kExpression:
+      return text;
+  }
+  return "undefined";
+}
+
+void ClassAd::Set(std::string name, ClassAdValue value) {
+  for (auto& [n, v] : attributes_) {
+    if (EqualsIgnoreCase(n, name)) {
+      v = std::move(value);
+      return;
+    }
+  }
+  attributes_.emplace_back(std::move(name), std::move(value));
+}
+
+const ClassAdValue* ClassAd::Find(std::string_view name) const {
+  for (const auto& [n, v] : attributes_) {
+    if (EqualsIgnoreCase(n, name)) return &v;
+  }
+  return nullptr;
+}
+
+Result<std::optional<std::string>> ClassAd::GetString(std::string_view name) const {
+  const ClassAdValue* v = Find(name);
+  if (v == nullptr) return std::optional<std::string>();
+  if (v->kind != ClassAdValue::Kind::kString) {
+    return InvalidArgumentError("attribute " + std::string(name) +
+                                " is not a string literal: " + v->Unparse().substr(0, 200));
+  }
+  return std::optional<std::string>(v->text);
+}
+
+std::string ClassAd::Unparse() const {
+  std::string out = "[ ";
+  for (size_t i = 0; i < attributes_.size(); ++i) {
+    out += (i > 0 ? "; " : "") + attributes_[i].first + " = " + attributes_[i].second.Unparse();
+  }
+  out += attributes_.empty() ? "]" : " ]";
+  return out;
+}
+
+Result<std::vector<ClassAd>> ParseClassAds(std::string_view text) {
+  if (text.size() > kMaxClassAdInput) {
+    return InvalidArgumentError("more than 16 MiB of ClassAds");
+  }
+  return Parser(text).ParseAll();
+}
+
+std::string QuoteClassAdString(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\%03o", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace perch::transfer
