@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "daemon/core/log_escape.h"
+
 namespace perch::transfer {
 namespace {
 
@@ -167,7 +169,8 @@ class Parser {
         default: {
           if (e < '0' || e > '7') {
             --pos_;
-            return Error(std::string("unknown escape '\\") + e + "' in a string");
+            return Error("unknown escape '\\" + core::EscapeForLog(std::string(1, e)) +
+                         "' in a string");
           }
           int value = e - '0';
           int max_digits = e <= '3' ? 3 : 2;
@@ -202,6 +205,10 @@ class Parser {
         if (c == '"' && tokens == 1) only_string = *std::move(s);
         continue;
       }
+      if (c == '=' && closers.empty() && IsLoneAssignment(start)) {
+        // "Url = "x" LocalFileName = ..." : a ';' is missing.
+        return Error("expected ';' or ']' after the value of '" + name + "' (a '=' follows it)");
+      }
       if (c == '(' || c == '[' || c == '{') {
         if (closers.size() >= static_cast<size_t>(kMaxNesting)) {
           return Error("value of '" + name + "' nested deeper than 32 brackets");
@@ -223,6 +230,15 @@ class Parser {
     if (raw.empty()) return Error("attribute '" + name + "' has no value");
     if (only_string && tokens == 1) return ClassAdValue::String(*std::move(only_string));
     return Literal(raw, name);
+  }
+
+  // True if the '=' at pos_ is not part of an operator (==, !=, <=, >=, =?=,
+  // =!=): an assignment cannot appear in a value.
+  bool IsLoneAssignment(size_t value_start) const {
+    char prev = pos_ > value_start ? text_[pos_ - 1] : ' ';
+    char next = pos_ + 1 < text_.size() ? text_[pos_ + 1] : ' ';
+    return std::string_view("=!<>?").find(prev) == std::string_view::npos &&
+           std::string_view("=?!").find(next) == std::string_view::npos;
   }
 
   // A value that is not a string literal: a keyword, a number, an ad, a list
