@@ -188,6 +188,12 @@ json StatsJson(const v1::Stats& s) {
   json ops = json::object();
   for (const auto& o : s.fuse_ops()) ops[o.op()] = HistogramJson(o.latency());
   j["fuse_ops"] = ops;
+  json clients = json::object();
+  for (const auto& c : s.http_clients()) {
+    clients[c.client()] =
+        json{{"requests", c.requests()}, {"bytes", c.bytes()}, {"errors", c.errors()}};
+  }
+  j["http_clients"] = clients;
   j["origin_get"] = HistogramJson(s.origin_get());
   json warms = json::array();
   for (const auto& w : s.warm_jobs()) warms.push_back(WarmJson(w));
@@ -232,6 +238,14 @@ void PrintStats(const v1::Stats& s) {
             << pf.queued_demand() + pf.queued_hint() + pf.queued_warm() + pf.queued_speculative()
             << ", at most " << pf.max_in_flight_seen() << " of " << pf.budget_requests()
             << " in flight\n";
+  if (s.http_clients_size() > 0) {
+    std::string line;
+    for (const auto& c : s.http_clients()) {
+      line += (line.empty() ? "" : ", ") + c.client() + " " + Count(c.requests()) + " requests " +
+              Size(c.bytes()) + (c.errors() > 0 ? " (" + Count(c.errors()) + " errors)" : "");
+    }
+    std::cout << "http      " << line << "\n";
+  }
   std::string errs;
   for (const auto& e : s.errors()) {
     if (e.count() > 0)
@@ -551,7 +565,8 @@ int Health(Client& c, bool as_json) {
                       {"version", h.version()},
                       {"pid", h.pid()},
                       {"control_address", h.control_address()},
-                      {"metrics_address", h.metrics_address()}}
+                      {"metrics_address", h.metrics_address()},
+                      {"http_address", h.http_address()}}
                      .dump(2)
               << std::endl;
   } else {
@@ -580,6 +595,7 @@ int Health(Client& c, bool as_json) {
     rows.push_back({"control", h.control_address(), ""});
     if (!h.metrics_address().empty())
       rows.push_back({"metrics", "http://" + h.metrics_address() + "/metrics", ""});
+    if (!h.http_address().empty()) rows.push_back({"http", "http://" + h.http_address() + "/", ""});
     for (auto& r : rows) {
       std::cout << "  " << r[0] << std::string(12 - std::min<size_t>(12, r[0].size()), ' ') << r[1]
                 << (r[2].empty() ? "" : "  " + r[2]) << "\n";

@@ -178,6 +178,8 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
                                                "fuse_no_open",
                                                "control_group",
                                                "metrics_allow_remote",
+                                               "http",
+                                               "http_allow_remote",
                                                "allow_nonempty_mountpoint",
                                                "tokens",
                                                "protected_group",
@@ -268,6 +270,7 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
   size("max_bytes_in_flight", &c->max_bytes_in_flight);
   str("control", &c->control_address);
   str("metrics", &c->metrics_address);
+  str("http", &c->http_address);
   str("protected_group", &c->protected_group);
   if (auto n = t["tokens"]) ParseTokens(*n.node(), path, "tokens", &c->namespace_tokens);
   if (auto n = t["mount"]) {
@@ -285,6 +288,7 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
   }
   str("control_group", &c->control_group);
   flag("metrics_allow_remote", &c->metrics_allow_remote);
+  flag("http_allow_remote", &c->http_allow_remote);
   flag("allow_nonempty_mountpoint", &c->allow_nonempty_mountpoint);
 }
 
@@ -324,6 +328,11 @@ void Validate(const DaemonConfig& c) {
   if (std::string why = CheckControlAddress(c.control_address); !why.empty())
     throw ConfigError(why);
   if (std::string why = CheckMetricsAddress(c.metrics_address, c.metrics_allow_remote);
+      !why.empty()) {
+    throw ConfigError(why);
+  }
+  if (std::string why = CheckListenAddress("http", c.http_address, c.http_allow_remote,
+                                           "--http-allow-remote", "http_allow_remote");
       !why.empty()) {
     throw ConfigError(why);
   }

@@ -65,6 +65,8 @@ struct DaemonConfig {
   std::string control_group;    // group owning the control socket (may use perchctl); "" = perchd's
   std::string metrics_address;  // "IP:PORT" for Prometheus; "" = off
   bool metrics_allow_remote = false;       // metrics on a non-loopback address (no authentication)
+  std::string http_address;                // "IP:PORT" for the HTTP endpoint; "" = off
+  bool http_allow_remote = false;          // the endpoint on a non-loopback address
   bool allow_nonempty_mountpoint = false;  // mount over (and hide) a directory's entries
 };
 

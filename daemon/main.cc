@@ -27,6 +27,7 @@
 #include "daemon/control/control_server.h"
 #include "daemon/core/cache_stack.h"
 #include "daemon/core/node_control.h"
+#include "daemon/endpoint/http_endpoint.h"
 #include "daemon/http/federation_client.h"
 #include "daemon/store/cache_dir_lock.h"
 #include "daemon/store/file_block_store.h"
@@ -289,11 +290,20 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
       rc = ExitFor(core::InvalidArgumentError(s.message()));
     }
   }
+  // The HTTP endpoint: the same mounts for clients without FUSE.
+  endpoint::EndpointOptions eopts;
+  if (fopts.ok()) eopts.restricted_gid = fopts->restricted_gid;
+  endpoint::HttpEndpoint http_endpoint(stack, op_metrics, eopts);
+  if (rc == 0 && !cfg.http_address.empty()) {
+    if (core::Status s = http_endpoint.Start(cfg.http_address, cfg.http_allow_remote); !s.ok())
+      rc = ExitFor(s);
+  }
   control::ControlOptions copts;
   copts.address =
       cfg.control_address.empty() ? "unix:" + DefaultControlSocket() : cfg.control_address;
   copts.socket_group = cfg.control_group;
   copts.metrics_address = metrics.address();
+  copts.http_address = http_endpoint.address();
   if (rc == 0) {
     if (core::Status s = control.Start(copts); !s.ok())
       rc = ExitFor(core::InternalError(s.message()));
@@ -318,13 +328,15 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   }
   control.Shutdown();  // ends warm streams (their warms are cancelled)
   metrics.Stop();
+  http_endpoint.Shutdown();
   stack.StopBackground(std::chrono::seconds(2));
   for (auto& f : *feds) {
     if (f->server == nullptr || !f->server->mounted()) continue;
     spdlog::info("unmounting {}", f->cfg.mountpoint);
     f->server->Unmount();
   }
-  loop.Shutdown();  // in-flight fetches end (cancelled) while the cache objects still exist
+  loop.Shutdown();       // in-flight fetches end (cancelled) while the cache objects still exist
+  http_endpoint.Join();  // its reads have ended with the fetches
   jobs.Join();
   stack.Close();
   disk.Join();
@@ -403,7 +415,7 @@ int main(int argc, char** argv) {
                  "group that may read namespaces requiring a token (default: root only)");
   app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
   app.add_flag("-f,--foreground", cfg.foreground, "stay in the foreground (systemd, debugging)");
-  std::string control_address, metrics_address;
+  std::string control_address, metrics_address, http_address;
   app.add_option("--control", control_address,
                  "control API address: unix:PATH or tcp:127.0.0.1:PORT (default unix:" +
                      perch::DefaultControlSocket() + ")");
@@ -415,7 +427,11 @@ int main(int argc, char** argv) {
                  "group owning the control socket: its members may use perchctl");
   app.add_option("--metrics", metrics_address,
                  "serve Prometheus metrics at http://IP:PORT/metrics (loopback)");
-  bool metrics_allow_remote = false, allow_nonempty_mountpoint = false;
+  app.add_option("--http", http_address,
+                 "serve the mounts over HTTP at IP:PORT (loopback; GET, HEAD, PROPFIND)");
+  bool metrics_allow_remote = false, allow_nonempty_mountpoint = false, http_allow_remote = false;
+  app.add_flag("--http-allow-remote", http_allow_remote,
+               "allow --http on a non-loopback address (protected namespaces stay refused)");
   app.add_flag("--metrics-allow-remote", metrics_allow_remote,
                "allow --metrics on a non-loopback address (the endpoint has no authentication)");
   app.add_flag("--allow-nonempty-mountpoint", allow_nonempty_mountpoint,
@@ -439,6 +455,8 @@ int main(int argc, char** argv) {
     if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
     if (!control_group.empty()) cfg.control_group = control_group;
     if (metrics_allow_remote) cfg.metrics_allow_remote = true;
+    if (!http_address.empty()) cfg.http_address = http_address;
+    if (http_allow_remote) cfg.http_allow_remote = true;
     if (allow_nonempty_mountpoint) cfg.allow_nonempty_mountpoint = true;
     if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
     if (perch::MountsOf(cfg).empty()) {

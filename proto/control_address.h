@@ -107,7 +107,12 @@ inline std::string CheckControlAddress(const std::string& address) {
 // "" if perchd may serve Prometheus metrics at `address` ("HOST:PORT" with a
 // literal IP address), else why not. A non-loopback host needs `allow_remote`
 // (--metrics-allow-remote, config metrics_allow_remote).
-inline std::string CheckMetricsAddress(const std::string& address, bool allow_remote) {
+// Why "IP:PORT" may not be listened on by the listener `what` ("metrics",
+// "http"), or "" when it may: it must be a numeric address, on loopback
+// unless `allow_remote` (given by flag `flag` or config key `key`).
+inline std::string CheckListenAddress(const std::string& what, const std::string& address,
+                                      bool allow_remote, const std::string& flag,
+                                      const std::string& key) {
   if (address.empty()) return "";
   std::string host;
   unsigned port = 0;
@@ -118,14 +123,20 @@ inline std::string CheckMetricsAddress(const std::string& address, bool allow_re
   in6_addr any{};
   if (bare.empty() || (::inet_pton(AF_INET, bare.c_str(), &any) != 1 &&
                        ::inet_pton(AF_INET6, bare.c_str(), &any) != 1)) {
-    return "bad metrics address '" + address + "': use IP:PORT, e.g. 127.0.0.1:9464";
+    return "bad " + what + " address '" + address +
+           "': use IP:PORT, e.g. 127.0.0.1:" + (what == "http" ? "8480" : "9464");
   }
   if (!allow_remote && !IsLoopbackHost(host)) {
-    return "metrics address '" + address + "' is not on loopback and the metrics endpoint has no " +
-           "authentication; add --metrics-allow-remote (config metrics_allow_remote = true) to "
-           "serve it there";
+    return what + " address '" + address + "' is not on loopback and the " + what +
+           " endpoint has no authentication; add " + flag + " (config " + key +
+           " = true) to serve it there";
   }
   return "";
+}
+
+inline std::string CheckMetricsAddress(const std::string& address, bool allow_remote) {
+  return CheckListenAddress("metrics", address, allow_remote, "--metrics-allow-remote",
+                            "metrics_allow_remote");
 }
 
 // The gid of the group named `name` (or numbered: "1001"); false if there

@@ -126,6 +126,13 @@ void Fill(const core::NodeControl& node, const core::StatsSnapshot& s, v1::Stats
     o->set_op(op);
     Fill(h, o->mutable_latency());
   }
+  for (const core::ClientStats& c : s.http_clients) {
+    auto* h = out->add_http_clients();
+    h->set_client(c.client);
+    h->set_requests(c.requests);
+    h->set_bytes(c.bytes);
+    h->set_errors(c.errors);
+  }
   Fill(s.origin_get, out->mutable_origin_get());
   for (const auto& w : s.warm_jobs) Fill(node, w, out->add_warm_jobs());
   auto* p = out->mutable_prefetch();
@@ -448,6 +455,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
       reply->set_version(options_.version);
       reply->set_control_address(options_.address);
       reply->set_metrics_address(options_.metrics_address);
+      reply->set_http_address(options_.http_address);
       reply->set_pid(::getpid());
       r->Finish(grpc::Status::OK);
     });

@@ -45,6 +45,7 @@ struct ControlOptions {
   std::string socket_group;
   std::string version = "0.1.0";
   std::string metrics_address;  // reported by Health
+  std::string http_address;     // reported by Health
   ControlLimits limits;
 };
 

@@ -111,6 +111,25 @@ std::string RenderPrometheus(const core::StatsSnapshot& s) {
   for (const auto& [cls, n] : s.errors)
     w.Sample("perch_fuse_errors_total", n, fmt::format("class=\"{}\"", cls));
 
+  struct ClientMetric {
+    const char* name;
+    const char* help;
+    uint64_t core::ClientStats::*field;
+  };
+  const ClientMetric client_metrics[] = {
+      {"perch_http_requests_total", "Requests to the HTTP endpoint, by client.",
+       &core::ClientStats::requests},
+      {"perch_http_bytes_total", "Body bytes the HTTP endpoint sent, by client.",
+       &core::ClientStats::bytes},
+      {"perch_http_errors_total", "HTTP endpoint answers of 4xx/5xx or cut short, by client.",
+       &core::ClientStats::errors},
+  };
+  for (const ClientMetric& m : client_metrics) {
+    w.Family(m.name, "counter", m.help);
+    for (const core::ClientStats& c : s.http_clients)
+      w.Sample(m.name, c.*(m.field), fmt::format("client=\"{}\"", Escape(c.client)));
+  }
+
   struct NsMetric {
     const char* name;
     const char* help;

@@ -204,6 +204,9 @@ StatsSnapshot NodeControl::Stats() const {
   s.evictions = catalog.evictions();
   if (network_) s.network = network_();
   s.errors = ops_.errors().Take();
+  ops_.clients().ForEach([&s](const std::string& name, const ClientCounters& c) {
+    s.http_clients.push_back(ClientStats{name, c.requests.load(), c.bytes.load(), c.errors.load()});
+  });
   for (int op = 0; op < OpMetrics::kCount; ++op) {
     auto o = static_cast<OpMetrics::Op>(op);
     s.fuse_ops.emplace_back(OpMetrics::Name(o), ops_.latency(o).Take());

@@ -34,7 +34,16 @@
 
 namespace perch::core {
 
-// Latency and errors of filesystem operations, filled by the FUSE adapter.
+// What one kind of HTTP client (by its User-Agent product) asked of perchd's
+// HTTP endpoint.
+struct ClientCounters {
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> bytes{0};   // body bytes sent
+  std::atomic<uint64_t> errors{0};  // answers of 4xx/5xx, and bodies cut short
+};
+
+// Latency and errors of filesystem operations, filled by the FUSE adapter,
+// and the HTTP endpoint's requests by client.
 class OpMetrics {
  public:
   enum Op { kLookup, kGetAttr, kOpenDir, kReadDir, kOpen, kRead, kStatFs, kXattr, kCount };
@@ -43,10 +52,14 @@ class OpMetrics {
   const LatencyHistogram& latency(Op op) const { return latency_[op]; }
   ErrorCounters& errors() { return errors_; }
   const ErrorCounters& errors() const { return errors_; }
+  // By client label; the endpoint bounds the number of labels.
+  CounterFamily<ClientCounters>& clients() { return clients_; }
+  const CounterFamily<ClientCounters>& clients() const { return clients_; }
 
  private:
   std::array<LatencyHistogram, kCount> latency_;
   ErrorCounters errors_;
+  CounterFamily<ClientCounters> clients_;
 };
 
 // Counters of the federation client, filled by the daemon's wiring.
@@ -64,6 +77,11 @@ struct NamespaceCounters {
   ReadCounters::Values values;
 };
 
+struct ClientStats {
+  std::string client;  // User-Agent product ("curl", "python-requests", ...)
+  uint64_t requests = 0, bytes = 0, errors = 0;
+};
+
 struct StatsSnapshot {
   ReadCounters::Values totals;  // summed over every mount
   uint64_t shared_fetches = 0;
@@ -78,6 +96,7 @@ struct StatsSnapshot {
   NetworkStats network;
   std::vector<std::pair<std::string, uint64_t>> errors;  // by class
   std::vector<std::pair<std::string, LatencyHistogram::Snapshot>> fuse_ops;
+  std::vector<ClientStats> http_clients;  // the HTTP endpoint's requests, by client
   LatencyHistogram::Snapshot origin_get;
   std::vector<WarmProgress> warm_jobs;
   struct {

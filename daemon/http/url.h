@@ -15,6 +15,7 @@
 
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
+#include "daemon/http/percent.h"
 
 namespace perch::http {
 
@@ -34,17 +35,6 @@ inline constexpr std::string_view kOsdfDiscoveryHost = "osg-htc.org";
 // Parses `url`; kInvalidArgument with a message that says what is wrong and
 // shows an example of the right form.
 core::Result<FederationUrl> ParseFederationUrl(std::string_view url);
-
-// Percent-encodes one path segment: RFC 3986 unreserved characters are kept,
-// everything else (including '/', '%', ' ', UTF-8 bytes) becomes %XX.
-std::string PercentEncodeSegment(std::string_view segment);
-
-// "/a b/c%d" -> "/a%20b/c%25d". The root encodes to "/".
-std::string PercentEncodePath(const core::ObjectPath& path);
-
-// Decodes %XX escapes. kInvalidArgument on a truncated or non-hex escape or
-// an encoded NUL.
-core::Result<std::string> PercentDecode(std::string_view text);
 
 // Splits "scheme://authority/path?query" into its base ("scheme://authority")
 // and the rest. kInvalidArgument if `url` is not an absolute http(s) URL.

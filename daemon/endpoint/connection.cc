@@ -1,0 +1,427 @@
+#include "daemon/endpoint/connection.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "daemon/core/log_escape.h"
+#include "daemon/endpoint/dav.h"
+#include "daemon/endpoint/peer_credentials.h"
+#include "daemon/endpoint/request.h"
+
+namespace perch::endpoint {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+
+std::string_view Sv(beast::string_view s) { return std::string_view(s.data(), s.size()); }
+
+core::ClientCounters& HttpEndpoint::Shared::Counters(const std::string& label) {
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (!labels.count(label)) {
+      if (labels.size() >= options.max_client_labels) return metrics.clients().Get("other");
+      labels.insert(label);
+    }
+  }
+  return metrics.clients().Get(label);
+}
+
+namespace {
+
+// A blocking socket as a Beast SyncReadStream/SyncWriteStream. The socket's
+// SO_RCVTIMEO/SO_SNDTIMEO bound every wait; a timeout is an error.
+class FdStream {
+ public:
+  explicit FdStream(int fd) : fd_(fd) {}
+
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers, beast::error_code& ec) {
+    ec = {};
+    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers);
+         ++it) {
+      asio::mutable_buffer b = *it;
+      if (b.size() == 0) continue;
+      ssize_t n;
+      do n = ::recv(fd_, b.data(), b.size(), 0);
+      while (n < 0 && errno == EINTR);
+      if (n > 0) return static_cast<size_t>(n);
+      ec = n == 0 ? beast::error_code(asio::error::eof) : Error();
+      return 0;
+    }
+    return 0;
+  }
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers) {
+    beast::error_code ec;
+    size_t n = read_some(buffers, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers, beast::error_code& ec) {
+    ec = {};
+    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers);
+         ++it) {
+      asio::const_buffer b = *it;
+      if (b.size() == 0) continue;
+      ssize_t n;
+      do n = ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL);
+      while (n < 0 && errno == EINTR);
+      if (n > 0) return static_cast<size_t>(n);
+      ec = Error();
+      return 0;
+    }
+    return 0;
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers) {
+    beast::error_code ec;
+    size_t n = write_some(buffers, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+
+ private:
+  static beast::error_code Error() {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return asio::error::timed_out;
+    return beast::error_code(errno, boost::system::system_category());
+  }
+  int fd_;
+};
+
+bool SendAll(int fd, const char* data, size_t len) {
+  while (len > 0) {
+    ssize_t n = ::send(fd, data, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool SendFile(int fd, int in, uint64_t offset, uint64_t len) {
+  off_t off = static_cast<off_t>(offset);
+  while (len > 0) {
+    ssize_t n = ::sendfile(fd, in, &off, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    len -= static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+bhttp::status StatusOf(const core::Status& s) {
+  switch (s.code()) {
+    case core::StatusCode::kNotFound:
+      return bhttp::status::not_found;
+    case core::StatusCode::kPermissionDenied:
+      return bhttp::status::forbidden;
+    case core::StatusCode::kInvalidArgument:
+      return bhttp::status::bad_request;
+    case core::StatusCode::kUnavailable:
+    case core::StatusCode::kCancelled:
+      return bhttp::status::service_unavailable;
+    case core::StatusCode::kDeadlineExceeded:
+      return bhttp::status::gateway_timeout;
+    case core::StatusCode::kCorrupt:
+      return bhttp::status::bad_gateway;
+    default:
+      return bhttp::status::internal_server_error;
+  }
+}
+
+using Request = bhttp::request<bhttp::string_body>;
+using Response = bhttp::response<bhttp::string_body>;
+
+// The mount serving federation path `path` (the longest mounted prefix; the
+// first mount among equals) and the path below its root.
+core::Mount* Route(core::CacheStack& stack, const core::ObjectPath& path, core::ObjectPath* rel) {
+  core::Mount* best = nullptr;
+  for (core::Mount* m : stack.mounts()) {
+    const core::ObjectPath& prefix = m->spec().federation_prefix;
+    auto below = Below(path, prefix);
+    if (!below) continue;
+    if (best == nullptr || prefix.str().size() > best->spec().federation_prefix.str().size()) {
+      best = m;
+      *rel = *below;
+    }
+  }
+  return best;
+}
+
+class Connection {
+ public:
+  Connection(HttpEndpoint::Shared& shared, int fd) : s_(shared), fd_(fd), stream_(fd) {}
+
+  void Run() {
+    beast::flat_buffer buffer(16 * 1024);
+    for (;;) {
+      bhttp::request_parser<bhttp::string_body> parser;
+      parser.header_limit(8 * 1024);
+      parser.body_limit(64 * 1024);
+      beast::error_code ec;
+      bhttp::read(stream_, buffer, parser, ec);
+      if (ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
+          ec == asio::error::timed_out || ec == asio::error::connection_reset) {
+        return;
+      }
+      if (ec) {
+        counters_ = &s_.Counters("unknown");
+        head_ = false;
+        Response res{bhttp::status::bad_request, 11};
+        Finish(res, "bad request: " + ec.message() + "\n", false);
+        return;
+      }
+      if (!Handle(parser.get())) return;
+    }
+  }
+
+ private:
+  // Answers one request; false when the connection must close.
+  bool Handle(const Request& req) {
+    counters_ = &s_.Counters(ClientLabel(Sv(req[bhttp::field::user_agent])));
+    counters_->requests.fetch_add(1, std::memory_order_relaxed);
+    keep_alive_ = req.keep_alive();
+    version_ = req.version();
+    head_ = req.method() == bhttp::verb::head;
+    federation_.clear();
+    std::string_view target = Sv(req.target());
+    spdlog::debug("http {} {}", std::string(req.method_string()), core::EscapeForLog(target, 300));
+    if (target == "/.perch/mounts" && req.method() == bhttp::verb::get) return Mounts();
+    bhttp::verb m = req.method();
+    if (m == bhttp::verb::options) {
+      Response res{bhttp::status::ok, version_};
+      res.set(bhttp::field::allow, "GET, HEAD, PROPFIND, OPTIONS");
+      res.set("DAV", "1");
+      return Finish(res, "", keep_alive_);
+    }
+    if (m != bhttp::verb::get && m != bhttp::verb::head && m != bhttp::verb::propfind) {
+      Response res{bhttp::status::method_not_allowed, version_};
+      res.set(bhttp::field::allow, "GET, HEAD, PROPFIND, OPTIONS");
+      return Finish(res, "perchd's endpoint is read-only: GET, HEAD, PROPFIND\n", keep_alive_);
+    }
+    auto path = PathOfTarget(target);
+    if (!path.ok()) return Error(bhttp::status::bad_request, path.status().message());
+    core::ObjectPath rel;
+    core::Mount* mount = Route(s_.stack, *path, &rel);
+    if (mount == nullptr)
+      return Error(bhttp::status::not_found, path->str() + " is below no federation perchd mounts");
+    core::FileSystem& fs = mount->fs();
+    auto attr = fs.GetAttr(rel);
+    if (!attr.ok()) return Error(StatusOf(attr.status()), attr.status().message());
+    if (attr->restricted && !MayReadRestricted()) {
+      return Error(bhttp::status::forbidden,
+                   path->str() + " is in a protected namespace: perchd serves it to root and " +
+                       "members of its protected_group only");
+    }
+    federation_ = mount->spec().federation_id;
+    if (m == bhttp::verb::propfind) return Propfind(req, fs, *path, rel, *attr);
+    if (attr->is_dir) return Index(fs, *path, rel);
+    return Object(req, fs, rel, *attr);
+  }
+
+  bool Mounts() {
+    nlohmann::json mounts = nlohmann::json::array();
+    for (core::Mount* m : s_.stack.mounts()) {
+      const core::MountSpec& spec = m->spec();
+      mounts.push_back(
+          {{"federation", spec.federation_id},
+           {"discovery", spec.federation.empty() ? spec.federation_id : spec.federation},
+           {"prefix", spec.federation_prefix.str()},
+           {"mountpoint", spec.mountpoint}});
+    }
+    Response res{bhttp::status::ok, version_};
+    res.set(bhttp::field::content_type, "application/json");
+    return Finish(res, nlohmann::json{{"mounts", mounts}}.dump() + "\n", keep_alive_);
+  }
+
+  bool Propfind(const Request& req, core::FileSystem& fs, const core::ObjectPath& path,
+                const core::ObjectPath& rel, const core::FileAttr& attr) {
+    std::vector<DavEntry> children;
+    if (attr.is_dir && req["Depth"] != "0") {
+      auto list = fs.ReadDir(rel);
+      if (!list.ok()) return Error(StatusOf(list.status()), list.status().message());
+      for (const core::DirEntry& e : *list) {
+        auto child = path.Child(e.name);
+        if (child.ok()) children.push_back(DavEntry{*child, e.attr});
+      }
+    }
+    Response res{bhttp::status::multi_status, version_};
+    res.set(bhttp::field::content_type, "text/xml; charset=utf-8");
+    return Finish(res, Multistatus(DavEntry{path, attr}, children), keep_alive_);
+  }
+
+  bool Index(core::FileSystem& fs, const core::ObjectPath& path, const core::ObjectPath& rel) {
+    auto list = fs.ReadDir(rel);
+    if (!list.ok()) return Error(StatusOf(list.status()), list.status().message());
+    Response res{bhttp::status::ok, version_};
+    res.set(bhttp::field::content_type, "text/html; charset=utf-8");
+    std::string body = HtmlIndex(path, *list);
+    return Finish(res, std::move(body), keep_alive_);
+  }
+
+  bool Object(const Request& req, core::FileSystem& fs, const core::ObjectPath& rel,
+              const core::FileAttr& attr) {
+    RangeAnswer range{RangeAnswer::kWhole, 0, attr.size};
+    if (auto r = req.find(bhttp::field::range); r != req.end()) {
+      if (IfRangeHolds(Sv(req[bhttp::field::if_range]), attr))
+        range = AnswerRange(Sv(r->value()), attr.size);
+    }
+    if (range.kind == RangeAnswer::kUnsatisfiable) {
+      Response res{bhttp::status::range_not_satisfiable, version_};
+      res.set(bhttp::field::content_range, "bytes */" + std::to_string(attr.size));
+      return Finish(res, "", keep_alive_, /*error=*/true);
+    }
+    Response res{
+        range.kind == RangeAnswer::kPart ? bhttp::status::partial_content : bhttp::status::ok,
+        version_};
+    res.set(bhttp::field::content_type, "application/octet-stream");
+    res.set(bhttp::field::accept_ranges, "bytes");
+    res.set(bhttp::field::etag, EntityTag(attr));
+    if (attr.mtime != 0) res.set(bhttp::field::last_modified, HttpDate(attr.mtime));
+    if (range.kind == RangeAnswer::kPart) {
+      res.set(bhttp::field::content_range, "bytes " + std::to_string(range.offset) + "-" +
+                                               std::to_string(range.offset + range.length - 1) +
+                                               "/" + std::to_string(attr.size));
+    }
+    // Pelican's client: failures mid-body reported in a trailer (XRootD's way).
+    bool trailer = req["X-Transfer-Status"] == "true" &&
+                   Sv(req[bhttp::field::te]).find("trailers") != std::string_view::npos &&
+                   req.method() == bhttp::verb::get && version_ == 11;
+    if (trailer) {
+      res.set(bhttp::field::transfer_encoding, "chunked");
+      res.set(bhttp::field::trailer, "X-Transfer-Status");
+    } else {
+      res.content_length(range.length);
+    }
+    if (req.method() == bhttp::verb::head) return SendHeader(res) && keep_alive_;
+    auto handle = fs.Open(rel);
+    if (!handle.ok()) return Error(StatusOf(handle.status()), handle.status().message());
+    if (!SendHeader(res)) {
+      fs.Release(*handle);
+      return false;
+    }
+    core::Status sent = SendBody(fs, *handle, range.offset, range.length, trailer);
+    fs.Release(*handle);
+    if (trailer && sent.code() != core::StatusCode::kCancelled) {
+      std::string end = "0\r\nX-Transfer-Status: " +
+                        (sent.ok() ? std::string("200: OK")
+                                   : std::to_string(static_cast<unsigned>(StatusOf(sent))) + ": " +
+                                         core::EscapeForLog(sent.message(), 200)) +
+                        "\r\n\r\n";
+      if (!SendAll(fd_, end.data(), end.size())) return false;
+    }
+    if (!sent.ok()) {
+      counters_->errors.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("http: {} cut short: {}", federation_ + rel.str(), sent.message());
+      return false;  // a Content-Length body cut short: the client sees the connection end
+    }
+    return keep_alive_;
+  }
+
+  // Sends `length` bytes at `offset` of open file `handle`, a block at a time:
+  // cache hits straight from the block file, misses from the fetched bytes.
+  // kCancelled when the client went away.
+  core::Status SendBody(core::FileSystem& fs, uint64_t handle, uint64_t offset, uint64_t length,
+                        bool chunked) {
+    const uint64_t block = s_.stack.options().reader.block_size;
+    while (length > 0) {
+      uint64_t n = std::min(length, block - offset % block);
+      if (chunked) {
+        char head[32];
+        int len = std::snprintf(head, sizeof(head), "%llx\r\n", static_cast<unsigned long long>(n));
+        if (!SendAll(fd_, head, static_cast<size_t>(len))) return core::CancelledError("client");
+      }
+      bool ok = false;
+      if (auto slice = fs.ReadSlice(handle, offset, n); slice && slice->length() == n) {
+        ok = SendFile(fd_, slice->fd(), slice->file_offset(), n);
+      } else {
+        auto bytes = fs.Read(handle, offset, n);
+        if (!bytes.ok()) return bytes.status();
+        if (bytes->size() != n)
+          return core::CorruptError("the object ended early at " + std::to_string(offset));
+        ok = SendAll(fd_, bytes->data(), bytes->size());
+      }
+      if (!ok || (chunked && !SendAll(fd_, "\r\n", 2))) return core::CancelledError("client");
+      counters_->bytes.fetch_add(n, std::memory_order_relaxed);
+      offset += n;
+      length -= n;
+    }
+    return core::Status::Ok();
+  }
+
+  // Whether the peer may read a protected namespace (decided once per connection).
+  bool MayReadRestricted() {
+    if (!may_read_restricted_) {
+      auto peer = LoopbackPeer(fd_);
+      may_read_restricted_ =
+          peer && (peer->uid == 0 || peer->uid == ::geteuid() ||
+                   (s_.options.restricted_gid >= 0 &&
+                    PeerInGroup(*peer, static_cast<gid_t>(s_.options.restricted_gid))));
+    }
+    return *may_read_restricted_;
+  }
+
+  bool Error(bhttp::status status, const std::string& message) {
+    Response res{status, version_};
+    res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
+    return Finish(res, "perchd: " + message + "\n", keep_alive_, true);
+  }
+
+  bool SendHeader(Response& res) {
+    res.set(bhttp::field::server, "perchd");
+    if (!federation_.empty()) res.set("X-Perch-Federation", federation_);
+    res.keep_alive(keep_alive_);
+    std::ostringstream head;
+    head << res.base();
+    std::string text = head.str();
+    return SendAll(fd_, text.data(), text.size());
+  }
+
+  // Sends `res` with `body`; returns `keep_alive` if that worked.
+  bool Finish(Response& res, std::string body, bool keep_alive, bool error = false) {
+    if (error || static_cast<unsigned>(res.result()) >= 400)
+      counters_->errors.fetch_add(1, std::memory_order_relaxed);
+    keep_alive_ = keep_alive;
+    res.content_length(body.size());
+    if (!SendHeader(res)) return false;
+    if (head_) return keep_alive;  // the length of what GET would send, no body
+    if (!body.empty() && !SendAll(fd_, body.data(), body.size())) return false;
+    counters_->bytes.fetch_add(body.size(), std::memory_order_relaxed);
+    return keep_alive;
+  }
+
+  HttpEndpoint::Shared& s_;
+  const int fd_;
+  FdStream stream_;
+  core::ClientCounters* counters_ = nullptr;
+  unsigned version_ = 11;
+  bool keep_alive_ = false;
+  bool head_ = false;
+  std::string federation_;
+  std::optional<bool> may_read_restricted_;
+};
+
+}  // namespace
+
+void ServeConnection(HttpEndpoint::Shared& shared, int fd) {
+  try {
+    Connection(shared, fd).Run();
+  } catch (const std::exception& e) {
+    spdlog::warn("http: connection ended: {}", e.what());
+  }
+}
+
+}  // namespace perch::endpoint

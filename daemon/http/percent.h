@@ -1,0 +1,25 @@
+// Percent-encoding of paths (RFC 3986), shared by the federation client and
+// perchd's HTTP endpoint. Pure functions without libcurl (library
+// perch_percent), safe from any thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "daemon/core/result.h"
+#include "daemon/core/types.h"
+
+namespace perch::http {
+
+// Percent-encodes one path segment: RFC 3986 unreserved characters are kept,
+// everything else (including '/', '%', ' ', UTF-8 bytes) becomes %XX.
+std::string PercentEncodeSegment(std::string_view segment);
+
+// "/a b/c%d" -> "/a%20b/c%25d". The root encodes to "/".
+std::string PercentEncodePath(const core::ObjectPath& path);
+
+// Decodes %XX escapes. kInvalidArgument on a truncated or non-hex escape or
+// an encoded NUL.
+core::Result<std::string> PercentDecode(std::string_view text);
+
+}  // namespace perch::http
