@@ -2,7 +2,6 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 
 #include "daemon/core/log_escape.h"
@@ -13,17 +12,6 @@ namespace {
 using core::InvalidArgumentError;
 using core::Result;
 using core::Status;
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
 
 bool IsNameStart(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
 bool IsNameChar(char c) { return IsNameStart(c) || (c >= '0' && c <= '9'); }
@@ -250,9 +238,9 @@ class Parser {
                               std::pair{"false", ClassAdValue::Kind::kBool},
                               std::pair{"undefined", ClassAdValue::Kind::kUndefined},
                               std::pair{"error", ClassAdValue::Kind::kError}}) {
-      if (EqualsIgnoreCase(raw, word)) {
+      if (NameEquals(raw, word)) {
         v.kind = kind;
-        v.boolean = EqualsIgnoreCase(raw, "true");
+        v.boolean = NameEquals(raw, "true");
         return v;
       }
     }
@@ -315,135 +303,11 @@ class Parser {
 
 }  // namespace
 
-ClassAdValue ClassAdValue::String(std::string s) {
-  ClassAdValue v;
-  v.kind = Kind::kString;
-  v.text = std::move(s);
-  return v;
-}
-
-ClassAdValue ClassAdValue::Bool(bool b) {
-  ClassAdValue v;
-  v.kind = Kind::kBool;
-  v.boolean = b;
-  return v;
-}
-
-ClassAdValue ClassAdValue::Integer(int64_t i) {
-  ClassAdValue v;
-  v.kind = Kind::kInteger;
-  v.integer = i;
-  return v;
-}
-
-ClassAdValue ClassAdValue::Nested(const ClassAd& ad) {
-  ClassAdValue v;
-  v.kind = Kind::kAd;
-  v.text = ad.Unparse();
-  return v;
-}
-
-ClassAdValue ClassAdValue::ListOf(const std::vector<ClassAd>& ads) {
-  ClassAdValue v;
-  v.kind = Kind::kList;
-  v.text = "{ ";
-  for (size_t i = 0; i < ads.size(); ++i) v.text += (i > 0 ? ", " : "") + ads[i].Unparse();
-  v.text += " }";
-  return v;
-}
-
-std::string ClassAdValue::Unparse() const {
-  switch (kind) {
-    case Kind::kString:
-      return QuoteClassAdString(text);
-    case Kind::kBool:
-      return boolean ? "true" : "false";
-    case Kind::kInteger:
-      return std::to_string(integer);
-    case Kind::kReal: {
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), "%.17g", real);
-      std::string s = buf;
-      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-      return s;
-    }
-    case Kind::kUndefined:
-      return "undefined";
-    case Kind::kError:
-      return "error";
-    case Kind::kAd:
-    case Kind::kList:
-    case Kind::kExpression:
-      return text;
-  }
-  return "undefined";
-}
-
-void ClassAd::Set(std::string name, ClassAdValue value) {
-  for (auto& [n, v] : attributes_) {
-    if (EqualsIgnoreCase(n, name)) {
-      v = std::move(value);
-      return;
-    }
-  }
-  attributes_.emplace_back(std::move(name), std::move(value));
-}
-
-const ClassAdValue* ClassAd::Find(std::string_view name) const {
-  for (const auto& [n, v] : attributes_) {
-    if (EqualsIgnoreCase(n, name)) return &v;
-  }
-  return nullptr;
-}
-
-Result<std::optional<std::string>> ClassAd::GetString(std::string_view name) const {
-  const ClassAdValue* v = Find(name);
-  if (v == nullptr) return std::optional<std::string>();
-  if (v->kind != ClassAdValue::Kind::kString) {
-    return InvalidArgumentError("attribute " + std::string(name) +
-                                " is not a string literal: " + v->Unparse().substr(0, 200));
-  }
-  return std::optional<std::string>(v->text);
-}
-
-std::string ClassAd::Unparse() const {
-  std::string out = "[ ";
-  for (size_t i = 0; i < attributes_.size(); ++i) {
-    out += (i > 0 ? "; " : "") + attributes_[i].first + " = " + attributes_[i].second.Unparse();
-  }
-  out += attributes_.empty() ? "]" : " ]";
-  return out;
-}
-
 Result<std::vector<ClassAd>> ParseClassAds(std::string_view text) {
   if (text.size() > kMaxClassAdInput) {
     return InvalidArgumentError("more than 16 MiB of ClassAds");
   }
   return Parser(text).ParseAll();
-}
-
-std::string QuoteClassAdString(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\%03o", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace perch::transfer

@@ -85,6 +85,9 @@ class ClassAd {
   std::vector<std::pair<std::string, ClassAdValue>> attributes_;
 };
 
+// True if two attribute names are the same name (ASCII case-insensitive).
+bool NameEquals(std::string_view a, std::string_view b);
+
 // Parses a sequence of new-format ads (possibly none).
 core::Result<std::vector<ClassAd>> ParseClassAds(std::string_view text);
 

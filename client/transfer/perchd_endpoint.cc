@@ -85,8 +85,8 @@ struct PerchdEndpoint::Attempt {
     uint64_t t = 0;
     if (head.status == 206) {
       auto cr = head.Get("content-range");
-      auto r = cr ? http::ParseContentRange(*cr)
-                  : core::Result<http::ContentRange>(Corrupt("206 without Content-Range"));
+      if (!cr) return Corrupt("206 without Content-Range");
+      auto r = http::ParseContentRange(*cr);
       if (!r.ok()) return Corrupt(r.status().message());
       if (r->total < 0 || r->first != offset || r->last + 1 != static_cast<uint64_t>(r->total)) {
         return Corrupt("asked for bytes " + std::to_string(offset) + "-, got Content-Range " +

@@ -1,168 +1,21 @@
-// perch-transfer run as HTCondor's starter runs it: the test writes the
-// -infile in HTCondor's format (one new-format ad per line), pre-allocates the
-// -outfile with spaces as the starter does, runs the real binary, and reads
-// the result ads back. The federation is a real perch-devfed (XRootD origin
-// and caches); no perchd runs unless a test starts one, and perchd's config
-// is pointed at a file that does not exist, so the node's own
-// /etc/perch/perchd.toml never matters.
-#include <gtest/gtest.h>
+// perch-transfer run as HTCondor runs it (transfer_fixture.h), with no perchd
+// on the node: every byte comes straight from the federation.
+#include <fcntl.h>
 #include <signal.h>
-#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <regex>
-#include <set>
 #include <thread>
 
-#include "client/transfer/classad.h"
-#include "tests/devfed/devfed_harness.h"
-#include "tests/integration/perchd_harness.h"
-#include "tests/integration/test_tree.h"
-
-#ifndef PERCH_TRANSFER_PATH
-#error "PERCH_TRANSFER_PATH must name the perch-transfer binary"
-#endif
+#include "tests/integration/transfer_fixture.h"
 
 namespace perch::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using transfer::ClassAd;
-using transfer::ClassAdValue;
 
-// The environment variables perch-transfer reads; each test sets its own.
-constexpr const char* kEnv[] = {"PERCH_ENDPOINT", "PERCH_CONFIG",      "PERCH_CA_FILE",
-                                "BEARER_TOKEN",   "BEARER_TOKEN_FILE", "TOKEN",
-                                "_CONDOR_CREDS"};
-
-struct Request {
-  std::string url;
-  std::string local;  // LocalFileName
-};
-
-// Ten files of the sizes that matter: empty, one byte, around and across the
-// plugin's 8 MiB chunks, names that need percent-encoding in a URL.
-std::vector<TreeFile> TenFiles() {
-  return {{"a.bin", 0},
-          {"b.txt", 1},
-          {"c.bin", 1000},
-          {"d.bin", 110000},
-          {"e.bin", (4 << 20) - 1},
-          {"f.bin", (8 << 20) + 1},
-          {"sub/g.bin", 20 << 20},
-          {"with space.bin", 5000},
-          {"pct%.bin", 123},
-          {"sub/h.bin", 12345}};
-}
-
-std::string Encoded(const std::string& rel) {
-  std::string out;
-  for (char c : rel) {
-    if (c == ' ') {
-      out += "%20";
-    } else if (c == '%') {
-      out += "%25";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-class TransferPluginTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    for (const char* e : kEnv) unsetenv(e);
-    work_ = std::make_unique<TempDir>("transfer");
-    sandbox_ = work_->path() / "execute" / "dir_1234";
-    fs::create_directories(sandbox_);
-    setenv("PERCH_CONFIG", (work_->path() / "no-perchd.toml").c_str(), 1);
-    infile_ = work_->path() / "transfer-in.ads";
-    outfile_ = work_->path() / "transfer-out.ads";
-  }
-  void TearDown() override {
-    for (const char* e : kEnv) unsetenv(e);
-  }
-
-  // Starts a federation exporting `files` at /ns.
-  void StartFederation(std::vector<TreeFile> files, DevFed::Options opts) {
-    if (!DevFed::XrootdAvailable()) GTEST_SKIP() << "xrootd is not installed";
-    files_ = std::move(files);
-    tree_ = work_->path() / "tree";
-    CreateTestTree(tree_, files_);
-    opts.exports.insert(opts.exports.begin(), {"/ns", tree_.string(), false});
-    fed_ = std::make_unique<DevFed>(opts);
-    ASSERT_EQ(fed_->Start(), "");
-  }
-
-  // "pelican://127.0.0.1:P" for a TLS federation, the dev form "http://127.0.0.1:P" otherwise.
-  std::string Base() const {
-    std::string f = fed_->FederationUrl();
-    return f.starts_with("https://") ? "pelican://" + f.substr(8) : f;
-  }
-  std::string UrlOf(const std::string& rel) const { return Base() + "/ns/" + Encoded(rel); }
-
-  // Writes the -infile as HTCondor does, and an -outfile pre-allocated with spaces.
-  void WriteAdFiles(const std::vector<Request>& requests) {
-    std::ofstream in(infile_);
-    for (const Request& r : requests) {
-      in << "[ LocalFileName = " << transfer::QuoteClassAdString(r.local)
-         << "; Url = " << transfer::QuoteClassAdString(r.url) << " ]\n";
-    }
-    std::ofstream(outfile_) << std::string(19 * 1024, ' ');
-  }
-
-  RunResult Run(const std::vector<std::string>& args) {
-    return RunToExit(PERCH_TRANSFER_PATH, args, std::chrono::seconds(120));
-  }
-  RunResult RunPlugin(bool upload = false) {
-    std::vector<std::string> args = {"-infile", infile_.string(), "-outfile", outfile_.string()};
-    if (upload) args.push_back("-upload");
-    return Run(args);
-  }
-
-  // The result ads; the file holds nothing else (the pre-allocation is cut).
-  std::vector<ClassAd> ResultAds() {
-    std::string text = ReadLocalFile(outfile_);
-    EXPECT_TRUE(text.empty() || text.back() == '\n') << "not cut after the last ad: " << text;
-    auto ads = transfer::ParseClassAds(text);
-    EXPECT_TRUE(ads.ok()) << ads.status().ToString() << "\n" << text;
-    return ads.ok() ? *ads : std::vector<ClassAd>{};
-  }
-
-  // Entries of the sandbox (temporary files would show here).
-  std::set<std::string> SandboxEntries() {
-    std::set<std::string> out;
-    for (const auto& e : fs::recursive_directory_iterator(sandbox_)) {
-      out.insert(fs::relative(e.path(), sandbox_).string());
-    }
-    return out;
-  }
-
-  std::unique_ptr<TempDir> work_;
-  fs::path sandbox_, tree_, infile_, outfile_;
-  std::vector<TreeFile> files_;
-  std::unique_ptr<DevFed> fed_;
-};
-
-std::string Str(const ClassAd& ad, const char* name) {
-  auto v = ad.GetString(name);
-  return v.ok() && v->has_value() ? **v : "<" + std::string(name) + " missing>";
-}
-const ClassAdValue& Val(const ClassAd& ad, const char* name) {
-  static const ClassAdValue kMissing;
-  const ClassAdValue* v = ad.Find(name);
-  return v != nullptr ? *v : kMissing;
-}
-// An attribute of the DeveloperData ad.
-std::string Dev(const ClassAd& ad, const char* name) {
-  auto dev = transfer::ParseClassAds(Val(ad, "DeveloperData").text);
-  if (!dev.ok() || dev->size() != 1) return "<no DeveloperData>";
-  const ClassAdValue* v = (*dev)[0].Find(name);
-  return v == nullptr ? "" : (v->kind == ClassAdValue::Kind::kString ? v->text : v->Unparse());
-}
+using TransferPluginTest = TransferFixture;
 
 TEST_F(TransferPluginTest, TenFilesStraightFromTheFederation) {
   DevFed::Options opts;
@@ -234,6 +87,27 @@ TEST_F(TransferPluginTest, AMissingObjectFailsAndLeavesNothing) {
   EXPECT_EQ(SandboxEntries(), std::set<std::string>{"one.bin"});
 }
 
+TEST_F(TransferPluginTest, AnUnreachablePerchdIsPassedBy) {
+  StartFederation({{"x.bin", 50000}, {"y.bin", 60000}}, {});
+  setenv("PERCH_ENDPOINT", "http://127.0.0.1:1", 1);  // nothing listens there
+  WriteAdFiles({{UrlOf("x.bin"), sandbox_.string()}, {UrlOf("y.bin"), sandbox_.string()}});
+  RunResult r = RunPlugin();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"x.bin", "y.bin"}) {
+    EXPECT_TRUE(ReadLocalFile(sandbox_ / f) == ReadLocalFile(tree_ / f)) << f;
+  }
+  // One line on stderr for the whole run, naming the endpoint and why.
+  std::string line =
+      "perch-transfer: perchd's endpoint http://127.0.0.1:1 (from $PERCH_ENDPOINT) "
+      "is not usable";
+  ASSERT_NE(r.output.find(line), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(line, r.output.find(line) + 1), std::string::npos) << r.output;
+  std::vector<ClassAd> ads = ResultAds();
+  ASSERT_EQ(ads.size(), 2u);
+  EXPECT_EQ(Dev(ads[1], "PerchVia"), "federation");
+  EXPECT_NE(Dev(ads[1], "PerchFallbackReason").find("127.0.0.1:1"), std::string::npos);
+}
+
 TEST_F(TransferPluginTest, ACutTransferResumesInsteadOfStartingOver) {
   const uint64_t size = 128 << 20;  // 16 chunk reads: some are cut
   DevFed::Options opts;
@@ -266,6 +140,40 @@ TEST_F(TransferPluginTest, ACutTransferResumesInsteadOfStartingOver) {
   EXPECT_LE(fetched, size + size / 100) << cuts << " cuts";
   EXPECT_GE(Val(ads[0], "TransferTotalBytes").integer, static_cast<int64_t>(size));
   EXPECT_LE(Val(ads[0], "TransferTotalBytes").integer, static_cast<int64_t>(size + size / 100));
+}
+
+TEST_F(TransferPluginTest, SigtermLeavesNoPartialFile) {
+  // 40 Mbit/s: 32 MiB take about 7 s, long enough to stop the plugin mid-file.
+  DevFed::Options opts;
+  opts.extra_args = {"--wan-rate", "40"};
+  StartFederation({{"slow.bin", 32 << 20}}, opts);
+  WriteAdFiles({{UrlOf("slow.bin"), sandbox_.string()}});
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open((work_->path() / "plugin.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(PERCH_TRANSFER_PATH, PERCH_TRANSFER_PATH, "-infile", infile_.c_str(), "-outfile",
+          outfile_.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  // Once its temporary file exists, the download is under way.
+  bool started = false;
+  for (int i = 0; i < 400 && !started; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    started = !SandboxEntries().empty();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(started) << ReadLocalFile(work_->path() / "plugin.log");
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_TRUE(SandboxEntries().empty());  // neither slow.bin nor its temporary file
+  auto ads = transfer::ParseClassAds(ReadLocalFile(outfile_));  // still the pre-allocated spaces
+  ASSERT_TRUE(ads.ok());
+  EXPECT_TRUE(ads->empty());
 }
 
 TEST_F(TransferPluginTest, ClassAdOutput) {
