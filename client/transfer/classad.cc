@@ -179,6 +179,7 @@ class Parser {
     std::string closers;                     // the brackets still open, innermost last
     std::optional<std::string> only_string;  // the decoded value if it is one string literal
     int tokens = 0;
+    size_t end = start;  // past the value's last token (a comment after it is not part of it)
     while (!AtEnd()) {
       char c = Peek();
       if (closers.empty() && (c == ';' || c == ']')) break;
@@ -191,6 +192,7 @@ class Parser {
         auto s = ParseQuoted(c);
         if (!s.ok()) return s.status();
         if (c == '"' && tokens == 1) only_string = *std::move(s);
+        end = pos_;
         continue;
       }
       if (c == '=' && closers.empty() && IsLoneAssignment(start)) {
@@ -208,13 +210,12 @@ class Parser {
         }
         closers.pop_back();
       }
-      ++pos_;
+      end = ++pos_;
     }
     if (!closers.empty()) {
       return Error("unterminated value of '" + name + "': expected '" + closers.back() + "'");
     }
-    std::string_view raw = text_.substr(start, pos_ - start);
-    while (!raw.empty() && IsSpace(raw.back())) raw.remove_suffix(1);
+    std::string_view raw = text_.substr(start, end - start);
     if (raw.empty()) return Error("attribute '" + name + "' has no value");
     if (only_string && tokens == 1) return ClassAdValue::String(*std::move(only_string));
     return Literal(raw, name);

@@ -20,6 +20,45 @@ bool NameEquals(std::string_view a, std::string_view b) {
   return true;
 }
 
+namespace {
+
+// `s` between `quote`s, with that quote, '\\' and control characters escaped.
+std::string Quote(std::string_view s, char quote) {
+  std::string out(1, quote);
+  for (char ch : s) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (ch == quote || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\%03o", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + quote;
+}
+
+// A name as written: plain when it is an identifier, else 'quoted'.
+std::string UnparseName(const std::string& name) {
+  bool plain = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
+  for (char c : name) {
+    plain = plain && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                      (c >= '0' && c <= '9') || c == '_');
+  }
+  return plain ? name : Quote(name, '\'');
+}
+
+}  // namespace
+
 ClassAdValue ClassAdValue::String(std::string s) {
   ClassAdValue v;
   v.kind = Kind::kString;
@@ -114,34 +153,13 @@ Result<std::optional<std::string>> ClassAd::GetString(std::string_view name) con
 std::string ClassAd::Unparse() const {
   std::string out = "[ ";
   for (size_t i = 0; i < attributes_.size(); ++i) {
-    out += (i > 0 ? "; " : "") + attributes_[i].first + " = " + attributes_[i].second.Unparse();
+    out += (i > 0 ? "; " : "") + UnparseName(attributes_[i].first) + " = " +
+           attributes_[i].second.Unparse();
   }
   out += attributes_.empty() ? "]" : " ]";
   return out;
 }
 
-std::string QuoteClassAdString(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\%03o", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
+std::string QuoteClassAdString(std::string_view s) { return Quote(s, '"'); }
 
 }  // namespace perch::transfer
