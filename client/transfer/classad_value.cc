@@ -51,8 +51,8 @@ std::string Quote(std::string_view s, char quote) {
 std::string UnparseName(const std::string& name) {
   bool plain = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
   for (char c : name) {
-    plain = plain && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                      (c >= '0' && c <= '9') || c == '_');
+    plain = plain && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                      c == '_');
   }
   return plain ? name : Quote(name, '\'');
 }
