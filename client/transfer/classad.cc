@@ -126,6 +126,10 @@ class Parser {
       char c = text_[pos_++];
       if (c == quote) return out;
       if (out.size() >= kMaxStringBytes) return Error("string longer than 1 MiB");
+      if (c == '\0') {
+        --pos_;
+        return Error("NUL byte in a string");
+      }
       if (c != '\\') {
         out += c;
         continue;

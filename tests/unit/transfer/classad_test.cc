@@ -102,8 +102,9 @@ TEST(ClassAdTest, AUrlThatIsNotAStringLiteralIsAnError) {
 
 // Each malformed input is refused with a message naming where and what.
 TEST(ClassAdTest, MalformedInputIsRefusedWithLineAndColumn) {
+  using namespace std::string_literals;
   struct Case {
-    const char* text;
+    std::string text;
     const char* message;
   };
   const Case cases[] = {
@@ -117,6 +118,7 @@ TEST(ClassAdTest, MalformedInputIsRefusedWithLineAndColumn) {
       {"[ 1Url = \"x\" ]", "expected an attribute name"},
       {"[ Url = \"a\\qb\" ]", "unknown escape '\\q'"},
       {"[ Url = \"a\\000b\" ]", "encoded NUL"},
+      {"[ Url = \"a\0b\" ]"s, "line 1, column 11: NUL byte in a string"},
       {"[ Url = \"x\"; url = \"y\" ]", "attribute 'url' given twice"},
       {"[ A = (1 ]", "unbalanced ']'"},
       {"[ A = (1; B = 2", "expected ')'"},
