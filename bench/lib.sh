@@ -3,7 +3,7 @@
 # perch-devfed, and small timing helpers. Needs root (FUSE, drop_caches).
 
 ROOT=$PWD
-BIN=$ROOT/build/bin
+BIN=${PERCH_BIN:-$ROOT/build/bin}
 
 # bench_setup TAG PACKAGE... : checks the build, installs missing Debian
 # packages, makes $WORK (removed on exit with everything mounted or started).

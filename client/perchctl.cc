@@ -24,6 +24,7 @@
 
 #include "client/cli_exit.h"
 #include "client/control_client.h"
+#include "perch/version.h"
 #include "proto/control_address.h"
 
 namespace perch::ctl {
@@ -611,6 +612,7 @@ int main(int argc, char** argv) {
   using namespace perch::ctl;
   CLI::App app{"perchctl: look at and steer the perch node cache (perchd)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("perchctl ") + perch::kVersion);
   std::string socket = perch::DefaultClientSocket();
   app.add_option("--socket", socket, "perchd's control socket, or tcp:HOST:PORT ($PERCH_SOCKET)")
       ->capture_default_str();

@@ -176,6 +176,7 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
                                                "hint_window",
                                                "max_bytes_in_flight",
                                                "fuse_no_open",
+                                               "fuse_read_ahead",
                                                "control_group",
                                                "metrics_allow_remote",
                                                "http",
@@ -265,6 +266,7 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
   flag("prefetch", &c->prefetch);
   flag("fuse_no_open", &c->fuse_no_open);
   size("readahead", &c->readahead);
+  size("fuse_read_ahead", &c->fuse_read_ahead);
   count("prefetch_dir_max_entries", &c->prefetch_dir_max_entries);
   count("hint_window", &c->hint_window);
   size("max_bytes_in_flight", &c->max_bytes_in_flight);
@@ -320,6 +322,7 @@ void Validate(const DaemonConfig& c) {
     throw ConfigError("block_size must be between 64K and 256M");
   }
   if (c.cache_size < c.block_size * 4) throw ConfigError("cache_size must hold at least 4 blocks");
+  if (c.fuse_read_ahead > 256ULL << 20) throw ConfigError("fuse_read_ahead must be at most 256M");
   if (!(c.low_watermark > 0 && c.low_watermark < c.high_watermark && c.high_watermark <= 1.0)) {
     throw ConfigError("watermarks must satisfy 0 < low_watermark < high_watermark <= 1");
   }

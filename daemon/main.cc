@@ -35,6 +35,7 @@
 #include "daemon/thread_pool_executor.h"
 #include "fuse/fuse_server.h"
 #include "fuse/mountpoint.h"
+#include "perch/version.h"
 #include "proto/control_address.h"
 
 namespace perch {
@@ -149,6 +150,7 @@ core::Result<fuse::FuseOptions> FuseOptionsOf(const DaemonConfig& cfg, core::Cac
   o.max_threads = cfg.fuse_threads;
   o.metrics = &ops;
   o.no_open = cfg.fuse_no_open;
+  o.read_ahead = cfg.fuse_read_ahead;
   if (!cfg.protected_group.empty()) {
     struct group* g = ::getgrnam(cfg.protected_group.c_str());
     if (g == nullptr) {
@@ -402,6 +404,7 @@ int main(int argc, char** argv) {
       "perchd: mount a Pelican/OSDF federation namespace read-only, with a persistent node cache.\n"
       "Example: perchd --cache-dir /var/cache/perch --cache-size 50G "
       "osdf:///ospool/uc-shared/public /osdf"};
+  app.set_version_flag("--version", std::string("perchd ") + perch::kVersion);
   std::string config_file, cache_size, block_size, op_timeout;
   app.add_option("--config", config_file, "TOML configuration file (flags override it)")
       ->check(CLI::ExistingFile);

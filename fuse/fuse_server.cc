@@ -4,12 +4,15 @@
 #include <fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "daemon/core/log_escape.h"
@@ -60,6 +63,32 @@ void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   fuse_reply_err(req, err);
 }
 
+// Sets the kernel read-ahead of the FUSE mount at `mountpoint` to `bytes`.
+// Runs on a thread of its own (detached: it holds nothing of the server)
+// while the session loop serves the stat.
+void SetReadAhead(const std::string& mountpoint, uint64_t bytes) {
+  // The stat waits until the kernel has our INIT reply (which caps the
+  // read-ahead at max_readahead) and names the mount's device: its bdi is
+  // /sys/class/bdi/<major>:<minor>.
+  struct stat st {};
+  if (::stat(mountpoint.c_str(), &st) != 0) return;  // unmounted meanwhile
+  const std::string file = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
+                           std::to_string(minor(st.st_dev)) + "/read_ahead_kb";
+  const std::string kb = std::to_string(bytes >> 10);
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  bool ok = f != nullptr && std::fputs(kb.c_str(), f) >= 0;
+  if (f != nullptr) ok = std::fclose(f) == 0 && ok;
+  const int err = errno;
+  if (ok) {
+    spdlog::info("fuse: kernel read-ahead of {} is {} KiB", mountpoint, kb);
+  } else if (::getuid() != 0) {
+    spdlog::info("fuse: kernel read-ahead of {} left as it is (setting it needs root)", mountpoint);
+  } else {
+    spdlog::warn("fuse: cannot set the kernel read-ahead of {} ({}: {})", mountpoint, file,
+                 std::strerror(err));
+  }
+}
+
 // A directory listing taken at opendir, so offsets stay stable across calls.
 struct DirHandle {
   ObjectPath path;
@@ -84,7 +113,10 @@ struct FuseServer::Ops {
   static void Init(void* userdata, struct fuse_conn_info* conn) {
     auto* self = static_cast<FuseServer*>(userdata);
     conn->max_read = self->options_.max_io;  // must match the max_read mount option
-    conn->max_readahead = self->options_.max_io;
+    conn->max_readahead =
+        static_cast<unsigned>(std::max<uint64_t>(self->options_.max_io, self->options_.read_ahead));
+    conn->max_background = self->options_.max_background;
+    conn->congestion_threshold = std::max(1u, self->options_.max_background * 3 / 4);
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
     if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
@@ -520,6 +552,7 @@ Status FuseServer::Mount(const std::string& mountpoint) {
                                       " (already mounted? see messages above)");
   }
   mounted_ = true;
+  mountpoint_ = mountpoint;
   return Status::Ok();
 }
 
@@ -530,6 +563,8 @@ Status FuseServer::Run() {
   struct fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(cfg, options_.clone_fd ? 1 : 0);
   fuse_loop_cfg_set_max_threads(cfg, options_.max_threads);
+  if (options_.read_ahead > 0 && mounted_)
+    std::thread(SetReadAhead, mountpoint_, options_.read_ahead).detach();
   int rc = fuse_session_loop_mt(se_, cfg);
   fuse_loop_cfg_destroy(cfg);
   fuse_remove_signal_handlers(se_);

@@ -30,7 +30,7 @@
 #include <unordered_map>
 
 #include "daemon/core/filesystem.h"
-#include "daemon/core/node_control.h"
+#include "daemon/core/metrics.h"
 
 struct fuse_session;
 
@@ -46,6 +46,14 @@ struct FuseOptions {
   // two fewer requests per file read, page cache kept across opens.
   bool no_open = true;
   uint32_t max_io = 1 << 20;  // largest read request (kernel max_pages permitting)
+  // The kernel's read-ahead for the mount (its bdi's read_ahead_kb), set as
+  // root once the mount serves; 0 keeps the kernel's default (128 KiB).
+  uint64_t read_ahead = 1 << 20;
+  // Read-ahead requests the kernel keeps in flight before it skips the
+  // asynchronous part of a read-ahead (congestion at 3/4 of this): the
+  // default of 12 makes many readers of a slow (cold) mount fall back to
+  // small synchronous reads.
+  unsigned max_background = 64;
   std::string fsname = "perch";
   // Fills statfs answers (capacity and use of the block cache).
   std::function<void(struct statvfs*)> statfs;
@@ -107,6 +115,7 @@ class FuseServer {
   core::FileSystem& fs_;
   const FuseOptions options_;
   struct fuse_session* se_ = nullptr;
+  std::string mountpoint_;
   std::atomic<bool> mounted_{false};
   std::atomic<bool> no_open_{false};  // set in init when the kernel offers it
   bool handlers_ = false;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "client/cli_exit.h"
+#include "perch/version.h"
 #include "trainer/trainer.h"
 
 namespace {
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-every", o.log_every, "print progress every N steps (default 50)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.set_version_flag("--version", std::string("perch-train ") + perch::kVersion);
   if (auto rc = perch::cli::Parse(app, argc, argv)) {
     return *rc;
   }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "perch/version.h"
 #include "trainer/synth.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-side", o.max_side, "longest long side in px (default 600)")
       ->check(CLI::Range(8, 10000));
   app.add_option("--threads", o.threads, "threads (default: one per core)");
+  app.set_version_flag("--version", std::string("perch-synth-imagenet ") + perch::kVersion);
   CLI11_PARSE(app, argc, argv);
   try {
     auto t0 = std::chrono::steady_clock::now();

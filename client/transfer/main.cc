@@ -9,14 +9,11 @@
 
 #include "client/transfer/local_file.h"
 #include "client/transfer/plugin.h"
-
-#ifndef PERCH_TRANSFER_VERSION
-#error "PERCH_TRANSFER_VERSION must be the project's version"
-#endif
+#include "perch/version.h"
 
 namespace {
 
-constexpr char kVersion[] = PERCH_TRANSFER_VERSION;
+using perch::kVersion;
 
 int Run(int argc, char** argv) {
   using perch::transfer::PluginArgs;

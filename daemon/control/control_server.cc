@@ -369,7 +369,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     }
     size_t page = request->page_size() == 0 ? 1000 : std::min<size_t>(request->page_size(), 10000);
     // The page token is the last object path of the previous page.
-    auto objects = node_.catalog().List(*path, request->page_token(), page + 1);
+    auto objects = node_.ListCached(*path, request->page_token(), page + 1);
     bool more = objects.size() > page;
     if (more) objects.resize(page);
     for (const auto& o : objects) {
@@ -482,7 +482,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
       r->Finish(ToGrpcStatus(path.status()));
       return r;
     }
-    core::Status s = pin ? node_.catalog().Pin(*path) : node_.catalog().Unpin(*path);
+    core::Status s = pin ? node_.Pin(*path) : node_.Unpin(*path);
     if (s.code() == StatusCode::kNotFound) {
       s = core::NotFoundError(node_.FederationPath(*path) + " is not pinned",
                               core::FailureSite::kLocal);
@@ -492,7 +492,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
       return r;
     }
     reply->set_path(node_.FederationPath(*path));
-    for (const auto& p : node_.catalog().Pins()) reply->add_pins(node_.FederationPath(p));
+    for (const auto& p : node_.Pins()) reply->add_pins(node_.FederationPath(p));
     r->Finish(grpc::Status::OK);
     return r;
   }

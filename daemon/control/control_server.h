@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "daemon/core/node_control.h"
+#include "perch/version.h"
 
 namespace perch::control {
 
@@ -43,7 +44,7 @@ struct ControlOptions {
   // The group (name or number) that owns the unix socket, so that its
   // members may use perchctl; "" keeps the daemon's own group.
   std::string socket_group;
-  std::string version = "0.1.0";
+  std::string version = kVersion;
   std::string metrics_address;  // reported by Health
   std::string http_address;     // reported by Health
   ControlLimits limits;

@@ -78,12 +78,13 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
     uint64_t to = std::min(range.end(), block_start + block_len) - block_start;
     BlockKey key{object_id, b};
 
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      reading_[key]++;
-    }
-    auto hit = store_.Read(key, from, to - from);
-    {
+    Result<Bytes> hit = NotFoundError("not in the catalog", FailureSite::kLocal);
+    if (listener_ == nullptr || listener_->MayContain(key)) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        reading_[key]++;
+      }
+      hit = store_.Read(key, from, to - from);
       std::lock_guard<std::mutex> l(mu_);
       if (--reading_[key] == 0) reading_.erase(key);
     }
@@ -122,6 +123,7 @@ std::optional<BlockSlice> BlockReader::TrySlice(const ObjectPath& path,
   if ((range.end() - 1) / bs != b) return std::nullopt;  // spans blocks
   uint64_t block_len = std::min(bs, version.size - b * bs);
   BlockKey key{object_id, b};
+  if (listener_ != nullptr && !listener_->MayContain(key)) return std::nullopt;  // Read fetches it
   auto slice = store_.Slice(key, range.offset - b * bs, range.length);
   if (!slice.ok() && slice.status().code() == StatusCode::kCorrupt)
     NoteCorrupt(key, slice.status());

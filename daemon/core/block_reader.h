@@ -3,14 +3,14 @@
 //
 // A range is cut into blocks of `block_size` (the last block of an object may
 // be short). A block in the store is a hit, read on the caller's thread (a
-// FUSE worker may block on local disk). A missing or corrupt block is a miss:
-// one fetch per block no matter how many readers want it (single-flight);
-// when the bytes arrive they are handed to every waiter at once and written
-// to the store on the disk executor, never on the net loop. A store that
-// cannot write (full disk) does not fail the read: the bytes are served
-// uncached and the failure is counted; the listener (the catalog) is told,
-// makes room, and the write is tried once more. The warning is logged at most
-// once a minute, with the count of those suppressed.
+// FUSE worker may block on local disk); the store is not probed for a block
+// the listener says it cannot hold (BlockListener::MayContain). A missing or corrupt block is a
+// miss: one fetch per block no matter how many readers want it (single-flight); when the bytes
+// arrive they are handed to every waiter at once and written to the store on the disk executor,
+// never on the net loop. A store that cannot write (full disk) does not fail the read: the bytes
+// are served uncached and the failure is counted; the listener (the catalog) is told, makes room,
+// and the write is tried once more. The warning is logged at most once a minute, with the count of
+// those suppressed.
 //
 // Thread-safety: Read is safe from any thread. Callbacks run on the thread
 // that completed the last block: the caller's (all hits), the Origin's or the

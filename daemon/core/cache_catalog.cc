@@ -258,6 +258,10 @@ bool CacheCatalog::Contains(const BlockKey& key) const {
   return records_.count(key) > 0;
 }
 
+bool CacheCatalog::MayContain(const BlockKey& key) const {
+  return !reconciled_.load() || Contains(key);
+}
+
 uint64_t CacheCatalog::CachedBytes(const std::string& object_id) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = objects_.find(object_id);
@@ -322,6 +326,9 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
       continue;
     }
     if (!Forget(key, &batch)) continue;
+    // Counted as the bytes leave cached_bytes, so that no stats snapshot
+    // shows the cache shrunk by an eviction it does not count.
+    evictions_.fetch_add(1);
     result->blocks++;
     result->bytes += length;
     objects.insert(key.object_id);
@@ -331,7 +338,6 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
     Status s = index_.Apply(batch);
     if (!s.ok()) spdlog::warn("cache: eviction records not written: {}", s.ToString());
   }
-  evictions_ += result->blocks;
 }
 
 Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {

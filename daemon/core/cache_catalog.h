@@ -75,6 +75,14 @@ class BlockListener {
   }
   // True if block `key` is known to be in the store (prefetch skips it).
   virtual bool Contains(const BlockKey& key) const = 0;
+  // False only if block `key` is certainly not in the store, so that a read
+  // goes straight to the fetch instead of probing the store for a file that
+  // cannot be there (a block stored meanwhile is still in the reader's
+  // memory until Stored() has returned). True: look in the store.
+  virtual bool MayContain(const BlockKey& key) const {
+    (void)key;
+    return true;
+  }
 };
 
 struct CatalogOptions {
@@ -178,6 +186,10 @@ class CacheCatalog : public BlockListener {
 
   // True if block `key` is recorded as stored.
   bool Contains(const BlockKey& key) const override;
+  // Until the start-up walk has finished a block file may lack its record
+  // (it is adopted by the walk): true for every block then; afterwards
+  // every block file the daemon wrote has a record, so Contains().
+  bool MayContain(const BlockKey& key) const override;
   // Bytes of object `object_id` in the store (0 if none).
   uint64_t CachedBytes(const std::string& object_id) const;
 

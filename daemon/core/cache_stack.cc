@@ -22,6 +22,7 @@ class Mount::Listener : public BlockListener {
     catalog_.StoreFailed(key, length, why);
   }
   bool Contains(const BlockKey& key) const override { return catalog_.Contains(key); }
+  bool MayContain(const BlockKey& key) const override { return catalog_.MayContain(key); }
 
  private:
   CacheCatalog& catalog_;

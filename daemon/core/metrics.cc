@@ -31,4 +31,28 @@ std::vector<std::pair<std::string, uint64_t>> ErrorCounters::Take() const {
   return out;
 }
 
+const char* OpMetrics::Name(Op op) {
+  switch (op) {
+    case kLookup:
+      return "lookup";
+    case kGetAttr:
+      return "getattr";
+    case kOpenDir:
+      return "opendir";
+    case kReadDir:
+      return "readdir";
+    case kOpen:
+      return "open";
+    case kRead:
+      return "read";
+    case kStatFs:
+      return "statfs";
+    case kXattr:
+      return "xattr";
+    case kCount:
+      break;
+  }
+  return "unknown";
+}
+
 }  // namespace perch::core

@@ -113,4 +113,32 @@ class ScopedLatency {
   std::chrono::steady_clock::time_point start_;
 };
 
+// What one kind of HTTP client (by its User-Agent product) asked of perchd's
+// HTTP endpoint.
+struct ClientCounters {
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> bytes{0};   // body bytes sent
+  std::atomic<uint64_t> errors{0};  // answers of 4xx/5xx, and bodies cut short
+};
+
+// Latency and errors of filesystem operations, filled by the FUSE adapter,
+// and the HTTP endpoint's requests by client.
+class OpMetrics {
+ public:
+  enum Op { kLookup, kGetAttr, kOpenDir, kReadDir, kOpen, kRead, kStatFs, kXattr, kCount };
+  static const char* Name(Op op);
+  LatencyHistogram& latency(Op op) { return latency_[op]; }
+  const LatencyHistogram& latency(Op op) const { return latency_[op]; }
+  ErrorCounters& errors() { return errors_; }
+  const ErrorCounters& errors() const { return errors_; }
+  // By client label; the endpoint bounds the number of labels.
+  CounterFamily<ClientCounters>& clients() { return clients_; }
+  const CounterFamily<ClientCounters>& clients() const { return clients_; }
+
+ private:
+  std::array<LatencyHistogram, kCount> latency_;
+  ErrorCounters errors_;
+  CounterFamily<ClientCounters> clients_;
+};
+
 }  // namespace perch::core

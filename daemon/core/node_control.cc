@@ -6,30 +6,6 @@
 
 namespace perch::core {
 
-const char* OpMetrics::Name(Op op) {
-  switch (op) {
-    case kLookup:
-      return "lookup";
-    case kGetAttr:
-      return "getattr";
-    case kOpenDir:
-      return "opendir";
-    case kReadDir:
-      return "readdir";
-    case kOpen:
-      return "open";
-    case kRead:
-      return "read";
-    case kStatFs:
-      return "statfs";
-    case kXattr:
-      return "xattr";
-    case kCount:
-      break;
-  }
-  return "unknown";
-}
-
 NodeControl::NodeControl(CacheStack& stack, std::string cache_dir, const OpMetrics& ops,
                          NetworkStatsFn network, DiskSpaceFn disk)
     : stack_(stack),

@@ -34,34 +34,6 @@
 
 namespace perch::core {
 
-// What one kind of HTTP client (by its User-Agent product) asked of perchd's
-// HTTP endpoint.
-struct ClientCounters {
-  std::atomic<uint64_t> requests{0};
-  std::atomic<uint64_t> bytes{0};   // body bytes sent
-  std::atomic<uint64_t> errors{0};  // answers of 4xx/5xx, and bodies cut short
-};
-
-// Latency and errors of filesystem operations, filled by the FUSE adapter,
-// and the HTTP endpoint's requests by client.
-class OpMetrics {
- public:
-  enum Op { kLookup, kGetAttr, kOpenDir, kReadDir, kOpen, kRead, kStatFs, kXattr, kCount };
-  static const char* Name(Op op);
-  LatencyHistogram& latency(Op op) { return latency_[op]; }
-  const LatencyHistogram& latency(Op op) const { return latency_[op]; }
-  ErrorCounters& errors() { return errors_; }
-  const ErrorCounters& errors() const { return errors_; }
-  // By client label; the endpoint bounds the number of labels.
-  CounterFamily<ClientCounters>& clients() { return clients_; }
-  const CounterFamily<ClientCounters>& clients() const { return clients_; }
-
- private:
-  std::array<LatencyHistogram, kCount> latency_;
-  ErrorCounters errors_;
-  CounterFamily<ClientCounters> clients_;
-};
-
 // Counters of the federation client, filled by the daemon's wiring.
 struct NetworkStats {
   uint64_t inflight_requests = 0;
@@ -175,7 +147,18 @@ class NodeControl {
   Result<std::pair<uint64_t, uint64_t>> Hint(const std::string& job,
                                              const std::vector<std::string>& paths);
 
-  CacheCatalog& catalog() { return stack_.catalog(); }
+  // The cached objects below catalog path `prefix`, in path order, after
+  // path `after` ("" from the start), at most `limit`.
+  std::vector<CachedObject> ListCached(const ObjectPath& prefix, const std::string& after,
+                                       size_t limit) const {
+    return stack_.catalog().List(prefix, after, limit);
+  }
+  // Pins (keeps from eviction) everything below catalog path `prefix`, or
+  // lifts such a pin (kNotFound if there is none); Pins lists them all.
+  Status Pin(const ObjectPath& prefix) { return stack_.catalog().Pin(prefix); }
+  Status Unpin(const ObjectPath& prefix) { return stack_.catalog().Unpin(prefix); }
+  std::vector<ObjectPath> Pins() const { return stack_.catalog().Pins(); }
+
   CacheStack& stack() { return stack_; }
 
  private:

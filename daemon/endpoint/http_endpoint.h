@@ -39,7 +39,7 @@
 #include <thread>
 
 #include "daemon/core/cache_stack.h"
-#include "daemon/core/node_control.h"
+#include "daemon/core/metrics.h"
 #include "daemon/core/status.h"
 
 namespace perch::endpoint {

@@ -10,11 +10,14 @@
 // Directories are created 0700 and files 0600: the cache is private to the
 // daemon (paths of protected namespaces must not leak to other users).
 //
-// Write: temp file in the same directory -> write -> fsync -> rename. The
-// directory is not fsynced: after a power loss a block may be missing (it is
-// refetched) but never partial, and the index record is written only after
-// the rename (CacheCatalog), so no record points at data that was never
-// complete.
+// Write: temp file in the same directory -> one writev of header and data ->
+// rename; the index record is written only after the rename (CacheCatalog),
+// so a killed process leaves whole blocks or none. Nothing is fsynced: the
+// cache holds copies of remote data, and the check below makes a block that
+// a power cut or kernel crash left short, empty or zeroed (with or without
+// its record) a miss that is fetched again, never served, since the first
+// read of every file after a start checks its CRC32C. Dropping the fsync
+// takes a journal commit per block off the cold path.
 //
 // Read checks the header every time, and the CRC32C of the whole block the
 // first time a given file (inode, mtime, size) is read by this process; a

@@ -4,6 +4,7 @@ namespace perch::testing {
 
 core::Result<core::Bytes> MemBlockStore::Read(const core::BlockKey& key, uint64_t offset,
                                               uint64_t length) {
+  reads++;
   std::lock_guard<std::mutex> l(mu_);
   auto it = blocks_.find(key);
   if (it == blocks_.end()) return core::NotFoundError("no block", core::FailureSite::kLocal);

@@ -34,6 +34,7 @@ class MemBlockStore : public core::BlockStore {
   size_t Size();
 
   std::atomic<int> writes{0};
+  std::atomic<int> reads{0};  // calls of Read (hits and misses)
 
  private:
   std::mutex mu_;

@@ -51,13 +51,7 @@ class FederationRootTest : public ::testing::Test {
     WriteFile(w / "p/secret.txt", "protected bytes of /p\n");
     WriteFile(w / "n/known.txt", "unlisted bytes of /n\n");
     WriteFile(w / "n/sub/deep.txt", "deep in /n\n");
-    // Readable by user xrootd. (Not o+x on files: XRootD's PROPFIND then
-    // calls them collections.)
-    for (const auto& e : fs::recursive_directory_iterator(w)) {
-      fs::perms add = e.is_directory() ? fs::perms::others_read | fs::perms::others_exec
-                                       : fs::perms::others_read;
-      fs::permissions(e.path(), add, fs::perm_options::add);
-    }
+    MakeReadableByXrootd(w);
     fs::permissions(w, fs::perms::all, fs::perm_options::add);
     DevFed::Options opts;
     opts.exports.push_back({"/a", (w / "a").string(), false});

@@ -79,11 +79,7 @@ class HttpEndpointTest : public ::testing::Test {
                                {"d/two words.txt", 70000},
                                {"d/sub/deep.bin", 5000}});
     WriteFile(w / "p/secret.txt", "protected bytes of /p\n");
-    for (const auto& e : fs::recursive_directory_iterator(w)) {
-      fs::perms add = e.is_directory() ? fs::perms::others_read | fs::perms::others_exec
-                                       : fs::perms::others_read;
-      fs::permissions(e.path(), add, fs::perm_options::add);
-    }
+    MakeReadableByXrootd(w);
     DevFed::Options opts;
     opts.exports.push_back({"/pub", (w / "pub").string(), false});
     opts.exports.push_back({"/p", (w / "p").string(), true});

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -122,6 +123,35 @@ TEST_F(MountTest, TreeListsAndReadsByteExact) {
   }
   close(fd);
   EXPECT_FALSE(fs::exists(mnt_ / "no-such-file"));
+}
+
+// The mount's kernel read-ahead (its bdi's read_ahead_kb) is fuse_read_ahead
+// (1 MiB by default, from 128 KiB), so a large file is read in 1 MiB requests.
+TEST_F(MountTest, KernelReadAheadIsSetOnTheMount) {
+  auto read_ahead_kb = [&] {
+    struct stat st {};
+    if (stat(mnt_.c_str(), &st) != 0) return std::string("stat failed");
+    std::string kb;
+    for (int i = 0; i < 100; ++i) {  // set by perchd once the mount serves
+      std::ifstream in("/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
+                       std::to_string(minor(st.st_dev)) + "/read_ahead_kb");
+      std::getline(in, kb);
+      if (kb != "128") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return kb;
+  };
+  {
+    PerchdProcess perchd;
+    Mount(perchd);
+    EXPECT_EQ(read_ahead_kb(), "1024");
+  }
+  const fs::path config = work_->path() / "perchd.toml";
+  std::ofstream(config) << "fuse_read_ahead = \"4M\"\n";
+  PerchdProcess perchd;
+  Mount(perchd, {"--config", config.string()});
+  EXPECT_EQ(read_ahead_kb(), "4096");
+  EXPECT_EQ(ReadThrough(mnt_ / "large.bin"), ReadLocalFile(tree_->path() / "large.bin"));
 }
 
 TEST_F(MountTest, WritesAreRefusedWithEROFS) {

@@ -66,6 +66,14 @@ void CreateTestTree(const fs::path& root, const std::vector<TreeFile>& files) {
   fs::permissions(root, fs::perms(0755));
 }
 
+void MakeReadableByXrootd(const fs::path& root) {
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    fs::perms add =
+        e.is_directory() ? fs::perms::others_read | fs::perms::others_exec : fs::perms::others_read;
+    fs::permissions(e.path(), add, fs::perm_options::add);
+  }
+}
+
 std::string ReadLocalFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

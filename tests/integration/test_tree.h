@@ -23,6 +23,11 @@ std::vector<TreeFile> StandardTreeFiles(bool include_large = true);
 // Writes `files` below `root` (created, mode 0755/0644).
 void CreateTestTree(const std::filesystem::path& root, const std::vector<TreeFile>& files);
 
+// Makes everything below `root` readable by user xrootd (devfed's servers):
+// directories o+rx, files o+r. Not o+x on files: XRootD's PROPFIND then
+// calls them collections.
+void MakeReadableByXrootd(const std::filesystem::path& root);
+
 // Reads a whole local file.
 std::string ReadLocalFile(const std::filesystem::path& path);
 

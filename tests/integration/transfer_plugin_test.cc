@@ -8,6 +8,7 @@
 #include <regex>
 #include <thread>
 
+#include "perch/version.h"
 #include "tests/integration/transfer_fixture.h"
 
 namespace perch::testing {
@@ -179,16 +180,14 @@ TEST_F(TransferPluginTest, SigtermLeavesNoPartialFile) {
 TEST_F(TransferPluginTest, ClassAdOutput) {
   RunResult r = Run({"-classad"});
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(r.output,
-            "MultipleFileSupport = true\n"
-            "PluginVersion = \"" PERCH_VERSION
-            "\"\n"
-            "PluginType = \"FileTransfer\"\n"
-            "ProtocolVersion = 2\n"
-            "SupportedMethods = \"osdf, pelican, stash\"\n");
+  EXPECT_EQ(r.output, "MultipleFileSupport = true\nPluginVersion = \"" + std::string(kVersion) +
+                          "\"\n"
+                          "PluginType = \"FileTransfer\"\n"
+                          "ProtocolVersion = 2\n"
+                          "SupportedMethods = \"osdf, pelican, stash\"\n");
   RunResult v = Run({"-version"});
   EXPECT_EQ(v.exit_code, 0);
-  EXPECT_EQ(v.output, "perch-transfer " PERCH_VERSION "\n");
+  EXPECT_EQ(v.output, "perch-transfer " + std::string(kVersion) + "\n");
 }
 
 TEST_F(TransferPluginTest, UploadsAreRefused) {

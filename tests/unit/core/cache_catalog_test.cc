@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 
 #include "daemon/core/block_reader.h"
@@ -70,6 +71,60 @@ TEST(CacheCatalogTest, ReconcileAdoptsOrphansAndDropsRecordsWithoutFiles) {
   EXPECT_EQ(index.CountPrefix("b/"), 3u);
 }
 
+// Issue 14: a cold read goes straight to the fetch once the catalog is
+// authoritative (after the start-up walk), instead of probing the store for
+// a file that cannot be there; before the walk an orphan is still a hit.
+TEST(CacheCatalogTest, ReadsProbeTheStoreOnlyForBlocksTheCatalogMayHold) {
+  MemIndex index;
+  MemBlockStore store;
+  InlineExecutor disk;
+  FakeOrigin origin;
+  const std::string data = Data(1500);
+  origin.AddFile("/ns/f", data);
+  const ObjectVersion version{data.size(), ""};
+  ASSERT_TRUE(store.Write(BlockKey{"orphan", 0}, data.substr(0, 1000)).ok());
+  CacheCatalog catalog(index, store, disk, CatalogOptions{}, nullptr);
+  ASSERT_TRUE(catalog.Load().ok());
+  BlockReader reader(origin, store, disk, BlockReaderOptions{1000}, &catalog);
+  auto read = [&](const std::string& id, uint64_t off, uint64_t len) {
+    std::optional<Result<Bytes>> out;
+    reader.Read(kPath, version, id, ByteRange{off, len}, DeadlineAfter(std::chrono::seconds(5)),
+                [&](Result<Bytes> r) { out = std::move(r); });
+    return out ? *std::move(out) : Result<Bytes>(InternalError("no answer"));
+  };
+
+  // Before the walk: an orphan file (no record) is looked for, and found.
+  EXPECT_TRUE(catalog.MayContain(BlockKey{"unknown", 0}));
+  auto orphan = read("orphan", 100, 200);
+  ASSERT_TRUE(orphan.ok()) << orphan.status().ToString();
+  EXPECT_EQ(*orphan, data.substr(100, 200));
+  EXPECT_EQ(origin.reads.load(), 0);
+  EXPECT_EQ(store.reads.load(), 1);
+
+  catalog.Reconcile();
+  ASSERT_TRUE(catalog.reconciled());
+  EXPECT_FALSE(catalog.MayContain(BlockKey{"obj", 0}));
+  EXPECT_TRUE(catalog.MayContain(BlockKey{"orphan", 0}));  // adopted
+  // A cold read: no store probe, one fetch per block; then both are hits.
+  auto cold = read("obj", 900, 200);
+  ASSERT_TRUE(cold.ok()) << cold.status().ToString();
+  EXPECT_EQ(*cold, data.substr(900, 200));
+  EXPECT_EQ(store.reads.load(), 1);
+  EXPECT_EQ(origin.reads.load(), 2);
+  EXPECT_TRUE(catalog.Contains(BlockKey{"obj", 0}) && catalog.Contains(BlockKey{"obj", 1}));
+  auto warm = read("obj", 0, 1500);
+  ASSERT_TRUE(warm.ok());
+  EXPECT_EQ(*warm, data);
+  EXPECT_EQ(store.reads.load(), 3);
+  EXPECT_EQ(origin.reads.load(), 2);
+  // A block whose record is dropped is fetched again, not probed.
+  catalog.Dropped(BlockKey{"obj", 1});
+  EXPECT_FALSE(catalog.MayContain(BlockKey{"obj", 1}));
+  ASSERT_TRUE(read("obj", 1200, 10).ok());
+  EXPECT_EQ(store.reads.load(), 3);
+  EXPECT_EQ(origin.reads.load(), 3);
+}
+
 TEST(CacheCatalogTest, AnEmptyIndexIsRebuiltFromTheStoreAndAdoptedBlocksGoFirst) {
   MemIndex index;  // the old one was lost to corruption
   MemBlockStore store;
@@ -119,7 +174,7 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
                                   [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); }};
   config.block_size = kMiB;
   ASSERT_TRUE(node.Build(config).ok());
-  CacheCatalog& catalog = node.catalog();
+  CacheCatalog& catalog = node.stack().catalog();
   EXPECT_EQ(catalog.capacity_bytes(), 192 * kMiB);  // 200 MiB less the 8 MiB reserve
   // Something else fills the disk after the last look: 40 MiB left for perch.
   fs.Fill(160 * kMiB);

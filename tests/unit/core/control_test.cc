@@ -43,7 +43,7 @@ class ControlCoreTest : public ::testing::Test {
     config.catalog = copts;
     ASSERT_TRUE(node_.Build(config).ok());
     mount_ = &node_.mount();
-    catalog_ = &node_.catalog();
+    catalog_ = &node_.stack().catalog();
     reader_ = &mount_->reader();
     fs_ = &mount_->fs();
     warmer_ = &mount_->warmer();
@@ -357,9 +357,9 @@ TEST_F(ControlCoreTest, TwoFederationsShareOneCacheAndStayApart) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(read_all(one, "/big/x" + std::to_string(i)), Data(900, 10 + i));
     EXPECT_EQ(read_all(two, "/more/y" + std::to_string(i)), Data(900, 50 + i));
-    EXPECT_LE(node.catalog().cached_bytes(), 4000u);
+    EXPECT_LE(node.stack().catalog().cached_bytes(), 4000u);
   }
-  EXPECT_GT(node.catalog().evictions(), 0u);
+  EXPECT_GT(node.stack().catalog().evictions(), 0u);
   // The last files read by each mount survived; the oldest blocks of both went.
   EXPECT_FALSE(one.List(P("/big"), "", 10).empty());
   EXPECT_FALSE(two.List(P("/more"), "", 10).empty());

@@ -42,7 +42,7 @@ class FileSystemTest : public ::testing::Test {
     config.catalog = copts;
     config.names = ns_opts_;
     ASSERT_TRUE(node_.Build(config).ok());
-    catalog_ = &node_.catalog();
+    catalog_ = &node_.stack().catalog();
     reader_ = &node_.mount().reader();
     fs_ = &node_.mount().fs();
   }

@@ -52,6 +52,7 @@ fuse_threads = 8
 high_watermark = 0.9
 low_watermark = 0.8
 dir_ttl = 60
+fuse_read_ahead = "4M"
 )");
   DaemonConfig c;
   ApplyConfigFile(path_, &c);
@@ -61,6 +62,7 @@ dir_ttl = 60
   EXPECT_EQ(c.op_timeout, std::chrono::seconds(10));
   EXPECT_EQ(c.fuse_threads, 8u);
   EXPECT_EQ(c.dir_ttl, std::chrono::seconds(60));
+  EXPECT_EQ(c.fuse_read_ahead, 4u << 20);
   EXPECT_NO_THROW(Validate(c));
 }
 
@@ -96,6 +98,12 @@ TEST(ConfigValidateTest, CrossFieldRules) {
   EXPECT_THROW(Validate(c), ConfigError);
   c = DaemonConfig{};
   c.log_level = "loud";
+  EXPECT_THROW(Validate(c), ConfigError);
+  c = DaemonConfig{};
+  EXPECT_EQ(c.fuse_read_ahead, 1u << 20);
+  c.fuse_read_ahead = 0;  // the kernel's default
+  EXPECT_NO_THROW(Validate(c));
+  c.fuse_read_ahead = 1ULL << 30;
   EXPECT_THROW(Validate(c), ConfigError);
 }
 

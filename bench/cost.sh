@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# What a file costs (issue 14): CPU per file and per MB, side by side in one run.
+#
+# Serves SMALL_FILES files of ~110 KB (10 class dirs) and one LARGE_MB file
+# from a perch-devfed XRootD origin on loopback and reads them
+#   - straight from the origin with curl (keep-alive, READERS transfers in
+#     parallel): the CPU a plain HTTP client spends on the same GETs;
+#   - through perch: cold (new cache, page cache dropped), from its disk cache
+#     (remounted, page cache dropped) and from the page cache (read again);
+#   - the large file also from local disk (page cache dropped), and once more
+#     with the disk taken out: perch's cache dir and a local copy on tmpfs.
+# For each pass: wall time, perchd's CPU (utime+stime of all its threads from
+# /proc/PID/stat, before/after), the reader's CPU (its children's rusage), the
+# FUSE requests perchd answered (perchctl stats --json: fuse_ops counts), and
+# the machine's load. Then one more cold pass of the small files under
+# `strace -c -f` gives perchd's system calls per cold file (strace slows it:
+# its time is not reported).
+# Writes bench/results/cost-<date>[-TAG].txt.
+#
+# Needs root (FUSE, drop_caches). Run after a build:  sudo bench/cost.sh
+# Env: SMALL_FILES (2000), LARGE_MB (1024), READERS (32), TAG (file suffix),
+# PERCH_BIN (build/bin), STRACE (1: the strace pass; 0: skip it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+bench_setup cost curl bc strace
+SHM=$WORK/shm
+cost_cleanup() {  # the tmpfs (after the perch mount on it), then what bench_setup made
+  fusermount3 -u -z "$WORK/perch" 2>/dev/null || true
+  mountpoint -q "$SHM" && umount -l "$SHM"
+  bench_cleanup
+}
+trap cost_cleanup EXIT INT TERM
+
+SMALL_FILES=${SMALL_FILES:-2000}
+LARGE_MB=${LARGE_MB:-1024}
+READERS=${READERS:-32}
+STRACE=${STRACE:-1}
+bench_data "$SMALL_FILES" "$LARGE_MB"
+(cd "$DATA" && find imagenet -type f -name '*.JPEG' | sort) > "$WORK/files.txt"
+bench_devfed devfed
+CTL=$WORK/ctl.sock
+M=$WORK/perch
+TCK=$(getconf CLK_TCK)
+OUT=$WORK/report.txt
+
+# run_cpu CMD... -> "wall_s user_s sys_s" of CMD and everything it waited for.
+run_cpu() {
+  python3 - "$@" <<'PY'
+import resource, subprocess, sys, time
+t0 = time.monotonic()
+subprocess.run(sys.argv[1:], check=True)
+w = time.monotonic() - t0
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"{w:.4f} {r.ru_utime:.4f} {r.ru_stime:.4f}")
+PY
+}
+# perchd_cpu -> "user_ticks sys_ticks" of perchd (all threads)
+perchd_cpu() { awk '{ print $14, $15 }' "/proc/$PERCHD_PID/stat"; }
+# fuse_counts -> "op=count ..." of perchd's FUSE requests so far
+fuse_counts() {
+  "$BIN/perchctl" --socket "$CTL" stats --json |
+    python3 -c 'import json,sys; d=json.load(sys.stdin)["fuse_ops"]; print(" ".join("%s=%d" % (k, v["count"]) for k, v in sorted(d.items())))'
+}
+load() { cut -d' ' -f1 /proc/loadavg; }
+# settle BLOCKS: waits (up to 60 s) until perchd has stored BLOCKS blocks, so
+# that the CPU of a cold pass includes writing what it fetched.
+settle() {
+  for _ in $(seq 600); do
+    (($("$BIN/perchctl" --socket "$CTL" stats --json |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["cached_blocks"])') >= $1)) && return
+    sleep 0.1
+  done
+  echo "settle: fewer than $1 blocks stored after 60 s" >&2
+}
+# SMALL_READER DIR: reads every small file under DIR with $READERS parallel cats.
+SMALL_READER=(bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' small)
+
+# pass NAME UNITS UNIT_NAME MB READER_CMD...: runs READER_CMD, with perchd's CPU
+# and FUSE requests before and after (after SETTLE blocks are stored, if set);
+# appends a line to the report.
+pass() {
+  local name=$1 units=$2 uname=$3 mb=$4; shift 4
+  local l0 u0 s0 f0 rc u1 s1 f1
+  l0=$(load)
+  read -r u0 s0 < <(perchd_cpu)
+  f0=$(fuse_counts)
+  rc=$(run_cpu "$@")
+  [[ -z ${SETTLE:-} ]] || settle "$SETTLE"
+  read -r u1 s1 < <(perchd_cpu)
+  f1=$(fuse_counts)
+  python3 - "$name" "$units" "$uname" "$mb" "$rc" "$u0" "$s0" "$u1" "$s1" "$TCK" "$l0" "$f0" "$f1" <<'PY' | tee -a "$OUT"
+import sys
+name, units, uname, mb, rc, u0, s0, u1, s1, tck, load, f0, f1 = sys.argv[1:]
+units, mb, tck = float(units), float(mb), int(tck)
+w, ru, rs = map(float, rc.split())
+pu, ps = (int(u1) - int(u0)) / tck, (int(s1) - int(s0)) / tck
+per = 1e6 / units
+c0 = dict(x.split("=") for x in f0.split())
+c1 = dict(x.split("=") for x in f1.split())
+ops = {k: int(v) - int(c0.get(k, 0)) for k, v in c1.items() if int(v) - int(c0.get(k, 0)) > 0}
+ops_s = " ".join(f"{k} {v / units:.2f}" for k, v in sorted(ops.items()))
+rate = f"{units / w:6.0f} {uname}/s" if uname == "file" else " " * 13
+print(f"{name:<28} {w:7.2f} s {rate} {mb / w:7.0f} MB/s | "
+      f"perchd {(pu + ps) * per:7.0f} us/{uname} (usr {pu * per:.0f} sys {ps * per:.0f}) "
+      f"{(pu + ps) * 1e6 / mb:6.0f} us/MB | reader {(ru + rs) * per:6.0f} us/{uname} "
+      f"{(ru + rs) * 1e6 / mb:6.0f} us/MB | load {load}")
+if ops_s:
+    print(f"{'':<28} FUSE requests per {uname}: {ops_s}")
+PY
+}
+# plain NAME UNITS UNIT_NAME MB CMD...: a reader with no perchd (curl, local disk).
+plain() {
+  local name=$1 units=$2 uname=$3 mb=$4 l0 rc; shift 4
+  l0=$(load)
+  rc=$(run_cpu "$@")
+  python3 - "$name" "$units" "$uname" "$mb" "$rc" "$l0" <<'PY' | tee -a "$OUT"
+import sys
+name, units, uname, mb, rc, load = sys.argv[1:]
+units, mb = float(units), float(mb)
+w, ru, rs = map(float, rc.split())
+per = 1e6 / units
+rate = f"{units / w:6.0f} {uname}/s" if uname == "file" else " " * 13
+print(f"{name:<28} {w:7.2f} s {rate} {mb / w:7.0f} MB/s | "
+      f"{'':>46} | reader {(ru + rs) * per:6.0f} us/{uname} {(ru + rs) * 1e6 / mb:6.0f} us/MB "
+      f"(usr {ru * per:.0f} sys {rs * per:.0f}) | load {load}")
+PY
+}
+
+SMB=$(echo "$SMALL_BYTES / 1000000" | bc -l)
+LMB=$(echo "$LARGE_MB * 1.048576" | bc -l)
+LGB=$(echo "$LMB / 1000" | bc -l)
+{
+  echo "What a file costs, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, loopback."
+  echo "Binaries: $BIN (worktree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- daemon fuse || echo ', with changes'))."
+  echo "$SMALL_FILES files ($(printf %.0f "$SMB") MB) read by $READERS parallel readers (xargs cat / curl --parallel); one $LARGE_MB MiB file read by dd bs=1M."
+  echo "CPU: perchd = utime+stime of all its threads; reader = the reader processes' rusage (cat/dd/curl, their kernel time included)."
+  echo "load = 1-minute load average at the start of the pass (other work on the machine)."
+  echo
+} > "$OUT"
+
+echo "== curl straight from the origin" >&2
+awk -v o="$ORIGIN/bench/" '{ print "url = \"" o $0 "\"\noutput = \"/dev/null\"" }' "$WORK/files.txt" > "$WORK/curl.cfg"
+drop
+plain "curl, origin (cold disk)" "$SMALL_FILES" file "$SMB" \
+  curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$WORK/curl.cfg"
+plain "curl, origin (page cache)" "$SMALL_FILES" file "$SMB" \
+  curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$WORK/curl.cfg"
+
+echo "== perch, small files" >&2
+rm -rf "$WORK/cache"
+bench_mount "$WORK/cache" "$M"
+drop
+SETTLE=$SMALL_FILES pass "perch cold" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+bench_umount "$M"
+bench_mount "$WORK/cache" "$M"
+drop
+pass "perch disk cache" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+pass "perch page cache" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+bench_umount "$M"
+
+# The same cold pass with perch's cache on tmpfs: takes out what the cache's
+# filesystem charges per new file (on an ext4 without a journal, inode
+# allocation checks every candidate inode for a recent delete).
+mkdir -p "$SHM"
+mount -t tmpfs -o size=$((LARGE_MB * 2 + SMALL_BYTES / 1000000 * 2 + 512))m perch-cost "$SHM"
+bench_mount "$SHM/cache" "$M"
+drop
+SETTLE=$SMALL_FILES pass "perch cold, tmpfs cache" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+bench_umount "$M"
+rm -rf "$SHM/cache"
+
+echo "== large file" >&2
+drop
+plain "local disk, large" "$LGB" GB "$LMB" dd if="$DATA/large.bin" of=/dev/null bs=1M status=none
+rm -rf "$WORK/cache"
+bench_mount "$WORK/cache" "$M"
+drop
+SETTLE=$(((LARGE_MB + 3) / 4)) pass "perch cold, large" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/null bs=1M status=none
+bench_umount "$M"
+bench_mount "$WORK/cache" "$M"
+drop
+pass "perch disk cache, large" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/null bs=1M status=none
+pass "perch page cache, large" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/null bs=1M status=none
+bench_umount "$M"
+drop
+plain "local disk, large (again)" "$LGB" GB "$LMB" dd if="$DATA/large.bin" of=/dev/null bs=1M status=none
+
+echo "== large file, disk taken out: perch's cache and the local copy on tmpfs" >&2
+cp "$DATA/large.bin" "$SHM/large.bin"
+plain "local tmpfs, large" "$LGB" GB "$LMB" dd if="$SHM/large.bin" of=/dev/null bs=1M status=none
+bench_mount "$SHM/cache" "$M"
+SETTLE=$(((LARGE_MB + 3) / 4)) pass "perch cold, tmpfs cache, large" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/null bs=1M status=none
+bench_umount "$M"
+bench_mount "$SHM/cache" "$M"
+drop
+pass "perch tmpfs cache, large" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/null bs=1M status=none
+bench_umount "$M"
+plain "local tmpfs, large (again)" "$LGB" GB "$LMB" dd if="$SHM/large.bin" of=/dev/null bs=1M status=none
+rm -rf "$SHM/cache" "$SHM/large.bin"
+
+if [[ $STRACE == 1 ]]; then
+  echo "== perch cold under strace -c -f (system calls per cold file)" >&2
+  rm -rf "$WORK/cache"
+  bench_mount "$WORK/cache" "$M"
+  drop
+  strace -c -f -p "$PERCHD_PID" -o "$WORK/strace.txt" &
+  STRACE_PID=$!
+  PIDS+=("$STRACE_PID")
+  sleep 1
+  "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+  settle "$SMALL_FILES"
+  kill -INT "$STRACE_PID"
+  wait "$STRACE_PID" 2>/dev/null || true
+  bench_umount "$M"
+  {
+    echo
+    echo "perchd system calls per cold small file (strace -c -f over one cold pass of $SMALL_FILES files; calls, errors):"
+    awk -v n="$SMALL_FILES" '$1 ~ /^[0-9.]+$/ && NF >= 5 {
+        calls = $4; errs = (NF == 6 ? $5 : 0); name = $NF
+        if (calls / n >= 0.01) printf "  %-18s %7.2f  %s\n", name, calls / n, (errs ? sprintf("(%.2f failed)", errs / n) : "")
+      }' \
+      "$WORK/strace.txt" | sort -k2 -n -r
+  } | tee -a "$OUT"
+fi
+
+STAMP=$(date -u +%Y-%m-%d)
+OUTDIR=${OUTDIR:-$ROOT/bench/results}
+mkdir -p "$OUTDIR"
+DEST=$OUTDIR/cost-$STAMP${TAG:+-$TAG}.txt
+cp "$OUT" "$DEST"
+echo "wrote $DEST" >&2
