@@ -196,7 +196,7 @@ run_perch() {
   [[ -n ${LOGDIR:-} ]] && mkdir -p "$LOGDIR" && cp "$WORK/perchd-$CASE-$SEED.log" "$WORK/$CASE-$SEED.err" \
     "$WORK/reads-$CASE-$SEED.tsv" "$LOGDIR/" && cp "$WORK/tcpcount.pcap" "$LOGDIR/$CASE-$SEED.pcap" && cp "$WORK/tcpcount.err" "$LOGDIR/$CASE-$SEED.tcpdump.err"
   local warns; warns=$(grep -ciE 'warn|error' "$WORK/perchd-$CASE-$SEED.log" || true)
-  # XCache can crash on its own under load (docs: environment.md): say so.
+  # XCache can crash on its own under load (docs/quirks.md): say so.
   sed -n 's/^perch-devfed: \(.*\) died (\(.*\)).*/\1 died (\2)/p' "$WORK/$CASE-$SEED.err" |
     while read -r line; do echo "$CASE seed $SEED: $line" >> "$DETAIL"; done
   local row

@@ -1,5 +1,6 @@
-// ThreadPoolExecutor: core::Executor on a small Boost.Asio thread pool (the
-// daemon's "disk pool": block writes, index batches, eviction).
+// ThreadPoolExecutor: core::Executor on a small Boost.Asio thread pool. perchd
+// runs two: "disk" (block writes, index batches, eviction) and "jobs" (work
+// that may block: warm walks, prefetch listings, control commands).
 //
 // Thread-safety: Post/PostAfter from any thread. Tasks must not throw; if one
 // does, it is logged and dropped. Destruction waits for running tasks and
@@ -46,7 +47,7 @@ class ThreadPoolExecutor : public core::Executor {
     try {
       task();
     } catch (const std::exception& e) {
-      spdlog::error("disk pool: task threw: {}", e.what());
+      spdlog::error("executor: task threw: {}", e.what());
     }
   }
 

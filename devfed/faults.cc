@@ -106,6 +106,14 @@ bool ResponseFaults::StartResponse(const std::string& head) {
   return true;
 }
 
+void ResponseFaults::Count(uint64_t body_bytes, Fault fault) {
+  if (counters_ == nullptr) return;
+  counters_->body_bytes += body_bytes;
+  if (fault == Fault::kCut) counters_->cut++;
+  if (fault == Fault::kReset) counters_->reset++;
+  if (fault == Fault::kStall) counters_->stall++;
+}
+
 ResponseFaults::Decision ResponseFaults::OnResponseBytes(std::string_view data) {
   size_t pass = 0;
   std::string_view rest = data;
@@ -116,8 +124,10 @@ ResponseFaults::Decision ResponseFaults::OnResponseBytes(std::string_view data) 
         Fault f = pending_;
         pending_ = Fault::kNone;
         lost_ = true;  // the connection ends (or hangs) here
+        Count(body_left_ - fault_at_, f);
         return {pass + static_cast<size_t>(body_left_ - fault_at_), f};
       }
+      Count(n, Fault::kNone);
       body_left_ -= n;
       pass += n;
       rest.remove_prefix(n);

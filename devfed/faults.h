@@ -20,6 +20,7 @@
 // used by the link's one thread (they share its generator).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <random>
@@ -35,11 +36,21 @@ struct FaultOptions {
 
 enum class Fault { kNone, kCut, kReset, kStall };
 
+// What the fault proxies of one link did, for tests that compare the bytes a
+// client fetched with the bytes it needed. Updated on the link's thread, read
+// from any thread.
+struct FaultCounters {
+  std::atomic<uint64_t> body_bytes{0};  // response body bytes forwarded (headers not counted)
+  std::atomic<uint64_t> cut{0}, reset{0}, stall{0};
+};
+
 class ResponseFaults {
  public:
   // `rng`: the link's generator (one for all connections, so that draws are
-  // independent; consecutive seeds of mt19937_64 are not). Outlives this.
-  ResponseFaults(FaultOptions options, std::mt19937_64* rng) : options_(options), rng_(*rng) {}
+  // independent; consecutive seeds of mt19937_64 are not). `counters`, if
+  // not null, the link's. Both outlive this.
+  ResponseFaults(FaultOptions options, std::mt19937_64* rng, FaultCounters* counters = nullptr)
+      : options_(options), rng_(*rng), counters_(counters) {}
 
   // Bytes the client sent to the server.
   void OnRequestBytes(std::string_view data);
@@ -55,11 +66,13 @@ class ResponseFaults {
  private:
   static constexpr size_t kMaxHeader = 64 << 10;
 
+  void Count(uint64_t body_bytes, Fault fault);
   // Parses a header block; false if it cannot be followed.
   bool StartResponse(const std::string& head);
 
   FaultOptions options_;
   std::mt19937_64& rng_;
+  FaultCounters* counters_;
   bool lost_ = false;  // stopped following this connection
 
   // Requests.

@@ -121,12 +121,20 @@ std::string ParseExports(const std::vector<std::string>& export_args,
 }
 
 // Waits for SIGINT/SIGTERM; meanwhile reaps servers that die (XCache can
-// crash under load) so that the director stops naming a dead cache.
-void WatchUntilStopped(const sigset_t& stop_signals, const std::vector<Watched>& watched,
-                       Director& director) {
+// crash under load) so that the director stops naming a dead cache, and
+// answers SIGUSR1 with the fault proxies' counters on stderr.
+void WatchUntilStopped(const sigset_t& signals, const std::vector<Watched>& watched,
+                       Director& director, const perch::devfed::WanLink* wan) {
   while (true) {
     timespec tick{0, 200'000'000};
-    int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGUSR1) {
+      if (wan == nullptr) continue;
+      const perch::devfed::FaultCounters& c = wan->fault_counters();
+      std::cerr << "perch-devfed: fault proxies: " << c.body_bytes << " response body bytes, "
+                << c.cut << " cut, " << c.reset << " reset, " << c.stall << " stalled" << std::endl;
+      continue;
+    }
     if (sig > 0) {
       spdlog::info("signal {}: stopping", sig);
       return;
@@ -306,7 +314,8 @@ constexpr char kHelp[] =
     "redirects clients to them. The federation URL is a discovery host apart from the\n"
     "director, as the OSDF's is. The first line printed is 'federation: <url>', the second\n"
     "'director: <url>', the last 'ready'. A cache that dies is reported on stderr and no\n"
-    "longer named. For a second federation, run a second perch-devfed.\n\n"
+    "longer named. SIGUSR1 prints the --fault-* proxies' counters on stderr. For a second\n"
+    "federation, run a second perch-devfed.\n\n"
     "Example:\n"
     "  perch-devfed --export /test=$HOME/data --caches 2\n"
     "  curl -si http://127.0.0.1:DIRECTOR_PORT/test/file.txt   # 307, Link, X-Pelican-*\n"
@@ -399,6 +408,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR1);  // not a stop: prints the fault counters
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   fs::path work;
@@ -421,7 +431,7 @@ int main(int argc, char** argv) {
     std::cerr << "perch-devfed: " << err << "\n";
     rc = 1;
   } else {
-    WatchUntilStopped(stop_signals, fed.watched, *fed.director);
+    WatchUntilStopped(stop_signals, fed.watched, *fed.director, fed.wan.get());
   }
   fed.Stop();
   std::error_code ec;

@@ -28,6 +28,7 @@ struct WanLink::Impl {
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   FaultOptions faults;
   std::mt19937_64 rng;  // fault draws of every connection
+  FaultCounters counters;
 
   // When `n` bytes handed to the line now in direction `dir` arrive.
   Clock::time_point Schedule(int dir, size_t n) {
@@ -155,7 +156,8 @@ void Pipe::Deliver() {
 
 void Accept(WanLink::Impl* link, tcp::acceptor* acceptor, int port, bool faults) {
   auto session = std::make_shared<Session>(link->io);
-  if (faults) session->faults = std::make_unique<ResponseFaults>(link->faults, &link->rng);
+  if (faults)
+    session->faults = std::make_unique<ResponseFaults>(link->faults, &link->rng, &link->counters);
   acceptor->async_accept(
       session->client, [link, acceptor, port, faults, session](boost::system::error_code ec) {
         if (ec) return;  // stopped
@@ -208,6 +210,8 @@ int WanLink::AddProxy(int port, std::string* err, bool faults) {
              [impl = impl_.get(), raw, port, faults] { Accept(impl, raw, port, faults); });
   return proxy_port;
 }
+
+const FaultCounters& WanLink::fault_counters() const { return impl_->counters; }
 
 void WanLink::Stop() {
   if (!impl_->thread.joinable()) return;

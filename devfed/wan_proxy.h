@@ -38,6 +38,9 @@ class WanLink {
   int AddProxy(int port, std::string* err, bool faults = false);
   void Stop();
 
+  // What the proxies made with faults=true did so far.
+  const FaultCounters& fault_counters() const;
+
   struct Impl;
 
  private:

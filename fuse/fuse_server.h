@@ -70,7 +70,9 @@ struct FuseOptions {
   core::OpMetrics* metrics = nullptr;
 };
 
-// The errno for a core error, as the guide's table says.
+// The errno for a core error: kNotFound ENOENT, kPermissionDenied EACCES,
+// kInvalidArgument EINVAL, kCancelled EINTR, kNoSpace ENOSPC, everything else
+// (unavailable, deadline, corrupt, internal) EIO.
 int ToErrno(const core::Status& status);
 
 class FuseServer {

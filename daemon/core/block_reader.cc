@@ -4,21 +4,26 @@
 
 #include <algorithm>
 
+#include "daemon/core/mutex.h"
+
 namespace perch::core {
 
 // The pieces of one Read, filled in by block completions in any order.
 struct BlockReader::Assembly {
-  std::mutex mu;
-  std::vector<Bytes> parts;  // Protected by mu
-  size_t remaining = 0;      // Protected by mu
-  Status error;              // Protected by mu: the first error
+  Assembly(size_t blocks, std::function<void(Result<Bytes>)> d)
+      : parts(blocks), remaining(blocks), done(std::move(d)) {}
+
+  Mutex mu;
+  std::vector<Bytes> parts PERCH_GUARDED_BY(mu);
+  size_t remaining PERCH_GUARDED_BY(mu) = 0;
+  Status error PERCH_GUARDED_BY(mu);  // the first error
   std::function<void(Result<Bytes>)> done;
 
   void Complete(size_t i, Result<Bytes> r) {
     std::function<void(Result<Bytes>)> finish;
     Result<Bytes> out = InternalError("unset");
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       if (r.ok()) {
         parts[i] = *std::move(r);
       } else if (error.ok()) {
@@ -65,10 +70,7 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
   }
   uint64_t first = range.offset / bs;
   uint64_t last = (range.end() - 1) / bs;
-  auto assembly = std::make_shared<Assembly>();
-  assembly->parts.resize(last - first + 1);
-  assembly->remaining = last - first + 1;
-  assembly->done = std::move(done);
+  auto assembly = std::make_shared<Assembly>(last - first + 1, std::move(done));
 
   for (uint64_t b = first; b <= last; ++b) {
     size_t slot = b - first;
@@ -81,11 +83,11 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
     Result<Bytes> hit = NotFoundError("not in the catalog", FailureSite::kLocal);
     if (listener_ == nullptr || listener_->MayContain(key)) {
       {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(mu_);
         reading_[key]++;
       }
       hit = store_.Read(key, from, to - from);
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (--reading_[key] == 0) reading_.erase(key);
     }
     if (hit.ok() && hit->size() == to - from) {
@@ -155,7 +157,7 @@ void BlockReader::NoteCorrupt(const BlockKey& key, const Status& why) {
 }
 
 bool BlockReader::InUse(const BlockKey& key) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return reading_.count(key) > 0 || inflight_.count(key) > 0 || unwritten_.count(key) > 0;
 }
 
@@ -164,7 +166,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
                         const FetchClass& cls, BlockCallback done) {
   std::shared_ptr<const Bytes> fresh;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (auto u = unwritten_.find(key); u != unwritten_.end()) fresh = u->second;
   }
   if (fresh) {
@@ -178,7 +180,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
   }
   uint64_t generation = 0;
   {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto [it, inserted] = inflight_.try_emplace(key);
     Inflight& f = it->second;
     if (done) f.waiters.push_back(std::move(done));
@@ -189,7 +191,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
         // mu_, since Boost may start the fetch, which takes mu_).
         f.priority = cls.priority;
         uint64_t ticket = f.ticket;
-        l.unlock();
+        l.Unlock();
         if (scheduler_ != nullptr && ticket != 0) scheduler_->Boost(ticket, cls.priority);
       }
       return;
@@ -217,7 +219,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
   }
   const std::string flow = options_.flow_prefix + (cls.flow.empty() ? NamespaceOf(path) : cls.flow);
   uint64_t ticket = scheduler_->Submit(cls.priority, flow, block_len, std::move(start));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = inflight_.find(key);
   if (it != inflight_.end() && it->second.generation == generation) it->second.ticket = ticket;
 }
@@ -228,7 +230,7 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path,
   std::shared_ptr<const Bytes> copy;
   if (r.ok()) copy = std::make_shared<const Bytes>(*std::move(r));
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = inflight_.find(key);
     if (it != inflight_.end()) {
       waiters = std::move(it->second.waiters);
@@ -256,7 +258,7 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path,
         if (s.code() == StatusCode::kNoSpace) s = store_.Write(key, *copy);
       }
       if (s.ok() && listener_) listener_->Stored(key, copy->size(), path, version);
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       unwritten_.erase(key);
     });
   }
@@ -278,7 +280,7 @@ void BlockReader::Prefetch(const ObjectPath& path, const ObjectVersion& version,
 bool BlockReader::CancelPrefetch(const BlockKey& key) {
   uint64_t ticket = 0;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = inflight_.find(key);
     // Only a fetch nobody waits for, and only while it is still queued.
     if (it == inflight_.end() || !it->second.waiters.empty() || it->second.ticket == 0)

@@ -25,7 +25,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +34,7 @@
 #include "daemon/core/executor.h"
 #include "daemon/core/fetch_scheduler.h"
 #include "daemon/core/metrics.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/origin.h"
 
 namespace perch::core {
@@ -145,15 +145,15 @@ class BlockReader {
   LatencyHistogram fetch_latency_;
   WarningLimiter store_warnings_{std::chrono::seconds(60)};  // a full disk fails every block
 
-  std::mutex mu_;
-  // Protected by mu_: each block being fetched (or queued to be).
-  std::map<BlockKey, Inflight> inflight_;
-  uint64_t next_generation_ = 1;  // Protected by mu_
-  // Protected by mu_: fetched blocks whose store write has not finished; a
+  Mutex mu_;
+  // Each block being fetched (or queued to be).
+  std::map<BlockKey, Inflight> inflight_ PERCH_GUARDED_BY(mu_);
+  uint64_t next_generation_ PERCH_GUARDED_BY(mu_) = 1;
+  // Fetched blocks whose store write has not finished; a
   // reader arriving in that window is served from here, not refetched.
-  std::map<BlockKey, std::shared_ptr<const Bytes>> unwritten_;
-  // Protected by mu_: readers of each block now inside store_.Read.
-  std::map<BlockKey, int> reading_;
+  std::map<BlockKey, std::shared_ptr<const Bytes>> unwritten_ PERCH_GUARDED_BY(mu_);
+  // Readers of each block now inside store_.Read.
+  std::map<BlockKey, int> reading_ PERCH_GUARDED_BY(mu_);
 };
 
 }  // namespace perch::core

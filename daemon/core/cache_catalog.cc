@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "daemon/core/codec.h"
+#include "daemon/core/mutex.h"
 
 namespace perch::core {
 
@@ -20,7 +21,7 @@ CacheCatalog::CacheCatalog(Index& index, BlockStore& store, Executor& disk, Cata
       capacity_(options_.capacity_bytes) {}
 
 bool WarningLimiter::Allow(uint64_t* suppressed) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   const Clock::time_point now = Clock::now();
   if (logged_ && now - last_ < period_) {
     dropped_++;
@@ -129,7 +130,7 @@ Status CacheCatalog::Load() {
     it = objects.erase(it);
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     ids_ = std::move(ids);
     records_ = std::move(loaded);
     objects_ = std::move(objects);
@@ -175,7 +176,7 @@ void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath
                           const ObjectVersion& version) {
   std::vector<Index::Write> batch;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto [it, inserted] = EmplaceLocked(key, Record{});
     const Id id = it->first.id;
     const uint64_t old_length = it->second.length;
@@ -214,7 +215,7 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
   bool flush = false;
   bool adopted = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     // A block file without a record (crash between rename and record) is adopted.
     auto [it, inserted] = EmplaceLocked(key, Record{length, 0});
     if (inserted) {
@@ -230,7 +231,7 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
 }
 
 bool CacheCatalog::Forget(const BlockKey& key, std::vector<Index::Write>* batch) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto found = FindLocked(key);
   if (!found) return false;
   auto it = records_.find(*found);
@@ -268,7 +269,7 @@ bool CacheCatalog::IsPinnedLocked(const ObjectPath& path) const {
 
 Status CacheCatalog::Pin(const ObjectPath& prefix) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     pins_.insert(prefix);
   }
   return index_.Apply({{PinKey(prefix), std::string()}});
@@ -276,7 +277,7 @@ Status CacheCatalog::Pin(const ObjectPath& prefix) {
 
 Status CacheCatalog::Unpin(const ObjectPath& prefix) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (pins_.erase(prefix) == 0)
       return NotFoundError(prefix.str() + " is not pinned", FailureSite::kLocal);
   }
@@ -286,12 +287,12 @@ Status CacheCatalog::Unpin(const ObjectPath& prefix) {
 }
 
 std::vector<ObjectPath> CacheCatalog::Pins() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return {pins_.begin(), pins_.end()};
 }
 
 bool CacheCatalog::Contains(const BlockKey& key) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto found = FindLocked(key);
   return found && records_.count(*found) > 0;
 }
@@ -301,7 +302,7 @@ bool CacheCatalog::MayContain(const BlockKey& key) const {
 }
 
 uint64_t CacheCatalog::CachedBytes(const std::string& object_id) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto id = ids_.Find(object_id);
   if (!id) return 0;
   auto it = objects_.find(*id);
@@ -309,7 +310,7 @@ uint64_t CacheCatalog::CachedBytes(const std::string& object_id) const {
 }
 
 uint64_t CacheCatalog::pinned_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   uint64_t total = 0;
   if (pins_.empty()) return 0;
   for (const auto& [id, o] : objects_) {
@@ -321,7 +322,7 @@ uint64_t CacheCatalog::pinned_bytes() const {
 std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std::string& after,
                                              size_t limit) const {
   std::vector<CachedObject> out;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   // Paths under `prefix` sort at or after it (every path below starts with it).
   const std::string start = std::max(after, prefix.str());
   std::string_view last;  // all objects of one path go in one page
@@ -353,7 +354,7 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
     }
     uint64_t length = 0;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       auto found = FindLocked(key);
       auto it = found ? records_.find(*found) : records_.end();
       if (it == records_.end()) continue;  // went meanwhile
@@ -384,7 +385,7 @@ Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {
   EvictResult result;
   std::vector<BlockKey> keys;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (const auto& [id, o] : objects_) {
       if (!o.path.HasPrefix(prefix)) continue;
       if (IsPinnedLocked(o.path)) {
@@ -406,7 +407,7 @@ Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {
 Status CacheCatalog::Flush() {
   std::vector<Index::Write> batch;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (const RecordKey& k : dirty_) {
       auto it = records_.find(k);
       if (it != records_.end()) batch.push_back({Key(BlockKeyLocked(k)), Encode(it->second)});
@@ -418,7 +419,7 @@ Status CacheCatalog::Flush() {
 }
 
 size_t CacheCatalog::blocks() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return records_.size();
 }
 
@@ -449,7 +450,7 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   // this pass runs; ids become strings only for the blocks taken.
   std::vector<std::pair<uint64_t, RecordKey>> lru;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     lru.reserve(records_.size());
     for (const auto& [k, r] : records_) {
       if (!pins_.empty()) {
@@ -469,12 +470,12 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
     if (planned >= to_free) break;
     BlockKey key;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (records_.count(rkey) == 0) continue;  // went meanwhile (its id may be reused)
       key = BlockKeyLocked(rkey);
     }
     if (in_use_ && in_use_(key)) continue;  // not under mu_: a leaf lock calls nothing
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = records_.find(rkey);
     if (it == records_.end()) continue;
     planned += it->second.length;
@@ -523,7 +524,7 @@ void CacheCatalog::UpdateCapacity() {
 void CacheCatalog::StoreFailed(const BlockKey& /*key*/, uint64_t length, const Status& why) {
   store_errors_++;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     last_store_error_ = why.message();
     last_store_error_at_ = Clock::now();
   }
@@ -535,7 +536,7 @@ void CacheCatalog::StoreFailed(const BlockKey& /*key*/, uint64_t length, const S
 }
 
 std::string CacheCatalog::StoreProblem() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (store_errors_.load() == 0 || Clock::now() - last_store_error_at_ > std::chrono::minutes(5))
     return "";
   auto ago = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - last_store_error_at_);

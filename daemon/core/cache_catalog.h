@@ -48,7 +48,6 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -59,6 +58,7 @@
 #include "daemon/core/block_store.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/index.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/object_ids.h"
 
 namespace perch::core {
@@ -111,10 +111,10 @@ class WarningLimiter {
 
  private:
   const std::chrono::seconds period_;
-  std::mutex mu_;
-  bool logged_ = false;     // Protected by mu_
-  Clock::time_point last_;  // Protected by mu_
-  uint64_t dropped_ = 0;    // Protected by mu_
+  Mutex mu_;
+  bool logged_ PERCH_GUARDED_BY(mu_) = false;
+  Clock::time_point last_ PERCH_GUARDED_BY(mu_);
+  uint64_t dropped_ PERCH_GUARDED_BY(mu_) = 0;
 };
 
 // One cached object, as ListCached shows it.
@@ -230,14 +230,15 @@ class CacheCatalog : public BlockListener {
   static std::string PinKey(const ObjectPath& path);
   static std::string Encode(const Record& r);
   static std::string EncodeObject(const ObjectInfo& o);
-  // The block `key` names, if the catalog knows its id. REQUIRES: mu_ held.
-  std::optional<RecordKey> FindLocked(const BlockKey& key) const;
-  BlockKey BlockKeyLocked(const RecordKey& key) const;  // REQUIRES: mu_ held
-  // Inserts a record (interning its id) or finds the one there. REQUIRES: mu_ held.
+  // The block `key` names, if the catalog knows its id.
+  std::optional<RecordKey> FindLocked(const BlockKey& key) const PERCH_REQUIRES(mu_);
+  BlockKey BlockKeyLocked(const RecordKey& key) const PERCH_REQUIRES(mu_);
+  // Inserts a record (interning its id) or finds the one there.
   std::pair<std::map<RecordKey, Record>::iterator, bool> EmplaceLocked(const BlockKey& key,
-                                                                       Record r);
-  // Adds block `key` of `length` bytes to its object's counts. REQUIRES: mu_ held.
-  void CountBlockLocked(const Id& id, uint64_t length);
+                                                                       Record r)
+      PERCH_REQUIRES(mu_);
+  // Adds block `key` of `length` bytes to its object's counts.
+  void CountBlockLocked(const Id& id, uint64_t length) PERCH_REQUIRES(mu_);
   void MaybeScheduleEviction();
   // Removes `key`'s in-memory record and appends the index deletes it needs
   // (the block record; the object record with its last block) to `batch`.
@@ -245,7 +246,7 @@ class CacheCatalog : public BlockListener {
   bool Forget(const BlockKey& key, std::vector<Index::Write>* batch);
   // Removes `keys` (file first, then record), skipping blocks in use. Not under mu_.
   void RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* result);
-  bool IsPinnedLocked(const ObjectPath& path) const;  // REQUIRES: mu_ held
+  bool IsPinnedLocked(const ObjectPath& path) const PERCH_REQUIRES(mu_);
   // Records block `key` found in the store without a record, as the oldest
   // block. False if it has a record by now.
   bool Adopt(const BlockKey& key, uint64_t length);
@@ -270,18 +271,18 @@ class CacheCatalog : public BlockListener {
   // Memory (issue 14): per cached small object one records_ node (80
   // bytes), one objects_ node (160) with its path, one by_path_ node (80);
   // ids are ObjectIds keys, the path index points into objects_' paths.
-  mutable std::mutex mu_;
-  ObjectIds ids_;                        // Protected by mu_
-  std::map<RecordKey, Record> records_;  // Protected by mu_
-  std::set<RecordKey> dirty_;            // Protected by mu_
-  std::map<Id, ObjectInfo> objects_;     // Protected by mu_
+  mutable Mutex mu_;
+  ObjectIds ids_ PERCH_GUARDED_BY(mu_);
+  std::map<RecordKey, Record> records_ PERCH_GUARDED_BY(mu_);
+  std::set<RecordKey> dirty_ PERCH_GUARDED_BY(mu_);
+  std::map<Id, ObjectInfo> objects_ PERCH_GUARDED_BY(mu_);
   // (path, id) of every object in objects_; the view is into its ObjectInfo's
   // path (map nodes do not move).
-  std::set<std::pair<std::string_view, Id>> by_path_;  // Protected by mu_
-  std::set<ObjectPath> pins_;                          // Protected by mu_
-  uint64_t next_seq_ = 1;                              // Protected by mu_
-  std::string last_store_error_;                       // Protected by mu_
-  Clock::time_point last_store_error_at_;              // Protected by mu_
+  std::set<std::pair<std::string_view, Id>> by_path_ PERCH_GUARDED_BY(mu_);
+  std::set<ObjectPath> pins_ PERCH_GUARDED_BY(mu_);
+  uint64_t next_seq_ PERCH_GUARDED_BY(mu_) = 1;
+  std::string last_store_error_ PERCH_GUARDED_BY(mu_);
+  Clock::time_point last_store_error_at_ PERCH_GUARDED_BY(mu_);
 };
 
 }  // namespace perch::core

@@ -7,13 +7,14 @@
 #include <vector>
 
 #include "daemon/core/cache_catalog.h"
+#include "daemon/core/mutex.h"
 
 namespace perch::core {
 
 bool CacheCatalog::Adopt(const BlockKey& key, uint64_t length) {
   Record r{length, 0};  // seq 0: its last use is unknown, so it goes first
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto [it, inserted] = EmplaceLocked(key, r);
     if (!inserted) return false;
     CountBlockLocked(it->first.id, length);
@@ -31,7 +32,7 @@ void CacheCatalog::ReconcileNow() {
   // The records at the start, sorted (32 bytes each), and which the walk has found.
   std::vector<RecordKey> known;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     known.reserve(records_.size());
     for (const auto& [k, r] : records_) known.push_back(k);
   }
@@ -40,7 +41,7 @@ void CacheCatalog::ReconcileNow() {
   auto scan = store_.ForEachBlock([&](const BlockKey& key, uint64_t length) {
     std::optional<RecordKey> found;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       found = FindLocked(key);
     }
     if (found) {
@@ -69,7 +70,7 @@ void CacheCatalog::ReconcileNow() {
     if (seen[i]) continue;
     BlockKey key;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (records_.count(known[i]) == 0) continue;  // went meanwhile
       key = BlockKeyLocked(known[i]);
     }

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "daemon/core/mutex.h"
+
 namespace perch::core {
 
 // Tells the shared catalog of this mount's blocks, with catalog paths.
@@ -203,7 +205,7 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
   WarmerOptions wopts = options_.warmer;
   wopts.path_name = [&m](const ObjectPath& p) { return m.FederationPath(p); };
   m.warmer_ = std::make_unique<Warmer>(*m.fs_, *m.reader_, catalog_, jobs_, wopts);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   mounts_.push_back(std::move(mount));
   return &m;
 }
@@ -245,7 +247,7 @@ Status CacheStack::AdoptUntaggedEntries(const std::string& tag) {
 }
 
 std::vector<Mount*> CacheStack::mounts() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<Mount*> out;
   for (const auto& m : mounts_) out.push_back(m.get());
   return out;

@@ -26,7 +26,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +34,7 @@
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/fetch_scheduler.h"
 #include "daemon/core/filesystem.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/namespace_cache.h"
 #include "daemon/core/prefetcher.h"
 #include "daemon/core/warmer.h"
@@ -193,8 +193,8 @@ class CacheStack {
   const StackOptions options_;
   CacheCatalog catalog_;
   FetchScheduler scheduler_;
-  mutable std::mutex mu_;                      // a leaf lock
-  std::deque<std::unique_ptr<Mount>> mounts_;  // Protected by mu_; only grows
+  mutable Mutex mu_;                                                 // a leaf lock
+  std::deque<std::unique_ptr<Mount>> mounts_ PERCH_GUARDED_BY(mu_);  // only grows
   std::atomic<bool> closing_{false};
 };
 

@@ -1,7 +1,8 @@
 // Executor: where core components run work they must not do on the caller's
 // thread (disk writes after a network completion, timers). Tests use
-// ManualExecutor (tests/fakes/) to run tasks one by one; the daemon uses a
-// small thread pool.
+// InlineExecutor (runs each task at once) or QueuedExecutor (runs them when
+// the test says), both in tests/fakes/mem_block_store.h; the daemon uses
+// small thread pools (daemon/thread_pool_executor.h).
 //
 // Thread-safety: Post and PostAfter are safe from any thread. Tasks must not
 // throw.

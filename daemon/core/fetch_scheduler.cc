@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "daemon/core/mutex.h"
+
 namespace perch::core {
 
 const char* ToString(Priority p) {
@@ -109,7 +111,7 @@ uint64_t FetchScheduler::Submit(Priority priority, const std::string& flow, uint
   uint64_t ticket;
   std::vector<std::pair<uint64_t, StartFn>> runnable;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     ticket = next_ticket_++;
     Task t{priority, flow, bytes, std::move(start)};
     Enqueue(ticket, t);
@@ -123,7 +125,7 @@ uint64_t FetchScheduler::Submit(Priority priority, const std::string& flow, uint
 void FetchScheduler::Release(uint64_t ticket) {
   std::vector<std::pair<uint64_t, StartFn>> runnable;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = running_.find(ticket);
     if (it == running_.end()) return;  // released twice: ignore
     in_flight_--;
@@ -139,7 +141,7 @@ void FetchScheduler::Release(uint64_t ticket) {
 }
 
 bool FetchScheduler::Cancel(uint64_t ticket) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = queued_.find(ticket);
   if (it == queued_.end()) return false;
   Dequeue(ticket, it->second);
@@ -151,7 +153,7 @@ bool FetchScheduler::Cancel(uint64_t ticket) {
 void FetchScheduler::Boost(uint64_t ticket, Priority priority) {
   std::vector<std::pair<uint64_t, StartFn>> runnable;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = queued_.find(ticket);
     if (it == queued_.end() || it->second.priority <= priority) return;
     Dequeue(ticket, it->second);
@@ -164,7 +166,7 @@ void FetchScheduler::Boost(uint64_t ticket, Priority priority) {
 }
 
 SchedulerStats FetchScheduler::Stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   SchedulerStats s = stats_;
   s.in_flight = in_flight_;
   s.bytes_in_flight = bytes_in_flight_;

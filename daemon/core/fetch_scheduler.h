@@ -29,9 +29,10 @@
 #include <functional>
 #include <list>
 #include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "daemon/core/mutex.h"
 
 namespace perch::core {
 
@@ -92,26 +93,26 @@ class FetchScheduler {
     size_t size = 0;
   };
 
-  void Enqueue(uint64_t ticket, const Task& t);  // REQUIRES: mu_ held
-  void Dequeue(uint64_t ticket, const Task& t);  // REQUIRES: mu_ held
-  bool Admissible(const Task& t) const;          // REQUIRES: mu_ held
-  // Takes every task that may start now out of the queues (REQUIRES: mu_ held).
-  std::vector<std::pair<uint64_t, StartFn>> TakeRunnable();
-  void Run(std::vector<std::pair<uint64_t, StartFn>> runnable);  // not under mu_
+  void Enqueue(uint64_t ticket, const Task& t) PERCH_REQUIRES(mu_);
+  void Dequeue(uint64_t ticket, const Task& t) PERCH_REQUIRES(mu_);
+  bool Admissible(const Task& t) const PERCH_REQUIRES(mu_);
+  // Takes every task that may start now out of the queues.
+  std::vector<std::pair<uint64_t, StartFn>> TakeRunnable() PERCH_REQUIRES(mu_);
+  void Run(std::vector<std::pair<uint64_t, StartFn>> runnable) PERCH_EXCLUDES(mu_);
   void Release(uint64_t ticket);
 
   const SchedulerOptions options_;
 
-  mutable std::mutex mu_;
-  uint64_t next_ticket_ = 1;                        // Protected by mu_
-  std::unordered_map<uint64_t, Task> queued_;       // Protected by mu_
-  std::unordered_map<uint64_t, Task> running_;      // Protected by mu_ (start dropped)
-  std::array<ClassQueue, kPriorityCount> classes_;  // Protected by mu_
-  size_t in_flight_ = 0;                            // Protected by mu_
-  size_t background_in_flight_ = 0;                 // Protected by mu_
-  uint64_t bytes_in_flight_ = 0;                    // Protected by mu_
-  uint64_t background_bytes_ = 0;                   // Protected by mu_
-  SchedulerStats stats_;                            // Protected by mu_ (counters)
+  mutable Mutex mu_;
+  uint64_t next_ticket_ PERCH_GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, Task> queued_ PERCH_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Task> running_ PERCH_GUARDED_BY(mu_);  // start dropped
+  std::array<ClassQueue, kPriorityCount> classes_ PERCH_GUARDED_BY(mu_);
+  size_t in_flight_ PERCH_GUARDED_BY(mu_) = 0;
+  size_t background_in_flight_ PERCH_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_in_flight_ PERCH_GUARDED_BY(mu_) = 0;
+  uint64_t background_bytes_ PERCH_GUARDED_BY(mu_) = 0;
+  SchedulerStats stats_ PERCH_GUARDED_BY(mu_);  // counters
 };
 
 }  // namespace perch::core

@@ -1,6 +1,7 @@
 #include "daemon/core/filesystem.h"
 
 #include "daemon/core/codec.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/wait.h"
 
 namespace perch::core {
@@ -44,7 +45,7 @@ Result<uint64_t> FileSystem::Open(const ObjectPath& path) {
   uint64_t h = next_handle_++;
   OpenFile f{path, *attr, ObjectId(path, *attr)};
   if (prefetcher_ != nullptr) prefetcher_->Opened(h, f.path, f.attr, f.object_id);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   open_.emplace(h, std::move(f));
   return h;
 }
@@ -52,7 +53,7 @@ Result<uint64_t> FileSystem::Open(const ObjectPath& path) {
 Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) {
   OpenFile f;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = open_.find(handle);
     if (it == open_.end()) return InvalidArgumentError("unknown file handle");
     f = it->second;
@@ -69,7 +70,7 @@ Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) 
 }
 
 std::optional<Status> FileSystem::RecentFailure(const std::string& object_id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = failed_.find(object_id);
   if (it == failed_.end()) return std::nullopt;
   if (Clock::now() - it->second.first >= options_.failure_memo) {
@@ -82,7 +83,7 @@ std::optional<Status> FileSystem::RecentFailure(const std::string& object_id) {
 void FileSystem::NoteResult(const std::string& object_id, const Status& s) {
   bool undeliverable =
       s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (!undeliverable) {
     if (!failed_.empty()) failed_.erase(object_id);
     return;
@@ -98,7 +99,7 @@ void FileSystem::NoteResult(const std::string& object_id, const Status& s) {
 std::optional<BlockSlice> FileSystem::ReadSlice(uint64_t handle, uint64_t offset, uint64_t size) {
   OpenFile f;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = open_.find(handle);
     if (it == open_.end()) return std::nullopt;
     f = it->second;
@@ -111,7 +112,7 @@ std::optional<BlockSlice> FileSystem::ReadSlice(uint64_t handle, uint64_t offset
 
 void FileSystem::Release(uint64_t handle) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = open_.find(handle);
     if (it == open_.end()) return;
     open_.erase(it);
@@ -121,7 +122,7 @@ void FileSystem::Release(uint64_t handle) {
 
 Result<uint64_t> FileSystem::ImplicitHandle(const ObjectPath& path) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (auto it = implicit_.find(path.str()); it != implicit_.end()) {
       implicit_lru_.splice(implicit_lru_.end(), implicit_lru_, it->second);  // most recent last
       return it->second->second;
@@ -132,7 +133,7 @@ Result<uint64_t> FileSystem::ImplicitHandle(const ObjectPath& path) {
   std::vector<uint64_t> close;
   uint64_t handle = *h;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto [it, inserted] = implicit_.try_emplace(path.str());
     if (!inserted) {
       close.push_back(handle);  // another reader opened it meanwhile: use theirs

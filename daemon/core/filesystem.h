@@ -17,13 +17,13 @@
 #include <chrono>
 #include <list>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "daemon/core/block_reader.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/namespace_cache.h"
 #include "daemon/core/prefetcher.h"
 
@@ -96,13 +96,14 @@ class FileSystem {
   void NoteResult(const std::string& object_id, const Status& s);
 
   std::atomic<uint64_t> next_handle_{1};
-  mutable std::mutex mu_;
-  std::map<uint64_t, OpenFile> open_;  // Protected by mu_
-  // Protected by mu_: files opened by ReadPath, least recently read first.
-  std::list<std::pair<std::string, uint64_t>> implicit_lru_;
+  mutable Mutex mu_;
+  std::map<uint64_t, OpenFile> open_ PERCH_GUARDED_BY(mu_);
+  // Files opened by ReadPath, least recently read first.
+  std::list<std::pair<std::string, uint64_t>> implicit_lru_ PERCH_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::list<std::pair<std::string, uint64_t>>::iterator> implicit_;
-  // Protected by mu_: recent delivery failures by object id (bounded).
-  std::unordered_map<std::string, std::pair<Clock::time_point, Status>> failed_;
+  // Recent delivery failures by object id (bounded).
+  std::unordered_map<std::string, std::pair<Clock::time_point, Status>> failed_
+      PERCH_GUARDED_BY(mu_);
 };
 
 }  // namespace perch::core

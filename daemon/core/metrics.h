@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "daemon/core/mutex.h"
 #include "daemon/core/status.h"
 
 namespace perch::core {
@@ -80,7 +80,7 @@ template <typename T>
 class CounterFamily {
  public:
   T& Get(const std::string& name) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto& slot = items_[name];
     if (!slot) slot = std::make_unique<T>();
     return *slot;
@@ -88,13 +88,13 @@ class CounterFamily {
   // Calls fn(name, item) for each, in name order.
   template <typename Fn>
   void ForEach(Fn fn) const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (const auto& [name, item] : items_) fn(name, *item);
   }
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, std::unique_ptr<T>> items_;  // Protected by mu_
+  mutable Mutex mu_;
+  std::map<std::string, std::unique_ptr<T>> items_ PERCH_GUARDED_BY(mu_);
 };
 
 // Measures one operation from construction to destruction into `h` (nothing

@@ -8,6 +8,7 @@
 #include "daemon/core/codec.h"
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/wait.h"
 
 namespace perch::core {
@@ -96,7 +97,7 @@ bool NamespaceCache::HasPersistedEntries() {
 
 std::optional<NamespaceCache::AttrEntry> NamespaceCache::FindAttr(const ObjectPath& path) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (auto it = attrs_.find(path.str()); it != attrs_.end()) return it->second;
   }
   auto v = index_.Get(AttrKey(path));
@@ -111,14 +112,14 @@ std::optional<NamespaceCache::AttrEntry> NamespaceCache::FindAttr(const ObjectPa
   }
   e.exists = exists != 0;
   e.expires = static_cast<int64_t>(expires);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   attrs_[path.str()] = e;
   return e;
 }
 
 std::optional<FileAttr> NamespaceCache::FromListingInMemory(const ObjectPath& path, int64_t now) {
   if (path.IsRoot()) return std::nullopt;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = lists_.find(path.Parent().str());
   if (it == lists_.end() || it->second->expires <= now) return std::nullopt;
   const std::vector<DirEntry>& entries = it->second->entries;  // sorted by name
@@ -131,7 +132,7 @@ std::optional<FileAttr> NamespaceCache::FromListingInMemory(const ObjectPath& pa
 
 std::shared_ptr<const NamespaceCache::ListEntry> NamespaceCache::FindList(const ObjectPath& path) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (auto it = lists_.find(path.str()); it != lists_.end()) return it->second;
   }
   auto v = index_.Get(ListKey(path));
@@ -156,14 +157,14 @@ std::shared_ptr<const NamespaceCache::ListEntry> NamespaceCache::FindList(const 
     std::sort(e->entries.begin(), e->entries.end(),
               [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   lists_[path.str()] = e;
   return e;
 }
 
 void NamespaceCache::StoreAttr(const ObjectPath& path, const AttrEntry& e) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     attrs_[path.str()] = e;
   }
   std::string v;
@@ -203,7 +204,7 @@ void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
   }
   {
     auto shared = std::make_shared<const ListEntry>(e);
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     lists_[path.str()] = std::move(shared);
     // Entries of an earlier state of this directory: the listing answers now.
     for (const DirEntry& d : e.entries) {
@@ -232,14 +233,14 @@ void NamespaceCache::NoteOffline(const Status& why) {
 Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadline) {
   int64_t now = Now();
   {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = attrs_.find(path.str());
     if (it != attrs_.end() && it->second.expires > now) {
       if (!it->second.exists) return NotFoundError(path.str() + " does not exist (cached answer)");
       return it->second.attr;
     }
     const bool in_memory = it != attrs_.end();
-    l.unlock();
+    l.Unlock();
     // A listed file's attributes live in its directory's listing (no attrs_ entry).
     if (!in_memory) {
       if (auto listed = FromListingInMemory(path, now)) return *listed;

@@ -21,12 +21,12 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/core/index.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/origin.h"
 
 namespace perch::core {
@@ -89,13 +89,13 @@ class NamespaceCache {
   const NamespaceOptions options_;
 
   std::atomic<bool> offline_{false};
-  std::mutex mu_;
+  Mutex mu_;
   // Memory (issue 14): a listed file is one DirEntry in its directory's
   // listing; attrs_ holds only paths stat'ed on their own or read back from
   // the index after their listing expired (children's attributes from a
   // listing go to the index, not here).
-  std::map<std::string, AttrEntry> attrs_;                         // Protected by mu_
-  std::map<std::string, std::shared_ptr<const ListEntry>> lists_;  // Protected by mu_
+  std::map<std::string, AttrEntry> attrs_ PERCH_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<const ListEntry>> lists_ PERCH_GUARDED_BY(mu_);
 };
 
 }  // namespace perch::core

@@ -2,7 +2,8 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
+
+#include "daemon/core/mutex.h"
 
 namespace perch::core {
 
@@ -275,7 +276,7 @@ void NodeControl::Health(std::chrono::milliseconds timeout,
   }
 
   struct Pending {
-    std::mutex mu;
+    Mutex mu;
     HealthReport report;
     std::vector<size_t> mount_of;  // of each namespace
     size_t remaining = 0;
@@ -304,7 +305,7 @@ void NodeControl::Health(std::chrono::milliseconds timeout,
           std::function<void(HealthReport)> finish;
           HealthReport out;
           {
-            std::lock_guard<std::mutex> l(pending->mu);
+            MutexLock l(pending->mu);
             NamespaceHealth& h = pending->report.namespaces[i];
             h.latency =
                 std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);

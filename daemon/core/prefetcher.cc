@@ -7,6 +7,7 @@
 
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
+#include "daemon/core/mutex.h"
 
 namespace perch::core {
 
@@ -40,7 +41,7 @@ void Prefetcher::Opened(uint64_t handle, const ObjectPath& path, const FileAttr&
   bool list_dir = false;
   std::vector<std::pair<std::string, uint64_t>> pump;  // (job, generation)
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     OpenState& st = open_[handle];
     st = OpenState();
     st.path = path;
@@ -91,7 +92,7 @@ void Prefetcher::Read(uint64_t handle, uint64_t offset, uint64_t size) {
   FileAttr attr;
   std::string id;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = open_.find(handle);
     if (it == open_.end()) return;
     OpenState& st = it->second;
@@ -140,7 +141,7 @@ void Prefetcher::Read(uint64_t handle, uint64_t offset, uint64_t size) {
 void Prefetcher::Released(uint64_t handle) {
   std::vector<BlockKey> withdraw;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     auto it = open_.find(handle);
     if (it == open_.end()) return;
     withdraw = std::move(it->second.issued);
@@ -194,7 +195,7 @@ void Prefetcher::PrefetchDirectory(const ObjectPath& dir, const std::string& aft
 void Prefetcher::Hint(const std::string& job, std::vector<ObjectPath> paths) {
   uint64_t gen = 0;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (paths.empty()) {
       hints_.erase(job);
       return;
@@ -220,7 +221,7 @@ void Prefetcher::PumpHints(const std::string& job, uint64_t generation) {
   for (;;) {
     ObjectPath next;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       auto it = hints_.find(job);
       if (it == hints_.end() || it->second.generation != generation) return;  // replaced or dropped
       HintJob& h = it->second;

@@ -40,13 +40,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "daemon/core/block_reader.h"
 #include "daemon/core/executor.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/namespace_cache.h"
 
 namespace perch::core {
@@ -133,11 +133,11 @@ class Prefetcher {
   // Shared with executor tasks, which check it before doing anything.
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
 
-  std::mutex mu_;
-  std::unordered_map<uint64_t, OpenState> open_;        // Protected by mu_
-  std::map<std::string, Clock::time_point> dirs_done_;  // Protected by mu_
-  std::map<std::string, HintJob> hints_;                // Protected by mu_
-  uint64_t next_generation_ = 1;                        // Protected by mu_
+  Mutex mu_;
+  std::unordered_map<uint64_t, OpenState> open_ PERCH_GUARDED_BY(mu_);
+  std::map<std::string, Clock::time_point> dirs_done_ PERCH_GUARDED_BY(mu_);
+  std::map<std::string, HintJob> hints_ PERCH_GUARDED_BY(mu_);
+  uint64_t next_generation_ PERCH_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace perch::core

@@ -6,6 +6,7 @@
 
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
+#include "daemon/core/mutex.h"
 
 namespace perch::core {
 
@@ -19,7 +20,7 @@ std::shared_ptr<WarmJob> Warmer::Start(std::vector<ObjectPath> paths, bool recur
                                        UpdateFn on_update) {
   std::shared_ptr<WarmJob> job;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     job.reset(new WarmJob(next_id_++, std::move(paths), recursive, std::move(on_update), fs_,
                           reader_, catalog_, jobs_executor_, options_));
     jobs_.push_back(job);
@@ -42,7 +43,7 @@ std::shared_ptr<WarmJob> Warmer::Start(std::vector<ObjectPath> paths, bool recur
 std::vector<WarmProgress> Warmer::Jobs() const {
   std::vector<std::shared_ptr<WarmJob>> jobs;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     jobs.assign(jobs_.begin(), jobs_.end());
   }
   std::vector<WarmProgress> out;
@@ -53,7 +54,7 @@ std::vector<WarmProgress> Warmer::Jobs() const {
 void Warmer::Shutdown(std::chrono::milliseconds timeout) {
   std::vector<std::shared_ptr<WarmJob>> jobs;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     jobs.assign(jobs_.begin(), jobs_.end());
   }
   for (const auto& j : jobs) j->Cancel();
@@ -82,18 +83,18 @@ WarmJob::WarmJob(uint64_t id, std::vector<ObjectPath> paths, bool recursive,
 }
 
 WarmProgress WarmJob::Progress() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return progress_;
 }
 
 bool WarmJob::finished() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return progress_.finished;
 }
 
 void WarmJob::Cancel() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (progress_.finished || progress_.cancelled) return;
     progress_.cancelled = true;
     pending_.clear();
@@ -114,14 +115,14 @@ void WarmJob::Walk() {
   for (const ObjectPath& p : roots_) todo.emplace_back(p, true);
   while (!todo.empty()) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (progress_.cancelled) break;
     }
     auto [path, descend] = todo.front();
     todo.pop_front();
     auto attr = fs_.GetAttr(path);
     if (!attr.ok()) {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       NoteError(path.str(), attr.status());
       progress_.files_failed++;
       continue;
@@ -133,7 +134,7 @@ void WarmJob::Walk() {
     if (!descend) continue;
     auto entries = fs_.ReadDir(path);
     if (!entries.ok()) {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       NoteError(path.str(), entries.status());
       progress_.files_failed++;
       continue;
@@ -149,7 +150,7 @@ void WarmJob::Walk() {
     }
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     progress_.listing_done = true;
   }
   Notify();
@@ -159,7 +160,7 @@ void WarmJob::Walk() {
 bool WarmJob::AddFile(const ObjectPath& path, const FileAttr& attr) {
   const uint64_t blocks = BlockCount(attr.size, reader_.block_size());
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (progress_.cancelled) return false;
     size_t file = files_.size();
     files_.push_back(File{path.str(), blocks, false});
@@ -215,12 +216,12 @@ void WarmJob::Pump() {
   for (;;) {
     std::optional<Block> b;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       b = NextBlock();
     }
     if (!b) break;
     if (catalog_.Contains(BlockKey{b->object_id, b->index})) {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       in_flight_--;
       progress_.bytes_done = SaturatingAdd(progress_.bytes_done, b->length);
       FileBlockResolved(b->file);
@@ -244,7 +245,7 @@ void WarmJob::Pump() {
 
 void WarmJob::BlockDone(const Block& b, const Status& s) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     in_flight_--;
     File& f = files_[b.file];
     if (s.ok()) {
@@ -263,7 +264,7 @@ void WarmJob::BlockDone(const Block& b, const Status& s) {
 void WarmJob::FinishIfDone() {
   bool now_finished = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (progress_.finished || in_flight_ > 0) return;
     if (!progress_.cancelled && (!progress_.listing_done || !pending_.empty())) return;
     progress_.finished = true;
@@ -282,7 +283,7 @@ void WarmJob::Notify() {
   if (!on_update_) return;
   // Snapshot and delivery under one lock: listeners see progress in order,
   // so the finished snapshot is never overtaken by an older one.
-  std::lock_guard<std::mutex> l(notify_mu_);
+  MutexLock l(notify_mu_);
   WarmProgress p = Progress();
   if (options_.before_notify_for_test) options_.before_notify_for_test(p);
   on_update_(p);

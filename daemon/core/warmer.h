@@ -27,7 +27,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +35,7 @@
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/filesystem.h"
+#include "daemon/core/mutex.h"
 
 namespace perch::core {
 
@@ -95,9 +95,9 @@ class Warmer {
   Executor& jobs_executor_;
   const WarmerOptions options_;
 
-  mutable std::mutex mu_;
-  uint64_t next_id_ = 1;                       // Protected by mu_
-  std::deque<std::shared_ptr<WarmJob>> jobs_;  // Protected by mu_
+  mutable Mutex mu_;
+  uint64_t next_id_ PERCH_GUARDED_BY(mu_) = 1;
+  std::deque<std::shared_ptr<WarmJob>> jobs_ PERCH_GUARDED_BY(mu_);
 };
 
 // One warm, shared by the Warmer, its executor tasks and the caller.
@@ -145,12 +145,12 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
   // soon as the job is cancelled.
   void Pump();
   // The next block to fetch, or nullopt when none may start now. Blocks that
-  // belong to a failed file are dropped here. REQUIRES: mu_ held.
-  std::optional<Block> NextBlock();
-  void FileBlockResolved(size_t file);  // REQUIRES: mu_ held
+  // belong to a failed file are dropped here.
+  std::optional<Block> NextBlock() PERCH_REQUIRES(mu_);
+  void FileBlockResolved(size_t file) PERCH_REQUIRES(mu_);
   void BlockDone(const Block& b, const Status& s);
-  void NoteError(const std::string& path, const Status& s);  // REQUIRES: mu_ held
-  void FinishIfDone();                                       // REQUIRES: mu_ not held
+  void NoteError(const std::string& path, const Status& s) PERCH_REQUIRES(mu_);
+  void FinishIfDone() PERCH_EXCLUDES(mu_);
   void Notify();
 
   // Constant after construction.
@@ -165,12 +165,12 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
   const uint64_t id_;
 
   // Lock order: notify_mu_ before mu_; on_update_ runs under notify_mu_ only.
-  std::mutex notify_mu_;
-  mutable std::mutex mu_;
-  WarmProgress progress_;       // Protected by mu_
-  std::vector<File> files_;     // Protected by mu_
-  std::deque<Cursor> pending_;  // Protected by mu_
-  size_t in_flight_ = 0;        // Protected by mu_
+  Mutex notify_mu_;
+  mutable Mutex mu_;
+  WarmProgress progress_ PERCH_GUARDED_BY(mu_);
+  std::vector<File> files_ PERCH_GUARDED_BY(mu_);
+  std::deque<Cursor> pending_ PERCH_GUARDED_BY(mu_);
+  size_t in_flight_ PERCH_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace perch::core

@@ -1,5 +1,5 @@
 // DirectorClient: which servers hold a federation path, and under which
-// namespace rules (pelican-protocol.md §2-§3).
+// namespace rules (docs/protocol.md §2-§3).
 //
 // It finds the director through the federation's discovery document, asks it
 // about an object (GET without following the 307) and keeps each answer for

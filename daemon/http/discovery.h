@@ -1,4 +1,4 @@
-// The federation discovery document (pelican-protocol.md §2):
+// The federation discovery document (docs/protocol.md §2):
 // GET <discovery url>/.well-known/pelican-configuration -> JSON.
 // Pure parser; safe from any thread.
 #pragma once

@@ -5,7 +5,7 @@
 // stats through WebDAV PROPFIND on the namespace's collections URL (the
 // origin; caches do not list) and reads byte ranges from the caches the
 // director named, failing over down that list and resuming at the first
-// missing byte. See shared/reference/pelican-protocol.md §2-§5.
+// missing byte. See docs/protocol.md §2-§6.
 //
 // Paths given to this class are relative to the federation URL's path: with
 // pelican://host/ns, Stat("/a") looks up the federation object /ns/a.

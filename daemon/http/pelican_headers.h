@@ -1,5 +1,5 @@
-// Parsers for the headers a Pelican director answers with (pelican-protocol.md
-// §3.3) and for Content-Range. Pure functions over strings: no I/O, safe from
+// Parsers for the headers a Pelican director answers with (docs/protocol.md
+// §3) and for Content-Range. Pure functions over strings: no I/O, safe from
 // any thread. Each returns kInvalidArgument with a message naming the header
 // and what is wrong; none throws.
 #pragma once

@@ -1,5 +1,5 @@
 // WebDAV PROPFIND: the request body perch sends and the parser for the 207
-// multistatus answer, with XRootD's quirks (pelican-protocol.md §4.1, §10.2):
+// multistatus answer, with XRootD's quirks (docs/protocol.md §4):
 // a namespace-aware parse (XRootD binds DAV: to "lp1:" and "D:"), directories
 // marked by <resourcetype><collection/> or <iscollection>1, directories with
 // getcontentlength 4096, child hrefs without a trailing slash, hrefs that are

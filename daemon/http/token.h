@@ -1,4 +1,4 @@
-// Bearer-token discovery in Pelican's order (pelican-protocol.md §5):
+// Bearer-token discovery in Pelican's order (docs/protocol.md §5):
 //   0. an explicit token file from perch's configuration
 //   1. $BEARER_TOKEN            (contents)
 //   2. $BEARER_TOKEN_FILE       (path)

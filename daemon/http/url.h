@@ -1,7 +1,7 @@
 // Federation URLs and path encoding.
 //
 // perch accepts the URL forms Pelican's own client accepts (see
-// shared/reference/pelican-protocol.md §1):
+// docs/protocol.md §1):
 //   pelican://host[:port]/path   federation named by its discovery host
 //   osdf:///path, stash:///path  the OSDF (discovery host osg-htc.org);
 //                                 osdf://ns/path is folded to osdf:///ns/path

@@ -130,6 +130,13 @@ echo "installed: $out"
 out=$("$root/usr/bin/perchctl" --version)
 [[ $out == "perchctl $version" ]] || fail "installed perchctl --version: '$out'"
 # Man pages: gzip'd roff for each program, in its section.
+if ((with_transfer)); then
+  plugin=$root/usr/libexec/perch/perch-transfer
+  out=$("$plugin" --version)
+  [[ $out == "perch-transfer $version" ]] || fail "installed perch-transfer --version: '$out'"
+  "$plugin" -classad | grep -qx 'SupportedMethods = "osdf, pelican, stash"' ||
+    fail "installed perch-transfer -classad"
+fi
 zcat "$root/usr/share/man/man8/perchd.8.gz" | grep -q '^\.TH PERCHD "8"' || fail "perchd.8"
 zcat "$root/usr/share/man/man1/perchctl.1.gz" | grep -q '^\.TH PERCHCTL "1"' || fail "perchctl.1"
 grep -q '^Type=notify' "$root/lib/systemd/system/perchd.service" || fail "perchd.service"

@@ -6,7 +6,7 @@ namespace perch::http {
 namespace {
 
 TEST(DiscoveryTest, ParsesOsdfDocument) {
-  // The real OSDF document quoted in pelican-protocol.md §2.
+  // The real OSDF document as the OSDF serves it (docs/protocol.md §2).
   auto info = ParseDiscoveryDocument(R"({
     "director_endpoint": "https://osdf-director.osg-htc.org",
     "namespace_registration_endpoint": "https://osdf-registry.osg-htc.org",

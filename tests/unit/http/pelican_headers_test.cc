@@ -9,7 +9,7 @@ namespace {
 
 using core::StatusCode;
 
-// The OSDF example of pelican-protocol.md §3.3.
+// An OSDF director answer (docs/protocol.md §3).
 constexpr char kOsdfLink[] =
     "<https://osdf-uw-cache.svc.osg-htc.org:8443/some/object>; rel=\"duplicate\"; pri=1; depth=2, "
     "<https://sc-cache.chtc.wisc.edu:8443/some/object>; rel=\"duplicate\"; pri=2; depth=2, "

@@ -9,7 +9,7 @@ namespace {
 
 using core::StatusCode;
 
-// XRootD's Depth-1 answer as quoted in pelican-protocol.md §4.1, plus a
+// XRootD's Depth-1 answer (docs/protocol.md §4), plus a
 // subdirectory (href without trailing slash) and awkward names, written raw
 // (not percent-encoded) as XRootD 5.5 writes them.
 constexpr char kXrootdListing[] = R"(<?xml version="1.0" encoding="utf-8"?>

@@ -1,0 +1,123 @@
+#include "client/transfer/direct_fetch.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "daemon/core/limits.h"
+#include "daemon/core/wait.h"
+
+namespace perch::transfer {
+namespace {
+
+using core::Result;
+using core::Status;
+using namespace std::chrono_literals;
+
+// Completed chunk reads, handed from the loop thread to the writer.
+struct Completions {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<core::ByteRange, Result<core::Bytes>>> done;
+};
+
+}  // namespace
+
+DirectFetcher::DirectFetcher(http::CurlLoop& loop, std::chrono::seconds chunk_timeout)
+    : loop_(loop), chunk_timeout_(chunk_timeout) {}
+
+DirectFetcher::~DirectFetcher() = default;
+
+http::FederationClient& DirectFetcher::ClientFor(const http::FederationUrl& url) {
+  std::string key = url.discovery_url + "\n" + url.token_name;
+  auto it = clients_.find(key);
+  if (it == clients_.end()) {
+    http::FederationUrl root = url;
+    root.path = core::ObjectPath();  // paths given to the client are federation paths
+    it = clients_.emplace(key, std::make_unique<http::FederationClient>(loop_, root)).first;
+  }
+  return *it->second;
+}
+
+Result<FetchReport> DirectFetcher::Fetch(const http::FederationUrl& url, const TempFile& file) {
+  http::FederationClient& client = ClientFor(url);
+  const http::FederationCounters& counters = client.counters();
+  uint64_t bytes_before = counters.body_bytes, resumes_before = counters.resumes;
+  uint64_t failovers_before = counters.failovers;
+
+  core::Deadline stat_deadline = core::DeadlineAfter(60s);
+  auto attr = core::WaitFor<core::FileAttr>(
+      stat_deadline, [&](auto done) { client.Stat(url.path, stat_deadline, std::move(done)); });
+  if (!attr.ok()) return attr.status();
+  if (attr->is_dir) {
+    return core::InvalidArgumentError(url.path.str() +
+                                      " is a directory; perch-transfer downloads single objects");
+  }
+  if (attr->size > core::kMaxObjectSize) {
+    return core::CorruptError("the federation reports a size of " + std::to_string(attr->size) +
+                              " bytes for " + url.path.str());
+  }
+  const uint64_t size = attr->size;
+  const core::ObjectVersion version{size, attr->etag};
+
+  auto completions = std::make_shared<Completions>();
+  std::unordered_map<uint64_t, int> attempts;  // chunk offset -> reads started
+  int in_flight = 0;
+  auto issue = [&](core::ByteRange r) {
+    ++in_flight;
+    ++attempts[r.offset];
+    client.ReadRange(url.path, version, r, core::DeadlineAfter(chunk_timeout_),
+                     [completions, r](Result<core::Bytes> bytes) {
+                       std::lock_guard<std::mutex> l(completions->mu);
+                       completions->done.emplace_back(r, std::move(bytes));
+                       completions->cv.notify_one();
+                     });
+  };
+
+  uint64_t next = 0, written = 0;
+  while (written < size) {
+    while (in_flight < kChunksInFlight && next < size) {
+      uint64_t len = std::min(kChunkBytes, size - next);
+      issue({next, len});
+      next += len;
+    }
+    std::unique_lock<std::mutex> l(completions->mu);
+    if (!completions->cv.wait_for(l, chunk_timeout_ + 30s,
+                                  [&] { return !completions->done.empty(); })) {
+      return core::DeadlineExceededError("no chunk of " + url.path.str() + " arrived in time",
+                                         core::FailureSite::kCache);
+    }
+    auto [range, bytes] = std::move(completions->done.front());
+    completions->done.pop_front();
+    l.unlock();
+    --in_flight;
+    if (!bytes.ok()) {
+      if (bytes.status().retryable() && attempts[range.offset] < kChunkAttempts) {
+        issue(range);
+        continue;
+      }
+      return bytes.status();  // reads still in flight complete into `completions`, unread
+    }
+    if (bytes->size() != range.length) {
+      return core::CorruptError("a read of " + std::to_string(range.length) + " bytes returned " +
+                                std::to_string(bytes->size()));
+    }
+    PERCH_RETURN_IF_ERROR(file.WriteAt(range.offset, *bytes));
+    written += range.length;
+    attempts.erase(range.offset);
+  }
+
+  FetchReport report;
+  report.via = "federation";
+  report.file_bytes = size;
+  report.network_bytes = counters.body_bytes - bytes_before;
+  report.resumes = counters.resumes - resumes_before;
+  report.failovers = counters.failovers - failovers_before;
+  report.server = client.LastServer(url.path);
+  return report;
+}
+
+}  // namespace perch::transfer

@@ -1,0 +1,6 @@
+[
+  Url = "stash:///x";   /* the source */
+  LocalFileName = "x";
+]
+
+[ ]

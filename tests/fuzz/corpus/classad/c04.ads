@@ -1,0 +1,1 @@
+[ TransferUrl = "osdf:///a"; TransferSuccess = false; DeveloperData = [ PerchVia = "perchd" ]; TransferErrorData = { [ Retryable = -1 ], [ ErrorType = "Contact" ] } ]

@@ -1,0 +1,1 @@
+[ Url = "x" LocalFileName = "y" ]
