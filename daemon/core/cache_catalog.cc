@@ -53,9 +53,9 @@ std::string CacheCatalog::Encode(const Record& r) {
 
 std::string CacheCatalog::EncodeObject(const ObjectInfo& o) {
   std::string v;
-  codec::PutString(&v, o.path.str());
+  codec::PutString(&v, o.path.view());
   codec::PutU64(&v, o.size);
-  codec::PutString(&v, o.etag);
+  codec::PutString(&v, o.etag.view());
   return v;
 }
 
@@ -68,9 +68,9 @@ Status CacheCatalog::Load() {
   size_t bad = 0;
   Status s = index_.Scan("o/", [&](std::string_view k, std::string_view v) {
     codec::Reader reader(v);
-    std::string path;
+    std::string path, etag;
     ObjectInfo o;
-    if (!reader.GetString(&path) || !reader.GetU64(&o.size) || !reader.GetString(&o.etag)) {
+    if (!reader.GetString(&path) || !reader.GetU64(&o.size) || !reader.GetString(&etag)) {
       ++bad;
       return true;
     }
@@ -79,7 +79,8 @@ Status CacheCatalog::Load() {
       ++bad;
       return true;
     }
-    o.path = *parsed;
+    o.path = PackedString(parsed->str());
+    o.etag = PackedString(etag);
     const Id id = ids.Intern(k.substr(2));
     if (!objects.emplace(id, std::move(o)).second) ids.Release(id);
     return true;
@@ -135,7 +136,7 @@ Status CacheCatalog::Load() {
     records_ = std::move(loaded);
     objects_ = std::move(objects);
     by_path_.clear();
-    for (const auto& [id, o] : objects_) by_path_.emplace(o.path.str(), id);
+    for (const ObjectEntry& e : objects_) by_path_.insert(&e);
     pins_ = std::move(pins);
     next_seq_ = max_seq + 1;
     cached_bytes_ = total;
@@ -185,9 +186,10 @@ void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath
     if (obj == objects_.end()) {
       obj = objects_
                 .emplace(ids_.Intern(key.object_id),
-                         ObjectInfo{path, version.size, version.etag, 0, 0})
+                         ObjectInfo{PackedString(path.str()), PackedString(version.etag),
+                                    version.size, 0, 0})
                 .first;
-      by_path_.emplace(obj->second.path.str(), id);
+      by_path_.insert(&*obj);
       batch.push_back({ObjectKey(key.object_id), EncodeObject(obj->second)});
       obj->second.blocks = 1;  // this block, also when it was adopted before
     } else if (inserted) {
@@ -240,7 +242,7 @@ bool CacheCatalog::Forget(const BlockKey& key, std::vector<Index::Write>* batch)
   if (auto o = objects_.find(found->id); o != objects_.end()) {
     o->second.cached_bytes -= std::min(o->second.cached_bytes, it->second.length);
     if (o->second.blocks <= 1) {
-      by_path_.erase({o->second.path.str(), o->first});
+      by_path_.erase(&*o);
       objects_.erase(o);
       ids_.Release(found->id);
       batch->push_back({ObjectKey(key.object_id), std::nullopt});
@@ -260,9 +262,16 @@ void CacheCatalog::Dropped(const BlockKey& key) {
   if (Forget(key, &batch)) index_.Apply(batch).IgnoreError();
 }
 
-bool CacheCatalog::IsPinnedLocked(const ObjectPath& path) const {
+bool CacheCatalog::Under(std::string_view path, const ObjectPath& prefix) {
+  const std::string& p = prefix.str();
+  if (prefix.IsRoot()) return true;
+  return path.size() >= p.size() && path.compare(0, p.size(), p) == 0 &&
+         (path.size() == p.size() || path[p.size()] == '/');
+}
+
+bool CacheCatalog::IsPinnedLocked(std::string_view path) const {
   for (const ObjectPath& p : pins_) {
-    if (path.HasPrefix(p)) return true;
+    if (Under(path, p)) return true;
   }
   return false;
 }
@@ -314,7 +323,7 @@ uint64_t CacheCatalog::pinned_bytes() const {
   uint64_t total = 0;
   if (pins_.empty()) return 0;
   for (const auto& [id, o] : objects_) {
-    if (IsPinnedLocked(o.path)) total += o.cached_bytes;
+    if (IsPinnedLocked(o.path.view())) total += o.cached_bytes;
   }
   return total;
 }
@@ -326,20 +335,22 @@ std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std
   // Paths under `prefix` sort at or after it (every path below starts with it).
   const std::string start = std::max(after, prefix.str());
   std::string_view last;  // all objects of one path go in one page
-  for (auto it = by_path_.lower_bound({start, Id{}}); it != by_path_.end(); ++it) {
-    const std::string_view path = it->first;
+  for (auto it = by_path_.lower_bound(std::string_view(start)); it != by_path_.end(); ++it) {
+    const ObjectInfo& o = (*it)->second;
+    const std::string_view path = o.path.view();
     if (path == after) continue;
     if (out.size() >= limit && path != last) break;
-    const ObjectInfo& o = objects_.at(it->second);
-    if (!o.path.HasPrefix(prefix)) {
+    if (!Under(path, prefix)) {
       // "/a/b" < "/a/b c" < "/a/b/x": a sibling with a longer name may sort
       // between the prefix and its children, so skip it rather than stop.
       if (path.compare(0, prefix.str().size(), prefix.str()) != 0) break;
       continue;
     }
+    auto parsed = ObjectPath::Parse(path);  // checked when it was stored or loaded
+    if (!parsed.ok()) continue;
     last = path;
-    out.push_back(CachedObject{o.path, ids_.Name(it->second), o.size, o.cached_bytes, o.blocks,
-                               IsPinnedLocked(o.path)});
+    out.push_back(CachedObject{*std::move(parsed), ids_.Name((*it)->first), o.size, o.cached_bytes,
+                               o.blocks, IsPinnedLocked(path)});
   }
   return out;
 }
@@ -387,8 +398,8 @@ Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {
   {
     MutexLock l(mu_);
     for (const auto& [id, o] : objects_) {
-      if (!o.path.HasPrefix(prefix)) continue;
-      if (IsPinnedLocked(o.path)) {
+      if (!Under(o.path.view(), prefix)) continue;
+      if (IsPinnedLocked(o.path.view())) {
         result.pinned_objects++;
         continue;
       }
@@ -455,7 +466,7 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
     for (const auto& [k, r] : records_) {
       if (!pins_.empty()) {
         auto o = objects_.find(k.id);
-        if (o != objects_.end() && IsPinnedLocked(o->second.path)) continue;
+        if (o != objects_.end() && IsPinnedLocked(o->second.path.view())) continue;
       }
       lru.emplace_back(r.seq, k);
     }

@@ -219,12 +219,29 @@ class CacheCatalog : public BlockListener {
     uint64_t seq = 0;
   };
   struct ObjectInfo {
-    ObjectPath path;
+    PackedString path;  // its catalog path (valid: checked when stored or loaded)
+    PackedString etag;
     uint64_t size = 0;
-    std::string etag;
     uint64_t cached_bytes = 0;
     uint64_t blocks = 0;
   };
+  using ObjectEntry = std::pair<const Id, ObjectInfo>;  // a node of objects_
+  // Orders objects_' nodes by (path, id) and finds them by path.
+  struct ByPath {
+    using is_transparent = void;
+    bool operator()(const ObjectEntry* a, const ObjectEntry* b) const {
+      if (int c = a->second.path.view().compare(b->second.path.view()); c != 0) return c < 0;
+      return a->first < b->first;
+    }
+    bool operator()(const ObjectEntry* a, std::string_view b) const {
+      return a->second.path.view() < b;
+    }
+    bool operator()(std::string_view a, const ObjectEntry* b) const {
+      return a < b->second.path.view();
+    }
+  };
+  // True if `path` is `prefix` or below it (ObjectPath::HasPrefix on a view).
+  static bool Under(std::string_view path, const ObjectPath& prefix);
   static std::string Key(const BlockKey& key);
   static std::string ObjectKey(const std::string& object_id);
   static std::string PinKey(const ObjectPath& path);
@@ -246,7 +263,7 @@ class CacheCatalog : public BlockListener {
   bool Forget(const BlockKey& key, std::vector<Index::Write>* batch);
   // Removes `keys` (file first, then record), skipping blocks in use. Not under mu_.
   void RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* result);
-  bool IsPinnedLocked(const ObjectPath& path) const PERCH_REQUIRES(mu_);
+  bool IsPinnedLocked(std::string_view path) const PERCH_REQUIRES(mu_);
   // Records block `key` found in the store without a record, as the oldest
   // block. False if it has a record by now.
   bool Adopt(const BlockKey& key, uint64_t length);
@@ -269,16 +286,16 @@ class CacheCatalog : public BlockListener {
   std::atomic<int> eviction_retries_{0};  // passes in a row that freed nothing
 
   // Memory (issue 14): per cached small object one records_ node (80
-  // bytes), one objects_ node (160) with its path, one by_path_ node (80);
-  // ids are ObjectIds keys, the path index points into objects_' paths.
+  // bytes), one objects_ node (112) and its path (one heap block), one
+  // by_path_ node (48); ids are ObjectIds keys (no heap), the path index
+  // points at objects_' nodes. CacheCatalogTest.MemoryPerCachedObject... checks it.
   mutable Mutex mu_;
   ObjectIds ids_ PERCH_GUARDED_BY(mu_);
   std::map<RecordKey, Record> records_ PERCH_GUARDED_BY(mu_);
   std::set<RecordKey> dirty_ PERCH_GUARDED_BY(mu_);
   std::map<Id, ObjectInfo> objects_ PERCH_GUARDED_BY(mu_);
-  // (path, id) of every object in objects_; the view is into its ObjectInfo's
-  // path (map nodes do not move).
-  std::set<std::pair<std::string_view, Id>> by_path_ PERCH_GUARDED_BY(mu_);
+  // Every node of objects_ (map nodes do not move), in path order.
+  std::set<const ObjectEntry*, ByPath> by_path_ PERCH_GUARDED_BY(mu_);
   std::set<ObjectPath> pins_ PERCH_GUARDED_BY(mu_);
   uint64_t next_seq_ PERCH_GUARDED_BY(mu_) = 1;
   std::string last_store_error_ PERCH_GUARDED_BY(mu_);

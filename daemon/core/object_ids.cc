@@ -1,5 +1,7 @@
 #include "daemon/core/object_ids.h"
 
+#include <cstring>
+
 namespace perch::core {
 
 bool ObjectIds::ParseHex(std::string_view id, Key* key) {
@@ -69,6 +71,21 @@ std::string ObjectIds::Name(const Key& key) const {
     for (int i = 0; i < 16; ++i) out[half * 16 + i] = kHex[(v >> (4 * (15 - i))) & 0xf];
   }
   return out;
+}
+
+PackedString::PackedString(std::string_view s) {
+  if (s.empty()) return;
+  const uint32_t n = static_cast<uint32_t>(s.size());
+  p_ = std::make_unique_for_overwrite<char[]>(sizeof(n) + n);
+  std::memcpy(p_.get(), &n, sizeof(n));
+  std::memcpy(p_.get() + sizeof(n), s.data(), n);
+}
+
+std::string_view PackedString::view() const {
+  if (!p_) return {};
+  uint32_t n;
+  std::memcpy(&n, p_.get(), sizeof(n));
+  return {p_.get() + sizeof(n), n};
 }
 
 }  // namespace perch::core

@@ -15,6 +15,7 @@
 #include <compare>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +59,22 @@ class ObjectIds {
   std::vector<Entry> names_;  // by interned - 1; free slots have refs 0
   std::vector<uint32_t> free_;
   std::map<std::string, uint32_t, std::less<>> by_name_;
+};
+
+// PackedString: an immutable string in one pointer (its length in front of
+// the bytes, one heap block; empty: no block), for the catalog's paths and
+// ETags, which std::string would keep in 32 bytes plus a heap block.
+// Thread-safety: as a std::string. Strings up to 4 GiB.
+class PackedString {
+ public:
+  PackedString() = default;
+  explicit PackedString(std::string_view s);
+  PackedString(PackedString&&) noexcept = default;
+  PackedString& operator=(PackedString&&) noexcept = default;
+  std::string_view view() const;
+
+ private:
+  std::unique_ptr<char[]> p_;
 };
 
 }  // namespace perch::core
