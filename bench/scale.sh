@@ -93,7 +93,6 @@ for n in $SCALES; do
   hwm=$(hwm_kib)
   blocks=$("$BIN/perchctl" --socket "$CTL" stats --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["cached_blocks"])' 2>/dev/null || echo "?")
   bench_umount "$M"
-  idx_kib=$(du -sk "$cache/index" | cut -f1)
 
   echo "== $n objects: restart" >&2
   t0=$(now)
@@ -110,22 +109,28 @@ for n in $SCALES; do
   find_s=$(since "$t0")
   rss_find=$(rss_kib)
   bench_umount "$M"
+  # After the second run: the first run's WAL has been replayed into tables
+  # (the size right after the warm swings with when RocksDB last flushed).
+  idx_kib=$(du -sk "$cache/index" | cut -f1)
+  sst_kib=$(($(find "$cache/index" -name '*.sst' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }') / 1024))
   [[ $found == "$n" ]] || echo "warning: find saw $found files of $n" >&2
   printf '%9d %8.1f %8.0f %8s %8s %9s %8s %9s %8.2f %9.2f %8s %8s %8.1f %9s %8s\n' "$n" "$warm_s" \
     "$(echo "$n / $warm_s" | bc -l)" "$(mib "$rss0")" "$(mib "$rss_warm")" "$(mib "$hwm")" \
     "$(mib "$idx_kib")" "$(per_obj "$idx_kib" 0 "$n")" "$mount_s" "$walk_s" "$(mib "$rss_rst")" \
     "$(per_obj "$rss_rst" "$rss0" "$n")" "$find_s" "$(mib "$rss_find")" \
     "$(per_obj "$rss_find" "$rss0" "$n")" >> "$OUT"
-  echo "   ($n: catalog blocks after warm $blocks, find saw $found files, data generated in ${GEN_S[$n]%.*} s)" >&2
+  echo "   ($n: index $(mib "$idx_kib") MiB, of which SST files $(mib "$sst_kib") MiB; catalog blocks after warm $blocks, find saw $found files, data generated in ${GEN_S[$n]%.*} s)" |
+    tee -a "$WORK/notes" >&2
   rm -rf "$cache"
 done
 {
   echo
   echo "rss0: an empty cache, mounted; warm/warmpk: VmRSS after and VmHWM during the warm;"
-  echo "idx: du of cache/index after the unmount; mount_s: perchd start to the mount serving;"
+  echo "idx: du of cache/index after the second unmount (the WAL replayed); mount_s: perchd start to the mount serving;"
   echo "walk_s: to the end of its start-up walk of the block store; rst: VmRSS 1 s after the walk"
   echo "(catalog loaded, namespace not); find: \`find -type f\` over the mount after the restart and"
   echo "VmRSS after it; B/ob: (that RSS - rss0) / objects. Load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  cat "$WORK/notes"
 } >> "$OUT"
 mkdir -p bench/results
 dest=bench/results/scale-$(date +%F)${TAG:+-$TAG}.txt

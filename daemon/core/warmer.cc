@@ -163,7 +163,7 @@ bool WarmJob::AddFile(const ObjectPath& path, const FileAttr& attr) {
     MutexLock l(mu_);
     if (progress_.cancelled) return false;
     size_t file = files_.size();
-    files_.push_back(File{path.str(), blocks, false});
+    files_.push_back(File{blocks, false});
     progress_.files_total++;
     progress_.bytes_total = SaturatingAdd(progress_.bytes_total, attr.size);
     if (blocks == 0) {
@@ -252,7 +252,7 @@ void WarmJob::BlockDone(const Block& b, const Status& s) {
       progress_.bytes_done = SaturatingAdd(progress_.bytes_done, b.length);
     } else if (!f.failed) {
       f.failed = true;
-      NoteError(f.path, s);
+      NoteError(b.path.str(), s);
     }
     FileBlockResolved(b.file);
   }
@@ -269,6 +269,10 @@ void WarmJob::FinishIfDone() {
     if (!progress_.cancelled && (!progress_.listing_done || !pending_.empty())) return;
     progress_.finished = true;
     now_finished = true;
+    // Nothing refers to them any more (no block in flight, none to issue);
+    // the job itself is kept for Jobs().
+    std::vector<File>().swap(files_);
+    std::deque<Cursor>().swap(pending_);
   }
   if (now_finished) {
     WarmProgress p = Progress();

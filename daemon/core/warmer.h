@@ -128,8 +128,9 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
     uint64_t blocks = 0;  // blocks in the file
     size_t file = 0;      // index into files_
   };
+  // 16 bytes per file of the job (issue 14: a warm of 1 M files), its path
+  // is in its Cursor and Blocks; dropped when the job finishes.
   struct File {
-    std::string path;
     uint64_t remaining = 0;  // blocks neither found cached nor back from a fetch
     bool failed = false;     // a block failed: the file's other blocks are not fetched
   };
