@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "trainer/distributed.h"
 
@@ -18,7 +19,8 @@ using Clock = std::chrono::steady_clock;
 
 // fork + exec of /proc/self/exe with `argv` (argv[0] first); returns the child's pid (-1 on
 // failure).
-pid_t Spawn(std::vector<std::string> argv) {
+pid_t Spawn(std::vector<std::string> argv,
+            const std::vector<std::pair<std::string, std::string>>& env) {
   std::vector<char*> c_argv;
   for (std::string& a : argv) {
     c_argv.push_back(a.data());
@@ -26,6 +28,10 @@ pid_t Spawn(std::vector<std::string> argv) {
   c_argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
+    // As torchrun sets them, e.g. for a --hint-command that names the rank.
+    for (const auto& [name, value] : env) {
+      setenv(name.c_str(), value.c_str(), 1);
+    }
     execv("/proc/self/exe", c_argv.data());
     _exit(127);
   }
@@ -46,7 +52,11 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args,
     argv.insert(argv.end(),
                 {"--nproc", "1", "--rank", std::to_string(r), "--world-size", std::to_string(nproc),
                  "--local-rank", std::to_string(r), "--master", master, "--store-hosted"});
-    const pid_t pid = Spawn(argv);
+    const pid_t pid = Spawn(argv, {{"RANK", std::to_string(r)},
+                                   {"LOCAL_RANK", std::to_string(r)},
+                                   {"WORLD_SIZE", std::to_string(nproc)},
+                                   {"MASTER_ADDR", "127.0.0.1"},
+                                   {"MASTER_PORT", std::to_string(store.port())}});
     if (pid < 0) {
       spdlog::error("cannot start rank {}", r);
     }
