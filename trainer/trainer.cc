@@ -132,7 +132,9 @@ StepResult Training::Step(const Batch& batch, bool bad_data, double lr) {
 }
 
 int Training::Checkpointed() {
-  Save(o_.stop_signal != nullptr && o_.stop_signal->load() != 0 ? "signal" : "stop");
+  const bool signalled = o_.stop_signal != nullptr && o_.stop_signal->load() != 0;
+  const bool timed_out = o_.max_runtime_s > 0 && Seconds(run_start_) >= o_.max_runtime_s;
+  Save(signalled ? "signal" : timed_out ? "max-runtime" : "stop on another rank");
   Summary("checkpointed");
   if (group_ != nullptr) {
     group_->Barrier();
