@@ -25,6 +25,17 @@ std::atomic<int> g_stop_signal{0};
 
 void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 
+// SIGTERM/SIGINT set the stop flag; a hint command that exits early must not kill the trainer
+// with SIGPIPE.
+void InstallSignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
 // "90", "90s", "15m", "2h" -> seconds; throws CLI::ValidationError.
 double ParseDuration(const std::string& text) {
   size_t used = 0;
@@ -112,6 +123,38 @@ std::string DefaultHintCommand(const std::string& data_dir) {
   return command;
 }
 
+// --micro-batches and the rank options.
+void AddDistributedOptions(CLI::App& app, perch::trainer::TrainOptions* o, int* nproc,
+                           std::string* master) {
+  app.add_option("--micro-batches", o->micro_batches,
+                 "split each step into N micro-batches of --batch-size, exactly as N ranks would "
+                 "(per-micro-batch BatchNorm, averaged gradients); default 1")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--nproc", *nproc,
+                 "run N ranks on this node as child processes (data parallel, Gloo); a rank that "
+                 "dies or a SIGTERM stops all")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rank", o->dist.rank, "this process's rank (default: $RANK, else 0)");
+  app.add_option("--world-size", o->dist.world_size,
+                 "number of ranks of a multi-node job (default: $WORLD_SIZE, else 1)");
+  app.add_option("--local-rank", o->dist.local_rank,
+                 "rank on this node, picks the GPU (default: $LOCAL_RANK, else 0)");
+  app.add_option("--master", *master,
+                 "HOST:PORT of rank 0's rendezvous (default: $MASTER_ADDR:$MASTER_PORT)");
+  app.add_flag("--store-hosted", o->dist.store_hosted, "(internal: set by --nproc)")->group("");
+}
+
+// Ranks other than 0 log warnings and errors only; every rank's lines name it.
+void ConfigureLogging(const perch::trainer::DistributedOptions& d, const std::string& level) {
+  spdlog::set_level(spdlog::level::from_str(level));
+  if (d.world_size > 1) {
+    spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%l] %v", d.rank));
+    if (d.rank != 0) {
+      spdlog::set_level(std::max(spdlog::level::warn, spdlog::level::from_str(level)));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,24 +185,9 @@ int main(int argc, char** argv) {
                  "images per step and rank (and micro-batch); the global batch is this x world "
                  "size x --micro-batches (default 256)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--micro-batches", o.micro_batches,
-                 "split each step into N micro-batches of --batch-size, exactly as N ranks would "
-                 "(per-micro-batch BatchNorm, averaged gradients); default 1")
-      ->check(CLI::PositiveNumber);
   int nproc = 1;
   std::string master;
-  app.add_option("--nproc", nproc,
-                 "run N ranks on this node as child processes (data parallel, Gloo); a rank that "
-                 "dies or a SIGTERM stops all")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--rank", o.dist.rank, "this process's rank (default: $RANK, else 0)");
-  app.add_option("--world-size", o.dist.world_size,
-                 "number of ranks of a multi-node job (default: $WORLD_SIZE, else 1)");
-  app.add_option("--local-rank", o.dist.local_rank,
-                 "rank on this node, picks the GPU (default: $LOCAL_RANK, else 0)");
-  app.add_option("--master", master,
-                 "HOST:PORT of rank 0's rendezvous (default: $MASTER_ADDR:$MASTER_PORT)");
-  app.add_flag("--store-hosted", o.dist.store_hosted, "(internal: set by --nproc)")->group("");
+  AddDistributedOptions(app, &o, &nproc, &master);
   app.add_option("--workers", o.workers, "loader threads (default: one per core)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--prefetch", o.prefetch, "batches the loader prepares ahead (default 3)")
@@ -214,13 +242,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::Error& e) {
     return perch::cli::UsageExit(app, e);
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  if (o.dist.world_size > 1) {
-    spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%l] %v", o.dist.rank));
-    if (o.dist.rank != 0) {  // rank 0 alone logs progress; the others warnings and errors
-      spdlog::set_level(std::max(spdlog::level::warn, spdlog::level::from_str(log_level)));
-    }
-  }
+  ConfigureLogging(o.dist, log_level);
   // libjpeg allocates and frees its working memory (several hundred KB) for every image. With
   // glibc's defaults those blocks are mmap'd and munmap'd each time, and with several decoding
   // threads every munmap costs page faults plus a TLB shootdown on the other cores: on a 2-core
@@ -242,13 +264,7 @@ int main(int argc, char** argv) {
       return perch::cli::UsageExit(app, e);
     }
   }
-  struct sigaction sa = {};
-  sa.sa_handler = OnStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  // A hint command that exits early must not kill the trainer with SIGPIPE.
-  signal(SIGPIPE, SIG_IGN);
+  InstallSignalHandlers();
   o.stop_signal = &g_stop_signal;
   if (nproc > 1) {
     if (o.dist.world_size > 1) {
