@@ -71,7 +71,8 @@ void RankFromEnvironment(int* value, bool given, const char* name) {
 }
 
 // Fills o->dist from the options and the environment; throws CLI::ValidationError.
-void ResolveRank(perch::trainer::TrainOptions* o, const CLI::App& app, std::string master) {
+void ResolveRank(perch::trainer::TrainOptions* o, const CLI::App& app, std::string master,
+                 int nproc) {
   auto& d = o->dist;
   RankFromEnvironment(&d.rank, app.count("--rank") > 0, "RANK");
   RankFromEnvironment(&d.world_size, app.count("--world-size") > 0, "WORLD_SIZE");
@@ -80,6 +81,12 @@ void ResolveRank(perch::trainer::TrainOptions* o, const CLI::App& app, std::stri
     throw CLI::ValidationError(
         "--rank",
         "rank " + std::to_string(d.rank) + " is not in a world of " + std::to_string(d.world_size));
+  }
+  if (nproc > 1 && d.world_size > 1) {
+    throw CLI::ValidationError("--nproc", "starts its own ranks; not with --world-size/WORLD_SIZE");
+  }
+  if (o->loader_only && (nproc > 1 || d.world_size > 1)) {
+    throw CLI::ValidationError("--loader-only", "measures one process; not with ranks");
   }
   if (d.world_size == 1) {
     return;
@@ -238,7 +245,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    ResolveRank(&o, app, master);
+    ResolveRank(&o, app, master, nproc);
   } catch (const CLI::Error& e) {
     return perch::cli::UsageExit(app, e);
   }
@@ -267,10 +274,6 @@ int main(int argc, char** argv) {
   InstallSignalHandlers();
   o.stop_signal = &g_stop_signal;
   if (nproc > 1) {
-    if (o.dist.world_size > 1) {
-      spdlog::error("--nproc starts its own ranks; it cannot be combined with --world-size");
-      return perch::cli::kExitUsage;
-    }
     return perch::trainer::LaunchLocalRanks(nproc, std::vector<std::string>(argv + 1, argv + argc),
                                             &g_stop_signal);
   }
