@@ -5,7 +5,8 @@
 //     DistributedSampler share of every epoch (compared with Python's, where python3-torch is
 //     installed);
 //   - SIGTERM to one rank: all ranks stop, one checkpoint, exit 85; the same command resumes
-//     to the uninterrupted run's weights bit for bit; a rank killed outright stops the job.
+//     to the uninterrupted run's weights bit for bit; SIGTERM to the --nproc parent: the same;
+//     a rank killed outright stops the job.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -212,6 +213,24 @@ TEST_F(DistributedTrainTest, SigtermToOneRankStopsAllWithOneCheckpointAndResumes
       MaxDifference(Path("ref") / "model_final.pt", Path("term") / "model_final.pt", &identical),
       0);
   EXPECT_TRUE(identical);
+
+  // SIGTERM to the --nproc parent (what HTCondor signals): forwarded to every rank, one
+  // checkpoint, exit 85.
+  {
+    Process p(With(Args(Path("parent"), 3), {"--nproc", "2"}), Path("parent.log"));
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (Log("parent.log").find("step 2/") == std::string::npos &&
+           std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    p.Signal(SIGTERM);
+    ASSERT_EQ(p.Wait(std::chrono::seconds(60)), 85) << Log("parent.log");
+  }
+  const std::string parent_log = Log("parent.log");
+  const size_t first = parent_log.find("checkpoint (signal)");
+  EXPECT_NE(first, std::string::npos) << parent_log;
+  EXPECT_EQ(parent_log.find("checkpoint (", first + 1), std::string::npos) << parent_log;
+  EXPECT_TRUE(fs::exists(Path("parent") / kCheckpointFile));
 
   // A rank that dies outright (SIGKILL, no checkpoint) takes the job down, promptly.
   {
