@@ -15,6 +15,14 @@ std::vector<int64_t> SequentialSampler::EpochOrder(int64_t /*epoch*/) const {
   return order;
 }
 
+std::vector<int64_t> StridedSampler::EpochOrder(int64_t /*epoch*/) const {
+  std::vector<int64_t> order;
+  for (int64_t i = rank_; i < size_; i += replicas_) {
+    order.push_back(i);
+  }
+  return order;
+}
+
 DistributedSampler::DistributedSampler(int64_t size, uint64_t seed, int replicas, int first,
                                        int count, int64_t batch)
     : size_(size), seed_(seed), replicas_(replicas), first_(first), count_(count), batch_(batch) {

@@ -39,6 +39,23 @@ class SequentialSampler : public Sampler {
   int64_t size_;
 };
 
+// Replica `rank` of `replicas` reads rank, rank + replicas, ... in dataset order, without
+// padding: every sample is read by exactly one replica (for evaluation split between ranks).
+class StridedSampler : public Sampler {
+ public:
+  StridedSampler(int64_t size, int replicas, int rank)
+      : size_(size), replicas_(replicas), rank_(rank) {}
+  std::vector<int64_t> EpochOrder(int64_t epoch) const override;
+  int64_t EpochLength() const override {
+    return rank_ < size_ ? (size_ - rank_ + replicas_ - 1) / replicas_ : 0;
+  }
+
+ private:
+  int64_t size_;
+  int replicas_;
+  int rank_;
+};
+
 // torch's DistributedSampler split of a dataset of `size` samples between `replicas`.
 //
 // This sampler serves `count` consecutive replicas [first, first + count) to one loader whose

@@ -147,6 +147,34 @@ int Training::Checkpointed() {
   return kExitCheckpointed;
 }
 
+// Every rank evaluates its part of the validation set with rank 0's BatchNorm statistics (the
+// model rank 0 saves); the sums are all-reduced.
+Metrics Training::Validate() {
+  if (group_ != nullptr) {
+    std::vector<at::Tensor> buffers;
+    for (const auto& b : model_->named_buffers()) {
+      buffers.push_back(b.value());
+    }
+    torch::NoGradGuard no_grad;
+    group_->Broadcast(buffers);
+  }
+  const Metrics m = Evaluate(model_, *val_loader_, device_, cuda_, cuda_);
+  if (group_ == nullptr) {
+    return m;
+  }
+  const double n = static_cast<double>(m.images);
+  const std::vector<double> sums =
+      group_->AllReduceSum({m.loss * n, std::round(m.top1 * n), std::round(m.top5 * n), n});
+  Metrics all;
+  all.images = static_cast<int64_t>(sums[3]);
+  if (all.images > 0) {
+    all.loss = sums[0] / sums[3];
+    all.top1 = sums[1] / sums[3];
+    all.top5 = sums[2] / sums[3];
+  }
+  return all;
+}
+
 int Training::Train() {
   if (cuda_) {
     SetCudaAutocast(false);
@@ -207,7 +235,9 @@ int Training::Train() {
     ++epoch_;
     position_ = 0;
     if (val_loader_ && (epoch_ < o_.epochs && step_ < total_steps_)) {
-      val_ = Evaluate(model_, *val_loader_, device_, cuda_, cuda_);
+      val_ = Validate();
+    }
+    if (val_loader_ && primary() && (epoch_ < o_.epochs && step_ < total_steps_)) {
       std::printf("epoch %lld val top-1 %.2f%% top-5 %.2f%% loss %.4f (%lld images)\n",
                   static_cast<long long>(epoch_ - 1), 100 * val_->top1, 100 * val_->top5,
                   val_->loss, static_cast<long long>(val_->images));
@@ -223,7 +253,7 @@ int Training::Train() {
 int Training::Finish() {
   finished_ = true;
   if (val_loader_ && (run_steps_ > 0 || !val_)) {
-    val_ = Evaluate(model_, *val_loader_, device_, cuda_, cuda_);
+    val_ = Validate();
   }
   if (primary()) {
     Save("finished");

@@ -12,14 +12,14 @@
 // Data parallel (distributed.h): with dist.world_size > 1 this process is one rank. Every rank
 // reads its DistributedSampler share (sampler.h) in batches of batch_size, the gradients are
 // averaged over the ranks before every step, BatchNorm keeps per-rank statistics (rank 0's
-// running statistics are the ones saved), rank 0 alone checkpoints, evaluates, writes the
-// summary and prints progress. All ranks resume from rank 0's checkpoint (rank 0 reads it and
-// broadcasts it), and a stop (signal, --max-runtime, unreadable data, a non-finite loss) on any
-// rank is agreed on at the next step, so all stop together with one checkpoint.
-// micro_batches = M > 1 makes one process compute what M ranks compute: each step's
-// M x batch_size images are M micro-batches, micro-batch i being virtual rank i's share, with
-// BatchNorm statistics per micro-batch and the running statistics of the first (rank 0's).
-// The global batch is batch_size x world_size x micro_batches.
+// running statistics are the ones saved), rank 0 alone checkpoints, writes the summary and
+// prints progress; validation is split between the ranks (StridedSampler) and summed. All ranks
+// resume from rank 0's checkpoint (rank 0 reads it and broadcasts it), and a stop (signal,
+// --max-runtime, unreadable data, a non-finite loss) on any rank is agreed on at the next step, so
+// all stop together with one checkpoint. micro_batches = M > 1 makes one process compute what M
+// ranks compute: each step's M x batch_size images are M micro-batches, micro-batch i being virtual
+// rank i's share, with BatchNorm statistics per micro-batch and the running statistics of the first
+// (rank 0's). The global batch is batch_size x world_size x micro_batches.
 //
 // Single-threaded API: call Run once per process, from the main thread.
 #ifndef PERCH_TRAINER_TRAINER_H_

@@ -14,6 +14,9 @@ namespace perch::trainer {
 
 namespace fs = std::filesystem;
 
+// Entries of the resume header before the per-parameter momentum flags.
+constexpr size_t kHeader = 7;
+
 Training::Training(const TrainOptions& o, std::unique_ptr<ImageFolder> train_data,
                    std::unique_ptr<ImageFolder> val_data, int workers, ProcessGroup* group)
     : o_(o), train_data_(std::move(train_data)), val_data_(std::move(val_data)), group_(group) {
@@ -59,12 +62,16 @@ Training::Training(const TrainOptions& o, std::unique_ptr<ImageFolder> train_dat
                                                     o.seed, Replicas(), rank * o.micro_batches,
                                                     o.micro_batches, o.batch_size);
   loader_ = std::make_unique<Loader>(*train_data_, lo);
-  if (val_data_ && primary()) {
+  if (val_data_) {  // every rank evaluates its strided part of the validation set
     LoaderOptions vo = lo;
     vo.train = false;
     vo.prefetch = 2;
     vo.batch_size = o.batch_size;
     vo.sampler = nullptr;
+    if (group_ != nullptr) {
+      vo.sampler = std::make_shared<StridedSampler>(static_cast<int64_t>(val_data_->size()),
+                                                    group_->world_size(), rank);
+    }
     val_loader_ = std::make_unique<Loader>(*val_data_, vo);
   }
 
@@ -105,8 +112,8 @@ Training::Training(const TrainOptions& o, std::unique_ptr<ImageFolder> train_dat
 }
 
 // Rank 0 reads the checkpoint; `header` ([exit code + 1 or 0, epoch, position, step,
-// images_seen, finished, then per parameter 1 if it has a momentum buffer]) and the tensors go
-// to the other ranks, so that every rank starts from rank 0's state.
+// images_seen, finished, has validation results, then per parameter 1 if it has a momentum
+// buffer]) and the tensors go to the other ranks, so that every rank starts from rank 0's state.
 void Training::BroadcastResumeState(std::vector<double>* header) {
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const auto& p : model_->named_parameters()) {
@@ -118,7 +125,7 @@ void Training::BroadcastResumeState(std::vector<double>* header) {
       header->push_back(momentum.count(name) ? 1 : 0);
     }
   } else {
-    header->assign(6 + named.size(), 0);
+    header->assign(kHeader + named.size(), 0);
   }
   *header = group_->AllReduceSum(*header);  // the others contribute zeros
   if ((*header)[0] != 0) {
@@ -131,7 +138,7 @@ void Training::BroadcastResumeState(std::vector<double>* header) {
       tensors.push_back(t);
     }
     for (size_t i = 0; i < named.size(); ++i) {
-      if ((*header)[6 + i] != 0) {
+      if ((*header)[kHeader + i] != 0) {
         if (!primary()) {
           momentum[named[i].first] = torch::zeros_like(named[i].second);
         }
@@ -147,6 +154,9 @@ void Training::BroadcastResumeState(std::vector<double>* header) {
     step_ = static_cast<int64_t>((*header)[3]);
     images_seen_ = static_cast<int64_t>((*header)[4]);
     finished_ = (*header)[5] != 0;
+    if ((*header)[6] != 0) {
+      val_ = Metrics{};  // rank 0's figures; what matters here is that there are some
+    }
   }
 }
 
@@ -192,24 +202,25 @@ std::optional<int> Training::Resume() {
       rc = 1;
     }
   }
-  if (group_ != nullptr) {
-    std::vector<double> header = {rc ? *rc + 1.0 : 0.0,
-                                  static_cast<double>(epoch_),
-                                  static_cast<double>(position_),
-                                  static_cast<double>(step_),
-                                  static_cast<double>(images_seen_),
-                                  finished_ ? 1.0 : 0.0};
-    BroadcastResumeState(&header);
-    if (header[0] != 0) {
-      rc = static_cast<int>(header[0]) - 1;
-    }
-  }
   if (totals_.contains("last_loss")) {
     last_loss_ = JsonDouble(totals_, "last_loss");
   }
   if (totals_.contains("val_top1")) {
     val_ = Metrics{JsonDouble(totals_, "val_loss"), JsonDouble(totals_, "val_top1"),
                    JsonDouble(totals_, "val_top5"), JsonInt(totals_, "val_images")};
+  }
+  if (group_ != nullptr) {
+    std::vector<double> header = {rc ? *rc + 1.0 : 0.0,
+                                  static_cast<double>(epoch_),
+                                  static_cast<double>(position_),
+                                  static_cast<double>(step_),
+                                  static_cast<double>(images_seen_),
+                                  finished_ ? 1.0 : 0.0,
+                                  val_ ? 1.0 : 0.0};
+    BroadcastResumeState(&header);
+    if (header[0] != 0) {
+      rc = static_cast<int>(header[0]) - 1;
+    }
   }
   return rc;
 }

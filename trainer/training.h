@@ -57,6 +57,7 @@ class Training {
   json Summary(const char* status);
   void LogProgress(double lr);
   int Checkpointed();
+  Metrics Validate();
   int Finish();
 
   const TrainOptions& o_;

@@ -27,14 +27,19 @@ using testing::TempDir;
 
 class DistributedTrainTest : public ::testing::Test {
  protected:
-  // 21 training images: 11 per rank (one padded), batches of 2 per rank.
-  void SetUp() override { testing::MakeSmallTree(dir_.path() / "data", 3, 7, 1, 48, 64); }
+  // 21 training images: 11 per rank (one padded), batches of 2 per rank; 5 validation images.
+  void SetUp() override {
+    testing::MakeSmallTree(dir_.path() / "data", 3, 7, 2, 48, 64);
+    fs::remove(dir_.path() / "data" / "val" / "n00000002" / "n00000002_1.JPEG");
+  }
 
   std::vector<std::string> Args(const fs::path& ckpt, int epochs = 2) {
     return {"--data-dir",
             (dir_.path() / "data" / "train").string(),
             "--checkpoint-dir",
             ckpt.string(),
+            "--val-dir",
+            (dir_.path() / "data" / "val").string(),
             "--arch",
             "resnet18",
             "--image-size",
@@ -140,6 +145,12 @@ TEST_F(DistributedTrainTest, TwoRanksComputeWhatOneProcessComputesAndHintTheirSh
   EXPECT_EQ(sd["step"], sm["step"]);
   EXPECT_EQ(sd["step"], 10);  // 2 epochs x 5 steps of 4 (the 6th, 1 + 1 images, skipped)
   EXPECT_EQ(sd["images_seen"], 40);
+  // Validation split between the ranks (3 + 2 images) with rank 0's BatchNorm statistics gives
+  // what the one process gives.
+  EXPECT_EQ(sd["val"]["images"], 5);
+  EXPECT_EQ(sd["val"]["top1"], sm["val"]["top1"]);
+  EXPECT_EQ(sd["val"]["top5"], sm["val"]["top5"]);
+  EXPECT_NEAR(sd["val"]["loss"].get<double>(), sm["val"]["loss"].get<double>(), 1e-5);
 
   // Each rank hinted its own share of each epoch: 11 paths per epoch, the two shares together
   // cover the 21 files (one padded twice), and they are torch's DistributedSampler split.

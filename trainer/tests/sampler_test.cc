@@ -1,6 +1,7 @@
 // The samplers: DistributedSampler's split equals torch.utils.data.DistributedSampler's (run by
 // /usr/bin/python3 with Debian's python3-torch) for several sizes, replica counts, seeds and
-// epochs, including padding longer than the dataset; the micro-batch interleaving.
+// epochs, including padding longer than the dataset; the micro-batch interleaving; the strided
+// split of validation.
 #include "trainer/sampler.h"
 
 #include <gtest/gtest.h>
