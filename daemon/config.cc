@@ -151,147 +151,147 @@ void ApplyConfigString(std::string_view text, const std::string& name, DaemonCon
 
 namespace {
 
-void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) {
-  static const std::set<std::string> kKnown = {"federation",
-                                               "mountpoint",
-                                               "cache_dir",
-                                               "cache_size",
-                                               "block_size",
-                                               "log_level",
-                                               "ca_file",
-                                               "token_file",
-                                               "op_timeout",
-                                               "fuse_threads",
-                                               "max_requests_in_flight",
-                                               "high_watermark",
-                                               "low_watermark",
-                                               "dir_ttl",
-                                               "file_ttl",
-                                               "negative_ttl",
-                                               "control",
-                                               "metrics",
-                                               "prefetch",
-                                               "readahead",
-                                               "prefetch_dir_max_entries",
-                                               "hint_window",
-                                               "max_bytes_in_flight",
-                                               "fuse_no_open",
-                                               "fuse_read_ahead",
-                                               "control_group",
-                                               "metrics_allow_remote",
-                                               "http",
-                                               "http_allow_remote",
-                                               "allow_nonempty_mountpoint",
-                                               "tokens",
-                                               "protected_group",
-                                               "mount"};
-  for (const auto& [k, v] : t) {
-    if (!kKnown.count(std::string(k.str()))) {
-      throw ConfigError("config " + path + ": unknown key '" + std::string(k.str()) + "'");
-    }
-  }
-  auto str = [&](const char* key, std::string* out) {
-    if (auto n = t[key]) {
+// Reads typed keys of one TOML table. Every key a Read names is known; a key
+// no Read named is an error (Finish), so the reads below are the one list of
+// keys a configuration file may hold.
+class TableReader {
+ public:
+  TableReader(const toml::table& t, const std::string& path) : t_(t), path_(path) {}
+
+  void Str(const char* key, std::string* out) {
+    if (auto n = Node(key)) {
       auto s = n.value<std::string>();
-      if (!s) throw ConfigError("config " + path + ": '" + key + "' must be a string");
+      if (!s) Fail(key, "must be a string");
       *out = *s;
     }
-  };
-  // Sizes and durations may be strings ("4M", "30s") or integers (bytes, seconds).
-  // value_exact, not value<int64_t>: toml++ converts a float such as 2e33 to
-  // int64_t with an undefined cast (found by tests/fuzz/config_fuzz).
-  auto size = [&](const char* key, uint64_t* out) {
-    if (auto n = t[key]) {
+  }
+  // Sizes may be strings ("4M") or integers (bytes). value_exact, not
+  // value<int64_t>: toml++ converts a float such as 2e33 to int64_t with an
+  // undefined cast (found by tests/fuzz/config_fuzz).
+  void Size(const char* key, uint64_t* out) {
+    if (auto n = Node(key)) {
       if (auto i = n.value_exact<int64_t>(); i && *i >= 0) {
         *out = static_cast<uint64_t>(*i);
       } else if (auto s = n.value<std::string>()) {
         *out = ParseSize(*s, std::string("config ") + key);
       } else {
-        throw ConfigError("config " + path + ": '" + key + "' must be a size such as \"4M\"");
+        Fail(key, "must be a size such as \"4M\"");
       }
     }
-  };
-  auto duration = [&](const char* key, auto* out) {
-    if (auto n = t[key]) {
+  }
+  // Durations may be strings ("30s") or integers (seconds), bounded like
+  // ParseDuration's 12 digits so that seconds -> ms cannot overflow.
+  template <typename Duration>
+  void Time(const char* key, Duration* out) {
+    if (auto n = Node(key)) {
       std::chrono::milliseconds ms;
-      // Bounded like ParseDuration's 12 digits, so that seconds -> ms cannot overflow.
       if (auto i = n.value_exact<int64_t>(); i && *i >= 0 && *i < 1000000000000) {
         ms = std::chrono::seconds(*i);
       } else if (auto s = n.value<std::string>()) {
         ms = ParseDuration(*s, std::string("config ") + key);
       } else {
-        throw ConfigError("config " + path + ": '" + key + "' must be a duration such as \"30s\"");
+        Fail(key, "must be a duration such as \"30s\"");
       }
-      *out = std::chrono::duration_cast<std::remove_pointer_t<decltype(out)>>(ms);
+      *out = std::chrono::duration_cast<Duration>(ms);
     }
-  };
-  auto real = [&](const char* key, double* out) {
-    if (auto n = t[key]) {
+  }
+  void Real(const char* key, double* out) {
+    if (auto n = Node(key)) {
       auto d = n.value<double>();
-      if (!d) throw ConfigError("config " + path + ": '" + key + "' must be a number");
+      if (!d) Fail(key, "must be a number");
       *out = *d;
     }
-  };
-  auto count = [&](const char* key, auto* out) {
-    if (auto n = t[key]) {
+  }
+  template <typename Int>
+  void Count(const char* key, Int* out) {
+    if (auto n = Node(key)) {
       auto i = n.value_exact<int64_t>();
-      if (!i || *i <= 0)
-        throw ConfigError("config " + path + ": '" + key + "' must be a positive integer");
-      *out = static_cast<std::remove_pointer_t<decltype(out)>>(*i);
+      if (!i || *i <= 0) Fail(key, "must be a positive integer");
+      *out = static_cast<Int>(*i);
     }
-  };
-  str("federation", &c->federation_url);
-  str("mountpoint", &c->mountpoint);
-  str("cache_dir", &c->cache_dir);
-  size("cache_size", &c->cache_size);
-  size("block_size", &c->block_size);
-  str("log_level", &c->log_level);
-  str("ca_file", &c->ca_file);
-  str("token_file", &c->token_file);
-  duration("op_timeout", &c->op_timeout);
-  count("fuse_threads", &c->fuse_threads);
-  count("max_requests_in_flight", &c->max_requests_in_flight);
-  real("high_watermark", &c->high_watermark);
-  real("low_watermark", &c->low_watermark);
-  duration("dir_ttl", &c->dir_ttl);
-  duration("file_ttl", &c->file_ttl);
-  duration("negative_ttl", &c->negative_ttl);
-  auto flag = [&](const char* key, bool* out) {
-    if (auto n = t[key]) {
+  }
+  void Flag(const char* key, bool* out) {
+    if (auto n = Node(key)) {
       auto b = n.value<bool>();
-      if (!b) throw ConfigError("config " + path + ": '" + key + "' must be true or false");
+      if (!b) Fail(key, "must be true or false");
       *out = *b;
     }
-  };
-  flag("prefetch", &c->prefetch);
-  flag("fuse_no_open", &c->fuse_no_open);
-  size("readahead", &c->readahead);
-  size("fuse_read_ahead", &c->fuse_read_ahead);
-  count("prefetch_dir_max_entries", &c->prefetch_dir_max_entries);
-  count("hint_window", &c->hint_window);
-  size("max_bytes_in_flight", &c->max_bytes_in_flight);
-  str("control", &c->control_address);
-  str("metrics", &c->metrics_address);
-  str("http", &c->http_address);
-  str("protected_group", &c->protected_group);
-  if (auto n = t["tokens"]) ParseTokens(*n.node(), path, "tokens", &c->namespace_tokens);
-  if (auto n = t["mount"]) {
-    const toml::array* mounts = n.as_array();
-    if (mounts == nullptr)
-      throw ConfigError("config " + path + ": 'mount' must be an array of tables ([[mount]])");
-    if (t.contains("federation") || t.contains("mountpoint")) {
-      throw ConfigError(
-          "config " + path +
-          ": use either top-level 'federation'/'mountpoint' or [[mount]] tables, not both");
-    }
-    c->mounts.clear();
-    for (size_t i = 0; i < mounts->size(); ++i)
-      c->mounts.push_back(ParseMount(*mounts->get(i), path, i + 1));
   }
-  str("control_group", &c->control_group);
-  flag("metrics_allow_remote", &c->metrics_allow_remote);
-  flag("http_allow_remote", &c->http_allow_remote);
-  flag("allow_nonempty_mountpoint", &c->allow_nonempty_mountpoint);
+  // The raw node of `key` (for tables and arrays); empty when absent.
+  toml::node_view<const toml::node> Node(const char* key) {
+    known_.insert(key);
+    return t_[key];
+  }
+  // Throws for the first key no Read named.
+  void Finish() const {
+    for (const auto& [k, v] : t_) {
+      if (!known_.count(std::string(k.str())))
+        throw ConfigError("config " + path_ + ": unknown key '" + std::string(k.str()) + "'");
+    }
+  }
+
+ private:
+  [[noreturn]] void Fail(const char* key, const char* what) const {
+    throw ConfigError("config " + path_ + ": '" + key + "' " + what);
+  }
+
+  const toml::table& t_;
+  const std::string& path_;
+  std::set<std::string> known_;
+};
+
+void ApplyMounts(TableReader& r, const toml::table& t, const std::string& path, DaemonConfig* c) {
+  auto n = r.Node("mount");
+  if (!n) return;
+  const toml::array* mounts = n.as_array();
+  if (mounts == nullptr)
+    throw ConfigError("config " + path + ": 'mount' must be an array of tables ([[mount]])");
+  if (t.contains("federation") || t.contains("mountpoint")) {
+    throw ConfigError(
+        "config " + path +
+        ": use either top-level 'federation'/'mountpoint' or [[mount]] tables, not both");
+  }
+  c->mounts.clear();
+  for (size_t i = 0; i < mounts->size(); ++i)
+    c->mounts.push_back(ParseMount(*mounts->get(i), path, i + 1));
+}
+
+void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) {
+  TableReader r(t, path);
+  r.Str("federation", &c->federation_url);
+  r.Str("mountpoint", &c->mountpoint);
+  r.Str("cache_dir", &c->cache_dir);
+  r.Size("cache_size", &c->cache_size);
+  r.Size("block_size", &c->block_size);
+  r.Str("log_level", &c->log_level);
+  r.Str("ca_file", &c->ca_file);
+  r.Str("token_file", &c->token_file);
+  r.Time("op_timeout", &c->op_timeout);
+  r.Count("fuse_threads", &c->fuse_threads);
+  r.Count("max_requests_in_flight", &c->max_requests_in_flight);
+  r.Real("high_watermark", &c->high_watermark);
+  r.Real("low_watermark", &c->low_watermark);
+  r.Time("dir_ttl", &c->dir_ttl);
+  r.Time("file_ttl", &c->file_ttl);
+  r.Time("negative_ttl", &c->negative_ttl);
+  r.Flag("prefetch", &c->prefetch);
+  r.Flag("fuse_no_open", &c->fuse_no_open);
+  r.Size("readahead", &c->readahead);
+  r.Size("fuse_read_ahead", &c->fuse_read_ahead);
+  r.Count("prefetch_dir_max_entries", &c->prefetch_dir_max_entries);
+  r.Count("hint_window", &c->hint_window);
+  r.Size("max_bytes_in_flight", &c->max_bytes_in_flight);
+  r.Str("control", &c->control_address);
+  r.Str("control_group", &c->control_group);
+  r.Str("metrics", &c->metrics_address);
+  r.Flag("metrics_allow_remote", &c->metrics_allow_remote);
+  r.Str("http", &c->http_address);
+  r.Flag("http_allow_remote", &c->http_allow_remote);
+  r.Str("protected_group", &c->protected_group);
+  r.Flag("allow_nonempty_mountpoint", &c->allow_nonempty_mountpoint);
+  if (auto n = r.Node("tokens")) ParseTokens(*n.node(), path, "tokens", &c->namespace_tokens);
+  ApplyMounts(r, t, path, c);
+  r.Finish();
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <numeric>
 
 #include "trainer/jpeg_decoder.h"
 #include "trainer/transforms.h"
@@ -67,11 +66,18 @@ struct WorkerState {
   std::vector<uint8_t> file;
 };
 
-Loader::Loader(const ImageFolder& data, LoaderOptions options) : data_(data), options_(options) {
+Loader::Loader(const ImageFolder& data, LoaderOptions options)
+    : data_(data), options_(options), sampler_(options_.sampler) {
   if (options_.batch_size < 1 || options_.workers < 1 || options_.image_size < 1 ||
       options_.prefetch < 1) {
     throw std::invalid_argument(
         "loader: batch size, workers, image size and prefetch must be >= 1");
+  }
+  const auto size = static_cast<int64_t>(data_.size());
+  if (sampler_ == nullptr && options_.train) {
+    sampler_ = std::make_shared<DistributedSampler>(size, options_.seed, 1, 0, 1, 1);
+  } else if (sampler_ == nullptr) {
+    sampler_ = std::make_shared<SequentialSampler>(size);
   }
   const int64_t s = options_.image_size;
   auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(options_.pin_memory);
@@ -99,18 +105,14 @@ Loader::~Loader() {
 }
 
 int64_t Loader::BatchesPerEpoch() const {
-  return (static_cast<int64_t>(data_.size()) + options_.batch_size - 1) / options_.batch_size;
+  return (sampler_->EpochLength() + options_.batch_size - 1) / options_.batch_size;
 }
 
 std::vector<int64_t> Loader::EpochOrder(int64_t epoch) const {
-  std::vector<int64_t> order(data_.size());
-  std::iota(order.begin(), order.end(), 0);
-  if (options_.train) {
-    // Fisher-Yates with our own Rng: std::shuffle's sequence differs between standard
-    // libraries, and the order is part of what a checkpoint must reproduce.
-    Rng rng(MixSeed(options_.seed, static_cast<uint64_t>(epoch), ~0ULL));
-    for (size_t i = order.size(); i > 1; --i) {
-      std::swap(order[i - 1], order[rng.Below(i)]);
+  std::vector<int64_t> order = sampler_->EpochOrder(epoch);
+  for (int64_t index : order) {
+    if (index < 0 || index >= static_cast<int64_t>(data_.size())) {
+      throw std::out_of_range("loader: the sampler named sample " + std::to_string(index));
     }
   }
   return order;

@@ -1,16 +1,17 @@
 // Loader: turns an ImageFolder into batches of normalized float images, with its own thread
 // pool (not torch::data).
 //
-// Design. An epoch is a permutation of the samples (seeded by (seed, epoch); identity order
-// for validation). Batch b of an epoch that starts at position `start` holds the samples at
-// positions [start + b * B, start + (b + 1) * B). Workers take positions one at a time, in
-// order, read the file, decode only the region the crop needs (JpegDecoder) and resample it
-// straight into its row of a preallocated batch buffer (pinned when feeding a GPU). At most
-// `prefetch` batches are in flight: a worker does not start a sample of batch b before the
-// consumer has released batch b - prefetch, which bounds memory and makes the buffers
-// reusable. Each sample's random crop and flip come from Rng(MixSeed(seed, epoch, index)), so
-// a batch's content is a function of (seed, epoch, position) alone, independent of thread
-// count and timing; resuming at a position reproduces the rest of the epoch exactly.
+// Design. An epoch is the order a Sampler gives (sampler.h): by default torch's
+// DistributedSampler with one replica, a permutation seeded by seed + epoch, for training and the
+// identity order for validation; a rank of a distributed run reads its share. Batch b of an epoch
+// that starts at position `start` holds the samples at positions [start + b * B, start + (b + 1) *
+// B). Workers take positions one at a time, in order, read the file, decode only the region the
+// crop needs (JpegDecoder) and resample it straight into its row of a preallocated batch buffer
+// (pinned when feeding a GPU). At most `prefetch` batches are in flight: a worker does not start a
+// sample of batch b before the consumer has released batch b - prefetch, which bounds memory and
+// makes the buffers reusable. Each sample's random crop and flip come from Rng(MixSeed(seed, epoch,
+// index)), so a batch's content is a function of (seed, epoch, position) alone, independent of
+// thread count and timing; resuming at a position reproduces the rest of the epoch exactly.
 //
 // A sample that cannot be read or decoded is skipped: it is counted, logged (the first few
 // with their path), and its batch comes out with one image fewer (the others keep their
@@ -26,11 +27,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "trainer/image_folder.h"
+#include "trainer/sampler.h"
 
 namespace perch::trainer {
 
@@ -42,6 +45,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   int prefetch = 3;         // batches in flight, >= 1
   bool pin_memory = false;  // allocate batch buffers in page-locked memory (needs CUDA)
+  // The epoch order; null: DistributedSampler(size, seed, 1 replica) when training, else
+  // SequentialSampler.
+  std::shared_ptr<const Sampler> sampler;
 };
 
 struct Batch {
@@ -78,6 +84,8 @@ class Loader {
 
   // Number of batches in an epoch started at 0.
   int64_t BatchesPerEpoch() const;
+  // Number of samples in an epoch's order (the dataset's size unless a sampler says otherwise).
+  int64_t EpochLength() const { return sampler_->EpochLength(); }
 
   // The sample order of `epoch` (dataset indices), as the loader uses it.
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
@@ -105,6 +113,7 @@ class Loader {
   // Constant after construction.
   const ImageFolder& data_;
   const LoaderOptions options_;
+  std::shared_ptr<const Sampler> sampler_;
   std::vector<std::thread> threads_;
 
   std::atomic<int64_t> images_{0};

@@ -14,6 +14,8 @@
 
 #include "client/cli_exit.h"
 #include "perch/version.h"
+#include "trainer/distributed.h"
+#include "trainer/launch.h"
 #include "trainer/trainer.h"
 
 namespace {
@@ -22,6 +24,17 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 
 void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+
+// SIGTERM/SIGINT set the stop flag; a hint command that exits early must not kill the trainer
+// with SIGPIPE.
+void InstallSignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
 
 // "90", "90s", "15m", "2h" -> seconds; throws CLI::ValidationError.
 double ParseDuration(const std::string& text) {
@@ -43,6 +56,52 @@ double ParseDuration(const std::string& text) {
     return v * 3600;
   }
   throw CLI::ValidationError("--max-runtime", "unknown unit in " + text + " (s, m or h)");
+}
+
+// Rank settings not given as options come from torchrun's variables.
+void RankFromEnvironment(int* value, bool given, const char* name) {
+  const char* v = std::getenv(name);
+  if (!given && v != nullptr && *v != '\0') {
+    try {
+      *value = std::stoi(v);
+    } catch (const std::exception&) {
+      throw CLI::ValidationError(name, std::string("not a number: ") + v);
+    }
+  }
+}
+
+// Fills o->dist from the options and the environment; throws CLI::ValidationError.
+void ResolveRank(perch::trainer::TrainOptions* o, const CLI::App& app, std::string master,
+                 int nproc) {
+  auto& d = o->dist;
+  RankFromEnvironment(&d.rank, app.count("--rank") > 0, "RANK");
+  RankFromEnvironment(&d.world_size, app.count("--world-size") > 0, "WORLD_SIZE");
+  RankFromEnvironment(&d.local_rank, app.count("--local-rank") > 0, "LOCAL_RANK");
+  if (d.world_size < 1 || d.rank < 0 || d.rank >= d.world_size || d.local_rank < 0) {
+    throw CLI::ValidationError(
+        "--rank",
+        "rank " + std::to_string(d.rank) + " is not in a world of " + std::to_string(d.world_size));
+  }
+  if (nproc > 1 && d.world_size > 1) {
+    throw CLI::ValidationError("--nproc", "starts its own ranks; not with --world-size/WORLD_SIZE");
+  }
+  if (o->loader_only && (nproc > 1 || d.world_size > 1)) {
+    throw CLI::ValidationError("--loader-only", "measures one process; not with ranks");
+  }
+  if (d.world_size == 1) {
+    return;
+  }
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  if (master.empty() && addr != nullptr && port != nullptr) {
+    master = std::string(addr) + ":" + port;
+  }
+  if (!perch::trainer::ParseMaster(master, &d.master_addr, &d.master_port)) {
+    throw CLI::ValidationError("--master", master.empty()
+                                               ? "needed with --world-size > 1 (or MASTER_ADDR "
+                                                 "and MASTER_PORT)"
+                                               : "not HOST:PORT: " + master);
+  }
 }
 
 }  // namespace
@@ -71,6 +130,38 @@ std::string DefaultHintCommand(const std::string& data_dir) {
   return command;
 }
 
+// --micro-batches and the rank options.
+void AddDistributedOptions(CLI::App& app, perch::trainer::TrainOptions* o, int* nproc,
+                           std::string* master) {
+  app.add_option("--micro-batches", o->micro_batches,
+                 "split each step into N micro-batches of --batch-size, exactly as N ranks would "
+                 "(per-micro-batch BatchNorm, averaged gradients); default 1")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--nproc", *nproc,
+                 "run N ranks on this node as child processes (data parallel, Gloo); a rank that "
+                 "dies or a SIGTERM stops all")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rank", o->dist.rank, "this process's rank (default: $RANK, else 0)");
+  app.add_option("--world-size", o->dist.world_size,
+                 "number of ranks of a multi-node job (default: $WORLD_SIZE, else 1)");
+  app.add_option("--local-rank", o->dist.local_rank,
+                 "rank on this node, picks the GPU (default: $LOCAL_RANK, else 0)");
+  app.add_option("--master", *master,
+                 "HOST:PORT of rank 0's rendezvous (default: $MASTER_ADDR:$MASTER_PORT)");
+  app.add_flag("--store-hosted", o->dist.store_hosted, "(internal: set by --nproc)")->group("");
+}
+
+// Ranks other than 0 log warnings and errors only; every rank's lines name it.
+void ConfigureLogging(const perch::trainer::DistributedOptions& d, const std::string& level) {
+  spdlog::set_level(spdlog::level::from_str(level));
+  if (d.world_size > 1) {
+    spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%l] %v", d.rank));
+    if (d.rank != 0) {
+      spdlog::set_level(std::max(spdlog::level::warn, spdlog::level::from_str(level)));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,13 +188,18 @@ int main(int argc, char** argv) {
   app.add_option("--summary-json", o.summary_json, "write a JSON summary of the run here");
   app.add_option("--arch", o.arch, "resnet18 or resnet50 (default)")
       ->check(CLI::IsMember({"resnet18", "resnet50"}));
-  app.add_option("--batch-size", o.batch_size, "images per step (default 256)")
+  app.add_option("--batch-size", o.batch_size,
+                 "images per step and rank (and micro-batch); the global batch is this x world "
+                 "size x --micro-batches (default 256)")
       ->check(CLI::PositiveNumber);
+  int nproc = 1;
+  std::string master;
+  AddDistributedOptions(app, &o, &nproc, &master);
   app.add_option("--workers", o.workers, "loader threads (default: one per core)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--prefetch", o.prefetch, "batches the loader prepares ahead (default 3)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "peak learning rate (default 0.1 * batch size / 256)");
+  app.add_option("--lr", o.lr, "peak learning rate (default 0.1 * global batch / 256)");
   app.add_option("--lr-schedule", o.lr_schedule,
                  "cosine (default) or step (x0.1 every "
                  "--lr-step-epochs)")
@@ -148,7 +244,12 @@ int main(int argc, char** argv) {
     return *rc;
   }
 
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  try {
+    ResolveRank(&o, app, master, nproc);
+  } catch (const CLI::Error& e) {
+    return perch::cli::UsageExit(app, e);
+  }
+  ConfigureLogging(o.dist, log_level);
   // libjpeg allocates and frees its working memory (several hundred KB) for every image. With
   // glibc's defaults those blocks are mmap'd and munmap'd each time, and with several decoding
   // threads every munmap costs page faults plus a TLB shootdown on the other cores: on a 2-core
@@ -170,13 +271,11 @@ int main(int argc, char** argv) {
       return perch::cli::UsageExit(app, e);
     }
   }
-  struct sigaction sa = {};
-  sa.sa_handler = OnStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  // A hint command that exits early must not kill the trainer with SIGPIPE.
-  signal(SIGPIPE, SIG_IGN);
+  InstallSignalHandlers();
   o.stop_signal = &g_stop_signal;
+  if (nproc > 1) {
+    return perch::trainer::LaunchLocalRanks(nproc, std::vector<std::string>(argv + 1, argv + argc),
+                                            &g_stop_signal);
+  }
   return perch::trainer::Run(o);
 }

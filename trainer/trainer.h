@@ -9,6 +9,18 @@
 //   - all epochs (or --max-steps) done: evaluate, save checkpoint + model_final.pt, return 0.
 // Restarting a finished run re-reports and returns 0 without training.
 //
+// Data parallel (distributed.h): with dist.world_size > 1 this process is one rank. Every rank
+// reads its DistributedSampler share (sampler.h) in batches of batch_size, the gradients are
+// averaged over the ranks before every step, BatchNorm keeps per-rank statistics (rank 0's
+// running statistics are the ones saved), rank 0 alone checkpoints, writes the summary and
+// prints progress; validation is split between the ranks (StridedSampler) and summed. All ranks
+// resume from rank 0's checkpoint (rank 0 reads it and broadcasts it), and a stop (signal,
+// --max-runtime, unreadable data, a non-finite loss) on any rank is agreed on at the next step, so
+// all stop together with one checkpoint. micro_batches = M > 1 makes one process compute what M
+// ranks compute: each step's M x batch_size images are M micro-batches, micro-batch i being virtual
+// rank i's share, with BatchNorm statistics per micro-batch and the running statistics of the first
+// (rank 0's). The global batch is batch_size x world_size x micro_batches.
+//
 // Single-threaded API: call Run once per process, from the main thread.
 #ifndef PERCH_TRAINER_TRAINER_H_
 #define PERCH_TRAINER_TRAINER_H_
@@ -16,6 +28,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+
+#include "trainer/distributed.h"
 
 namespace perch::trainer {
 
@@ -29,11 +43,12 @@ struct TrainOptions {
   std::string summary_json;    // optional
   std::string arch = "resnet50";
   int epochs = 90;
-  int batch_size = 256;
-  int workers = 0;   // 0: one per core
-  int prefetch = 3;  // batches in flight
+  int batch_size = 256;   // per rank and micro-batch
+  int micro_batches = 1;  // micro-batches per step and rank (see above)
+  int workers = 0;        // 0: one per core
+  int prefetch = 3;       // batches in flight
   int image_size = 224;
-  double lr = 0;  // 0: 0.1 * batch_size / 256 (Goyal et al. linear scaling)
+  double lr = 0;  // 0: 0.1 * global batch / 256 (Goyal et al. linear scaling)
   double momentum = 0.9;
   double weight_decay = 1e-4;
   bool norm_weight_decay = true;       // false: no weight decay on BatchNorm parameters and biases
@@ -51,6 +66,7 @@ struct TrainOptions {
   int log_every = 50;           // steps
   std::string hint_command;     // gets each epoch's remaining file order on stdin
   bool loader_only = false;
+  DistributedOptions dist;                        // world_size 1: no process group
   const std::atomic<int>* stop_signal = nullptr;  // nonzero: checkpoint and stop
 };
 

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdio>
 
+#include "daemon/core/check.h"
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
@@ -37,7 +38,7 @@ Mount::Mount(MountSpec spec, std::string tag, CacheCatalog& catalog)
 Mount::~Mount() = default;
 
 ObjectPath Mount::CatalogPath(const ObjectPath& p) const {
-  return *ObjectPath::Parse("/" + tag_ + (p.IsRoot() ? "" : p.str()));
+  return PERCH_CHECKED(ObjectPath::Parse("/" + tag_ + (p.IsRoot() ? "" : p.str())));
 }
 
 std::optional<ObjectPath> Mount::FromCatalogPath(const ObjectPath& p) const {

@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 
+#include "daemon/core/check.h"
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
@@ -69,7 +70,7 @@ Result<std::pair<Mount*, ObjectPath>> ByFederationPath(const std::vector<Mount*>
     if (best == nullptr ||
         m->spec().federation_prefix.str().size() > best->spec().federation_prefix.str().size()) {
       best = m;
-      best_below = *ObjectPath::Parse(*below);
+      best_below = PERCH_CHECKED(ObjectPath::Parse(*below));
     }
   }
   if (best == nullptr) {
@@ -159,8 +160,8 @@ StatsSnapshot NodeControl::Stats() const {
     s.corrupt_blocks += r.corrupt_blocks.load();
     s.store_errors += r.store_errors.load();
     m->reader().namespace_stats().ForEach([&](const std::string& name, const ReadCounters& c) {
-      s.namespaces.push_back(
-          {m->spec().federation_id, m->FederationPath(*ObjectPath::Parse(name)), c.Take()});
+      s.namespaces.push_back({m->spec().federation_id,
+                              m->FederationPath(PERCH_CHECKED(ObjectPath::Parse(name))), c.Take()});
     });
     Add(&s.origin_get, m->reader().fetch_latency().Take());
     for (WarmProgress& w : m->warmer().Jobs()) s.warm_jobs.push_back(std::move(w));
@@ -271,7 +272,7 @@ void NodeControl::Health(std::chrono::milliseconds timeout,
     probes.push_back({m, i, ObjectPath()});
     m->reader().namespace_stats().ForEach([&](const std::string& name, const ReadCounters&) {
       if (name != "/" && probes.size() - before < 16)
-        probes.push_back({m, i, *ObjectPath::Parse(name)});
+        probes.push_back({m, i, PERCH_CHECKED(ObjectPath::Parse(name))});
     });
   }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "daemon/core/check.h"
 #include "daemon/core/log_escape.h"
 #include "daemon/http/discovery.h"
 #include "daemon/http/pelican_headers.h"
@@ -140,7 +141,7 @@ Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(const ObjectPa
     return core::CorruptError(what + ": neither Link nor Location header", FailureSite::kDirector);
   }
   std::string rel = fed_path.str().substr(entry->prefix.IsRoot() ? 0 : entry->prefix.str().size());
-  const ObjectPath rel_path = *ObjectPath::Parse(rel.empty() ? "/" : rel);
+  const ObjectPath rel_path = PERCH_CHECKED(ObjectPath::Parse(rel.empty() ? "/" : rel));
   int rel_depth = static_cast<int>(rel_path.Segments().size());
   for (const LinkEntry& link : links) {
     if (entry->server_bases.size() >= max_servers) break;

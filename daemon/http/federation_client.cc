@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "daemon/core/check.h"
 #include "daemon/http/director_client.h"
 #include "daemon/http/lister.h"
 #include "daemon/http/range_reader.h"
@@ -34,7 +35,7 @@ const FederationCounters& FederationClient::counters() const { return ctx_->coun
 ObjectPath FederationClient::ToFederation(const ObjectPath& rel) const {
   if (url_.path.IsRoot()) return rel;
   if (rel.IsRoot()) return url_.path;
-  return *ObjectPath::Parse(url_.path.str() + rel.str());
+  return PERCH_CHECKED(ObjectPath::Parse(url_.path.str() + rel.str()));
 }
 
 std::string FederationClient::LastServer(const ObjectPath& path) const {

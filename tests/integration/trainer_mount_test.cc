@@ -1,6 +1,8 @@
 // perch-train on a perch mount: real JPEGs (perch-synth-imagenet) served by
 // perch-devfed, mounted by perchd; the trainer finds out by itself that its
-// data is on a perch mount and hands each epoch's order to perchd as hints.
+// data is on a perch mount and hands each epoch's order to perchd as hints;
+// two data-parallel ranks on one mount hint their own shares and each file is
+// fetched once.
 #include <gtest/gtest.h>
 
 #include "tests/integration/mounted_federation.h"
@@ -52,6 +54,41 @@ TEST_F(TrainerOnMountTest, EpochOrderReachesPerchdAsHints) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("is on a perch mount"), std::string::npos) << r.output;
   EXPECT_EQ(CtlJson({"stats", "--json"})["prefetch"]["hinted_files"], 48u);
+}
+
+TEST_F(TrainerOnMountTest, TwoRanksOnOneMountFetchEachFileOnce) {
+  Mount();
+  // Two ranks (--nproc 2) train 2 epochs on the mount; each hints its own half of every epoch
+  // (24 files, no padding) to the one perchd, which fetches every file once.
+  RunResult r = RunToExit("/usr/bin/env", {"PERCH_SOCKET=" + Socket(),
+                                           PERCH_TRAIN_PATH,
+                                           "--data-dir",
+                                           (mnt_ / "train").string(),
+                                           "--checkpoint-dir",
+                                           (work_->path() / "ckpt").string(),
+                                           "--nproc",
+                                           "2",
+                                           "--epochs",
+                                           "2",
+                                           "--arch",
+                                           "resnet18",
+                                           "--image-size",
+                                           "32",
+                                           "--batch-size",
+                                           "4",
+                                           "--workers",
+                                           "1",
+                                           "--threads",
+                                           "1",
+                                           "--log-every",
+                                           "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("is on a perch mount"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("finished: 6 steps, 48 images"), std::string::npos) << r.output;
+  auto s = CtlJson({"stats", "--json"});
+  EXPECT_EQ(s["prefetch"]["hinted_files"], 48u) << s.dump();  // 2 epochs x (12 + 12)
+  EXPECT_EQ(s["misses"], 24u) << s.dump();                    // each file fetched once
+  EXPECT_TRUE(fs::exists(work_->path() / "ckpt" / "model_final.pt"));
 }
 
 }  // namespace

@@ -43,10 +43,11 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --f
 # Tell perchd the order in which this job reads the files, each epoch, so that it fetches them
 # ahead of the loader (needs access to perchd's control socket: the daemon's group). The job
 # name is the sandbox, which stays the same across in-place restarts, so a restart's list
-# replaces the previous one.
+# replaces the previous one, plus the rank ($RANK, set in each rank's environment by
+# perch-train --nproc; expanded when the hint command runs), so that ranks keep their own lists.
 hint=()
 if command -v perchctl >/dev/null; then
-  hint=(--hint-command "perchctl hint --job 'htcondor:$PWD' --file - >/dev/null")
+  hint=(--hint-command "perchctl hint --job \"htcondor:$PWD:\${RANK:-0}\" --file - >/dev/null")
 fi
 
 # Later arguments win, so the job's own arguments may override these.

@@ -15,67 +15,15 @@
 #include <thread>
 
 #include "trainer/checkpoint.h"
+#include "trainer/tests/process.h"
 #include "trainer/tests/test_util.h"
-
-#ifndef PERCH_TRAIN_PATH
-#error "PERCH_TRAIN_PATH must name the perch-train binary"
-#endif
 
 namespace perch::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::Process;
 using testing::TempDir;
-
-class Process {
- public:
-  Process(const std::vector<std::string>& args, const fs::path& log) {
-    std::vector<std::string> argv_s = {PERCH_TRAIN_PATH};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      std::vector<char*> argv;
-      for (auto& s : argv_s) {
-        argv.push_back(s.data());
-      }
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ~Process() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      Wait(std::chrono::seconds(10));
-    }
-  }
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
-
-  void Signal(int sig) { kill(pid_, sig); }
-  // Exit code, 128 + signal, or -1 on timeout.
-  int Wait(std::chrono::seconds timeout) {
-    auto end = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < end) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool exited_ = false;
-};
 
 class TrainerTest : public ::testing::Test {
  protected:

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/core/check.h"
 #include "daemon/core/result.h"
+#include "daemon/core/types.h"
 
 namespace perch::core {
 namespace {
@@ -34,6 +36,20 @@ TEST(ResultTest, ValueOrStatus) {
   // An OK status without a value is a bug, reported as such.
   Result<int> bad = Status::Ok();
   EXPECT_EQ(bad.status().code(), StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace perch::core
+
+namespace perch::core {
+namespace {
+
+TEST(CheckDeathTest, AFailedCheckAbortsNamingTheInvariant) {
+  EXPECT_DEATH(PERCH_CHECK(1 + 1 == 3), "check failed at .*status_test.cc:[0-9]+: PERCH_CHECK");
+  EXPECT_DEATH((void)PERCH_CHECKED(ObjectPath::Parse("relative")),
+               "ObjectPath::Parse.*must be absolute");
+  EXPECT_EQ(PERCH_CHECKED(ObjectPath::Parse("/a//b")).str(), "/a/b");
+  PERCH_CHECK(true);
 }
 
 }  // namespace

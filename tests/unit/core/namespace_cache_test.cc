@@ -1,0 +1,157 @@
+// NamespaceCache over a FakeOrigin and an in-memory index: answers from memory
+// after the first ask, children known from their directory's listing,
+// negative entries, a restart that knows the namespace without the network,
+// stale entries served (offline) while the origin is down, and key prefixes
+// that keep two mounts' entries apart in one index.
+#include "daemon/core/namespace_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "tests/fakes/fake_origin.h"
+#include "tests/fakes/mem_index.h"
+#include "tests/fakes/test_values.h"
+
+namespace perch::core {
+namespace {
+
+using testing::FakeOrigin;
+using testing::MemIndex;
+using testing::P;
+
+// Counts what the cache asks of the federation.
+class CountingOrigin : public Origin {
+ public:
+  explicit CountingOrigin(Origin& inner) : inner_(inner) {}
+  void Stat(const ObjectPath& path, Deadline deadline,
+            std::function<void(Result<FileAttr>)> done) override {
+    stats++;
+    inner_.Stat(path, deadline, std::move(done));
+  }
+  void List(const ObjectPath& path, Deadline deadline,
+            std::function<void(Result<std::vector<DirEntry>>)> done) override {
+    lists++;
+    inner_.List(path, deadline, std::move(done));
+  }
+  void ReadRange(const ObjectPath& path, const ObjectVersion& version, ByteRange range,
+                 Deadline deadline, std::function<void(Result<Bytes>)> done) override {
+    inner_.ReadRange(path, version, range, deadline, std::move(done));
+  }
+  std::atomic<int> stats{0}, lists{0};
+
+ private:
+  Origin& inner_;
+};
+
+Deadline Soon() { return DeadlineAfter(std::chrono::seconds(5)); }
+
+class NamespaceCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake_.AddFile("/d/a.txt", "alpha");
+    fake_.AddFile("/d/b.txt", "bravo!");
+    fake_.AddDir("/d/sub");
+  }
+
+  FakeOrigin fake_;
+  CountingOrigin origin_{fake_};
+  MemIndex index_;
+};
+
+TEST_F(NamespaceCacheTest, AnswersFromMemoryAfterTheFirstAsk) {
+  NamespaceCache names(origin_, index_, NamespaceOptions{});
+  auto a = names.GetAttr(P("/d/a.txt"), Soon());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->size, 5u);
+  EXPECT_FALSE(a->is_dir);
+  ASSERT_TRUE(names.GetAttr(P("/d/a.txt"), Soon()).ok());
+  EXPECT_EQ(origin_.stats, 1);
+  auto list = names.ReadDir(P("/d"), Soon());
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].name, "a.txt");
+  EXPECT_EQ((*list)[2].name, "sub");
+  EXPECT_TRUE((*list)[2].attr.is_dir);
+  ASSERT_TRUE(names.ReadDir(P("/d"), Soon()).ok());
+  EXPECT_EQ(origin_.lists, 1);
+}
+
+TEST_F(NamespaceCacheTest, AListingAnswersForItsChildren) {
+  NamespaceCache names(origin_, index_, NamespaceOptions{});
+  ASSERT_TRUE(names.ReadDir(P("/d"), Soon()).ok());
+  int stats = origin_.stats;
+  auto b = names.GetAttr(P("/d/b.txt"), Soon());
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->size, 6u);
+  EXPECT_EQ(origin_.stats, stats);
+}
+
+TEST_F(NamespaceCacheTest, AMissingPathIsRememberedAsNegative) {
+  NamespaceCache names(origin_, index_, NamespaceOptions{});
+  EXPECT_EQ(names.GetAttr(P("/d/nope"), Soon()).status().code(), StatusCode::kNotFound);
+  int stats = origin_.stats;
+  EXPECT_EQ(names.GetAttr(P("/d/nope"), Soon()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(origin_.stats, stats);
+}
+
+TEST_F(NamespaceCacheTest, ReadDirOfAFileIsInvalidArgument) {
+  NamespaceCache names(origin_, index_, NamespaceOptions{});
+  EXPECT_EQ(names.ReadDir(P("/d/a.txt"), Soon()).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(NamespaceCacheTest, ARestartKnowsTheNamespaceWithoutTheNetwork) {
+  {
+    NamespaceCache names(origin_, index_, NamespaceOptions{});
+    ASSERT_TRUE(names.ReadDir(P("/d"), Soon()).ok());
+    ASSERT_TRUE(names.GetAttr(P("/d/a.txt"), Soon()).ok());
+  }
+  fake_.FailWith(UnavailableError("federation down"));
+  NamespaceCache again(origin_, index_, NamespaceOptions{});
+  EXPECT_TRUE(again.HasPersistedEntries());
+  int asked = origin_.stats + origin_.lists;
+  auto a = again.GetAttr(P("/d/a.txt"), Soon());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->size, 5u);
+  auto list = again.ReadDir(P("/d"), Soon());
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(list->size(), 3u);
+  EXPECT_EQ(origin_.stats + origin_.lists, asked);  // fresh entries: nothing asked
+  EXPECT_FALSE(again.offline());
+}
+
+TEST_F(NamespaceCacheTest, StaleEntriesServeWhileTheOriginIsDown) {
+  NamespaceOptions expire_at_once;
+  expire_at_once.file_ttl = expire_at_once.dir_ttl = std::chrono::seconds(0);
+  NamespaceCache names(origin_, index_, expire_at_once);
+  ASSERT_TRUE(names.GetAttr(P("/d/a.txt"), Soon()).ok());
+  fake_.FailWith(UnavailableError("federation down"));
+  auto stale = names.GetAttr(P("/d/a.txt"), Soon());
+  ASSERT_TRUE(stale.ok()) << stale.status().ToString();
+  EXPECT_EQ(stale->size, 5u);
+  EXPECT_TRUE(names.offline());
+  // Nothing known at all: the origin's error.
+  EXPECT_EQ(names.GetAttr(P("/d/never"), Soon()).status().code(), StatusCode::kUnavailable);
+  fake_.FailWith(Status::Ok());
+  ASSERT_TRUE(names.GetAttr(P("/d/a.txt"), Soon()).ok());
+  EXPECT_FALSE(names.offline());
+}
+
+TEST_F(NamespaceCacheTest, KeyPrefixesKeepTwoMountsApart) {
+  NamespaceOptions one, two;
+  one.key_prefix = "/fed-1";
+  two.key_prefix = "/fed-2";
+  {
+    NamespaceCache names(origin_, index_, one);
+    ASSERT_TRUE(names.GetAttr(P("/d/a.txt"), Soon()).ok());
+  }
+  fake_.FailWith(UnavailableError("federation down"));
+  NamespaceCache first(origin_, index_, one), second(origin_, index_, two);
+  EXPECT_TRUE(first.HasPersistedEntries());
+  EXPECT_FALSE(second.HasPersistedEntries());
+  EXPECT_TRUE(first.GetAttr(P("/d/a.txt"), Soon()).ok());
+  EXPECT_EQ(second.GetAttr(P("/d/a.txt"), Soon()).status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace perch::core

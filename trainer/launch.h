@@ -1,0 +1,25 @@
+// perch-train --nproc N: runs N ranks of one data-parallel job on this node, as child
+// processes of this one (each re-executes /proc/self/exe with the same arguments plus its rank).
+//
+// This process serves the ranks' TCPStore on loopback (so no port has to be chosen), forwards
+// SIGTERM/SIGINT (the stop flag) to every rank, and, when a rank dies (a signal or an exit code
+// other than 0 and 85), sends SIGTERM to the others, then SIGKILL to what is left after
+// `kill_grace_s`. Returns the first failing rank's exit code (128 + signal for a signal), else
+// 85 if any rank checkpointed, else 0.
+//
+// Thread-safety: call once, from the main thread.
+#ifndef PERCH_TRAINER_LAUNCH_H_
+#define PERCH_TRAINER_LAUNCH_H_
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace perch::trainer {
+
+int LaunchLocalRanks(int nproc, const std::vector<std::string>& args,
+                     const std::atomic<int>* stop_signal, double kill_grace_s = 60);
+
+}  // namespace perch::trainer
+
+#endif  // PERCH_TRAINER_LAUNCH_H_
