@@ -1,6 +1,8 @@
 // The control plane's core over fakes: the catalog's object records, pins,
 // prefix eviction and listing (also across a restart), the Warmer, and how
 // NodeControl resolves the paths users give.
+#include "daemon/core/node_control.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -10,7 +12,6 @@
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/cache_stack.h"
 #include "daemon/core/filesystem.h"
-#include "daemon/core/node_control.h"
 #include "daemon/core/warmer.h"
 #include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
