@@ -27,11 +27,6 @@ RunResult CatAsNobody(const fs::path& path, const std::string& group = "") {
   return RunToExit("/usr/sbin/runuser", args, std::chrono::seconds(30));
 }
 
-void WriteFile(const fs::path& p, const std::string& body) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p) << body;
-}
-
 // The odd names of object paths that Go's url.URL leaves unescaped.
 const char* const kOddNames[] = {"t$1.txt", "t&2.txt", "t+3.txt", "t,4.txt", "t:5;=@.txt"};
 
@@ -42,15 +37,16 @@ class FederationRootTest : public ::testing::Test {
     if (!FuseAvailable()) GTEST_SKIP() << "needs root and /dev/fuse";
     work_ = std::make_unique<TempDir>("fedroot");
     const fs::path w = work_->path();
-    WriteFile(w / "a/sub/x.txt", "public bytes of /a\n");
+    WriteLocalFile(w / "a/sub/x.txt", "public bytes of /a\n");
     // A decoy: /a's origin also has a b/inner.txt, but /a/b is a namespace
     // of its own, served by another origin.
-    WriteFile(w / "a/b/inner.txt", "WRONG: /a's origin\n");
-    WriteFile(w / "ab/inner.txt", "nested bytes of /a/b\n");
-    for (const char* name : kOddNames) WriteFile(w / "a/odd" / name, std::string("odd ") + name);
-    WriteFile(w / "p/secret.txt", "protected bytes of /p\n");
-    WriteFile(w / "n/known.txt", "unlisted bytes of /n\n");
-    WriteFile(w / "n/sub/deep.txt", "deep in /n\n");
+    WriteLocalFile(w / "a/b/inner.txt", "WRONG: /a's origin\n");
+    WriteLocalFile(w / "ab/inner.txt", "nested bytes of /a/b\n");
+    for (const char* name : kOddNames)
+      WriteLocalFile(w / "a/odd" / name, std::string("odd ") + name);
+    WriteLocalFile(w / "p/secret.txt", "protected bytes of /p\n");
+    WriteLocalFile(w / "n/known.txt", "unlisted bytes of /n\n");
+    WriteLocalFile(w / "n/sub/deep.txt", "deep in /n\n");
     MakeReadableByXrootd(w);
     fs::permissions(w, fs::perms::all, fs::perm_options::add);
     DevFed::Options opts;

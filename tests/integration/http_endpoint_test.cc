@@ -62,11 +62,6 @@ open(out + ".part", "wb").write(part)
 open(out, "wb").write(fs.cat(base + "/pub/big.bin"))
 )PY";
 
-void WriteFile(const fs::path& p, const std::string& body) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << body;
-}
-
 class HttpEndpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -78,7 +73,7 @@ class HttpEndpointTest : public ::testing::Test {
                                {"d/one.txt", 1000},
                                {"d/two words.txt", 70000},
                                {"d/sub/deep.bin", 5000}});
-    WriteFile(w / "p/secret.txt", "protected bytes of /p\n");
+    WriteLocalFile(w / "p/secret.txt", "protected bytes of /p\n");
     MakeReadableByXrootd(w);
     DevFed::Options opts;
     opts.exports.push_back({"/pub", (w / "pub").string(), false});

@@ -74,6 +74,11 @@ void MakeReadableByXrootd(const fs::path& root) {
   }
 }
 
+void WriteLocalFile(const fs::path& path, const std::string& body) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << body;
+}
+
 std::string ReadLocalFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

@@ -28,6 +28,9 @@ void CreateTestTree(const std::filesystem::path& root, const std::vector<TreeFil
 // calls them collections.
 void MakeReadableByXrootd(const std::filesystem::path& root);
 
+// Writes `body` to `path`, creating its directories.
+void WriteLocalFile(const std::filesystem::path& path, const std::string& body);
+
 // Reads a whole local file.
 std::string ReadLocalFile(const std::filesystem::path& path);
 
