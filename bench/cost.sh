@@ -19,7 +19,8 @@
 #
 # Needs root (FUSE, drop_caches). Run after a build:  sudo bench/cost.sh
 # Env: SMALL_FILES (2000), LARGE_MB (1024), READERS (32), TAG (file suffix),
-# PERCH_BIN (build/bin), STRACE (1: the strace pass; 0: skip it).
+# PERCH_BIN (build/bin), STRACE (1: the strace pass; 0: skip it), ENDPOINT (1: the
+# same reads through perchd's HTTP endpoint with curl; 0: skip them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -159,6 +160,34 @@ pass "perch disk cache" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$W
 pass "perch page cache" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
 bench_umount "$M"
 
+# The same files through perch's HTTP endpoint (curl, as from the origin
+# above): cold, from the disk cache, from the page cache; then the large file.
+# endpoint_mount: mounts with the endpoint on a free port; sets EP_CFG (curl's
+# list of the small files' URLs) and EP (the endpoint's base URL).
+endpoint_mount() {
+  bench_mount "$WORK/cache" "$M" --http 127.0.0.1:0
+  EP=http://$("$BIN/perchctl" --socket "$CTL" health --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["http_address"])')
+  EP_CFG=$WORK/curl-endpoint.cfg
+  awk -v o="$EP/bench/" '{ print "url = \"" o $0 "\"\noutput = \"/dev/null\"" }' "$WORK/files.txt" > "$EP_CFG"
+}
+if [[ ${ENDPOINT:-1} == 1 ]]; then
+  echo "== perch's HTTP endpoint, small files" >&2
+  rm -rf "$WORK/cache"
+  endpoint_mount
+  drop
+  SETTLE=$SMALL_FILES pass "endpoint cold" "$SMALL_FILES" file "$SMB" \
+    curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$EP_CFG"
+  bench_umount "$M"
+  endpoint_mount
+  drop
+  pass "endpoint disk cache" "$SMALL_FILES" file "$SMB" \
+    curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$EP_CFG"
+  pass "endpoint page cache" "$SMALL_FILES" file "$SMB" \
+    curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$EP_CFG"
+  bench_umount "$M"
+fi
+
 # The same cold pass with perch's cache on tmpfs: takes out what the cache's
 # filesystem charges per new file (on an ext4 without a journal, inode
 # allocation checks every candidate inode for a recent delete).
@@ -182,6 +211,12 @@ bench_mount "$WORK/cache" "$M"
 drop
 pass "perch disk cache, large" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/null bs=1M status=none
 pass "perch page cache, large" "$LGB" GB "$LMB" dd if="$M/large.bin" of=/dev/null bs=1M status=none
+if [[ ${ENDPOINT:-1} == 1 ]]; then
+  bench_umount "$M"
+  endpoint_mount
+  drop
+  pass "endpoint disk cache, large" "$LGB" GB "$LMB" curl -s -o /dev/null "$EP/bench/large.bin"
+fi
 bench_umount "$M"
 drop
 plain "local disk, large (again)" "$LGB" GB "$LMB" dd if="$DATA/large.bin" of=/dev/null bs=1M status=none
