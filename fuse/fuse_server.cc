@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,6 +73,14 @@ void SetReadAhead(const std::string& mountpoint, uint64_t bytes) {
   // /sys/class/bdi/<major>:<minor>.
   struct stat st {};
   if (::stat(mountpoint.c_str(), &st) != 0) return;  // unmounted meanwhile
+  // Still our FUSE mount (not the directory under it, unmounted meanwhile:
+  // that bdi would be a real disk's).
+  struct statfs fs {};
+  constexpr decltype(fs.f_type) kFuseSuperMagic = 0x65735546;
+  if (::statfs(mountpoint.c_str(), &fs) != 0 || fs.f_type != kFuseSuperMagic ||
+      major(st.st_dev) != 0) {
+    return;
+  }
   const std::string file = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
                            std::to_string(minor(st.st_dev)) + "/read_ahead_kb";
   const std::string kb = std::to_string(bytes >> 10);
