@@ -42,12 +42,7 @@ ObjectPath Mount::CatalogPath(const ObjectPath& p) const {
 }
 
 std::optional<ObjectPath> Mount::FromCatalogPath(const ObjectPath& p) const {
-  const std::string root = "/" + tag_;
-  if (p.str() == root) return ObjectPath();
-  if (!p.str().starts_with(root + "/")) return std::nullopt;
-  auto below = ObjectPath::Parse(p.str().substr(root.size()));
-  if (!below.ok()) return std::nullopt;
-  return *below;
+  return p.RelativeTo(CatalogPath(ObjectPath()));
 }
 
 std::string Mount::FederationPath(const ObjectPath& p) const {
@@ -252,6 +247,21 @@ std::vector<Mount*> CacheStack::mounts() const {
   std::vector<Mount*> out;
   for (const auto& m : mounts_) out.push_back(m.get());
   return out;
+}
+
+Mount* MostSpecificMount(const std::vector<Mount*>& mounts, const ObjectPath& path,
+                         ObjectPath* below) {
+  Mount* best = nullptr;
+  for (Mount* m : mounts) {
+    const ObjectPath& prefix = m->spec().federation_prefix;
+    if (best != nullptr && prefix.str().size() <= best->spec().federation_prefix.str().size())
+      continue;
+    if (auto rel = path.RelativeTo(prefix)) {
+      best = m;
+      *below = *std::move(rel);
+    }
+  }
+  return best;
 }
 
 Mount* CacheStack::MountOfCatalogPath(const ObjectPath& p, ObjectPath* object_path) const {

@@ -137,6 +137,12 @@ class Mount {
   std::function<bool()> mounted_;
 };
 
+// The mount of `mounts` holding federation path `path`: the longest mounted
+// federation prefix wins, the first of `mounts` among equals; `below` is set
+// to `path` below that mount's root. nullptr when no mount holds it.
+Mount* MostSpecificMount(const std::vector<Mount*>& mounts, const ObjectPath& path,
+                         ObjectPath* below);
+
 class CacheStack {
  public:
   // `index`, `store`, `disk` (block writes, eviction, index batches) and

@@ -59,20 +59,13 @@ Result<std::pair<Mount*, ObjectPath>> ByFederationPath(const std::vector<Mount*>
                                                        const std::string* only_federation) {
   auto parsed = ObjectPath::Parse(federation_path);
   if (!parsed.ok()) return parsed.status();
-  Mount* best = nullptr;
-  ObjectPath best_below;
-  std::vector<Mount*> holders;
+  std::vector<Mount*> candidates;
   for (Mount* m : mounts) {
-    if (only_federation != nullptr && FederationOfMount(*m) != *only_federation) continue;
-    auto below = StripPrefix(parsed->str(), m->spec().federation_prefix.str());
-    if (!below) continue;
-    holders.push_back(m);
-    if (best == nullptr ||
-        m->spec().federation_prefix.str().size() > best->spec().federation_prefix.str().size()) {
-      best = m;
-      best_below = PERCH_CHECKED(ObjectPath::Parse(*below));
-    }
+    if (only_federation == nullptr || FederationOfMount(*m) == *only_federation)
+      candidates.push_back(m);
   }
+  ObjectPath best_below;
+  Mount* best = MostSpecificMount(candidates, *parsed, &best_below);
   if (best == nullptr) {
     std::string why = std::string(user_path) + " is neither";
     for (size_t i = 0; i < mounts.size(); ++i) {
@@ -83,8 +76,9 @@ Result<std::pair<Mount*, ObjectPath>> ByFederationPath(const std::vector<Mount*>
     }
     return InvalidArgumentError(why);
   }
-  for (Mount* m : holders) {
-    if (FederationOfMount(*m) != FederationOfMount(*best)) {
+  for (Mount* m : candidates) {
+    if (parsed->HasPrefix(m->spec().federation_prefix) &&
+        FederationOfMount(*m) != FederationOfMount(*best)) {
       return InvalidArgumentError(std::string(user_path) + " is ambiguous: both " +
                                   best->spec().federation_id + " and " + m->spec().federation_id +
                                   " hold it; name it by its mount path or its URL");

@@ -63,6 +63,14 @@ Result<ObjectPath> ObjectPath::Child(std::string_view name) const {
   return ObjectPath(std::move(p));
 }
 
+std::optional<ObjectPath> ObjectPath::RelativeTo(const ObjectPath& prefix) const {
+  if (!HasPrefix(prefix)) return std::nullopt;
+  if (prefix.IsRoot()) return *this;
+  // Both are normalised: what follows the prefix is "" or starts with '/'.
+  if (path_.size() == prefix.path_.size()) return ObjectPath();
+  return ObjectPath(path_.substr(prefix.path_.size()));
+}
+
 bool ObjectPath::HasPrefix(const ObjectPath& prefix) const {
   if (prefix.IsRoot()) {
     return true;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,9 @@ class ObjectPath {
   Result<ObjectPath> Child(std::string_view name) const;
   // True if this path equals `prefix` or lies below it (segment-wise).
   bool HasPrefix(const ObjectPath& prefix) const;
+  // This path below `prefix`, as a path of its own ("/ns/a/b" below "/ns" is
+  // "/a/b", "/ns" below "/ns" is "/"); nullopt unless HasPrefix(prefix).
+  std::optional<ObjectPath> RelativeTo(const ObjectPath& prefix) const;
   // Segments, without the empty root segment.
   std::vector<std::string_view> Segments() const;
 

@@ -145,22 +145,6 @@ bhttp::status StatusOf(const core::Status& s) {
 using Request = bhttp::request<bhttp::string_body>;
 using Response = bhttp::response<bhttp::string_body>;
 
-// The mount serving federation path `path` (the longest mounted prefix; the
-// first mount among equals) and the path below its root.
-core::Mount* Route(core::CacheStack& stack, const core::ObjectPath& path, core::ObjectPath* rel) {
-  core::Mount* best = nullptr;
-  for (core::Mount* m : stack.mounts()) {
-    const core::ObjectPath& prefix = m->spec().federation_prefix;
-    auto below = Below(path, prefix);
-    if (!below) continue;
-    if (best == nullptr || prefix.str().size() > best->spec().federation_prefix.str().size()) {
-      best = m;
-      *rel = *below;
-    }
-  }
-  return best;
-}
-
 class Connection {
  public:
   Connection(HttpEndpoint::Shared& shared, int fd) : s_(shared), fd_(fd), stream_(fd) {}
@@ -215,7 +199,7 @@ class Connection {
     auto path = PathOfTarget(target);
     if (!path.ok()) return Error(bhttp::status::bad_request, path.status().message());
     core::ObjectPath rel;
-    core::Mount* mount = Route(s_.stack, *path, &rel);
+    core::Mount* mount = core::MostSpecificMount(s_.stack.mounts(), *path, &rel);
     if (mount == nullptr)
       return Error(bhttp::status::not_found, path->str() + " is below no federation perchd mounts");
     core::FileSystem& fs = mount->fs();

@@ -22,17 +22,6 @@ core::Result<core::ObjectPath> PathOfTarget(std::string_view target) {
   return core::ObjectPath::Parse(*decoded);
 }
 
-std::optional<core::ObjectPath> Below(const core::ObjectPath& path,
-                                      const core::ObjectPath& prefix) {
-  if (!path.HasPrefix(prefix)) return std::nullopt;
-  if (prefix.IsRoot()) return path;
-  std::string_view rest = std::string_view(path.str()).substr(prefix.str().size());
-  if (rest.empty()) return core::ObjectPath();
-  auto p = core::ObjectPath::Parse(rest);
-  if (!p.ok()) return std::nullopt;
-  return *p;
-}
-
 namespace {
 
 // A decimal number of at most 19 digits; nullopt otherwise.

@@ -23,10 +23,6 @@ namespace perch::endpoint {
 // more than core::kMaxPathBytes.
 core::Result<core::ObjectPath> PathOfTarget(std::string_view target);
 
-// `path` below `prefix`, as a path of its own ("/ns/a/b" below "/ns" ->
-// "/a/b"); nullopt when `path` is not at or below `prefix`.
-std::optional<core::ObjectPath> Below(const core::ObjectPath& path, const core::ObjectPath& prefix);
-
 // The answer to a Range header for an object of `size` bytes (RFC 9110 §14):
 // one range "bytes=a-b", "bytes=a-" or "bytes=-n" is served as 206; a range
 // starting at or past the end is 416; anything else (several ranges, another

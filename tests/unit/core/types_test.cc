@@ -39,5 +39,15 @@ TEST(ObjectPathTest, Navigation) {
   EXPECT_TRUE(ObjectPath().Segments().empty());
 }
 
+TEST(ObjectPathTest, RelativeTo) {
+  auto p = [](const char* s) { return *ObjectPath::Parse(s); };
+  EXPECT_EQ(p("/ns/a/b").RelativeTo(p("/ns"))->str(), "/a/b");
+  EXPECT_EQ(p("/ns").RelativeTo(p("/ns"))->str(), "/");
+  EXPECT_EQ(p("/ns/a").RelativeTo(p("/"))->str(), "/ns/a");
+  EXPECT_FALSE(p("/nsx/a").RelativeTo(p("/ns")));
+  EXPECT_FALSE(p("/other").RelativeTo(p("/ns")));
+  EXPECT_FALSE(p("/").RelativeTo(p("/ns")));
+}
+
 }  // namespace
 }  // namespace perch::core

@@ -29,15 +29,6 @@ TEST(PathOfTargetTest, RefusesWhatIsNotACleanAbsolutePath) {
   EXPECT_FALSE(PathOfTarget("/" + std::string(3 * core::kMaxPathBytes, '%')).ok());
 }
 
-TEST(BelowTest, PathsBelowAPrefix) {
-  auto p = [](const char* s) { return *core::ObjectPath::Parse(s); };
-  EXPECT_EQ(Below(p("/ns/a/b"), p("/ns"))->str(), "/a/b");
-  EXPECT_EQ(Below(p("/ns"), p("/ns"))->str(), "/");
-  EXPECT_EQ(Below(p("/ns/a"), p("/"))->str(), "/ns/a");
-  EXPECT_FALSE(Below(p("/nsx/a"), p("/ns")));
-  EXPECT_FALSE(Below(p("/other"), p("/ns")));
-}
-
 TEST(AnswerRangeTest, OneRangeIsServedAsAPart) {
   auto r = AnswerRange("bytes=0-99", 1000);
   EXPECT_EQ(r.kind, RangeAnswer::kPart);
