@@ -20,7 +20,9 @@
 # Needs root (FUSE, drop_caches). Run after a build:  sudo bench/cost.sh
 # Env: SMALL_FILES (2000), LARGE_MB (1024), READERS (32), TAG (file suffix),
 # PERCH_BIN (build/bin), STRACE (1: the strace pass; 0: skip it), ENDPOINT (1: the
-# same reads through perchd's HTTP endpoint with curl; 0: skip them).
+# same reads through perchd's HTTP endpoint with curl; 0: skip them), PERF (1: one
+# more cold pass, cache on tmpfs, under `perf record -g`, summarized into
+# cost-<date>[-TAG]-profile.txt; 0: skip it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -28,6 +30,7 @@ bench_setup cost curl bc strace
 SHM=$WORK/shm
 cost_cleanup() {  # the tmpfs (after the perch mount on it), then what bench_setup made
   fusermount3 -u -z "$WORK/perch" 2>/dev/null || true
+  mountpoint -q "$WORK/ext4" && umount -l "$WORK/ext4"
   mountpoint -q "$SHM" && umount -l "$SHM"
   bench_cleanup
 }
@@ -199,6 +202,54 @@ SETTLE=$SMALL_FILES pass "perch cold, tmpfs cache" "$SMALL_FILES" file "$SMB" "$
 bench_umount "$M"
 rm -rf "$SHM/cache"
 
+# And on a fresh ext4 with a journal (a loop device on a file in the tmpfs), as
+# a node's local disk is usually formatted: the filesystem's own cost per new
+# file without this VM's journal-less root.
+if command -v mkfs.ext4 >/dev/null; then
+  EXT4=$WORK/ext4
+  truncate -s $((SMALL_BYTES / 1000000 * 3 + 256))M "$SHM/ext4.img"
+  mkfs.ext4 -q -F "$SHM/ext4.img"
+  mkdir -p "$EXT4"
+  mount -o loop "$SHM/ext4.img" "$EXT4"
+  bench_mount "$EXT4/cache" "$M"
+  drop
+  SETTLE=$SMALL_FILES pass "perch cold, ext4 cache" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+  bench_umount "$M"
+  umount "$EXT4"
+  rm -f "$SHM/ext4.img"
+fi
+
+# Where a cold small file's CPU goes: perf over one more cold pass (cache on
+# tmpfs, so that perch's own work is not hidden under the filesystem's).
+if [[ ${PERF:-1} == 1 ]] && command -v perf >/dev/null; then
+  echo "== perch cold under perf record" >&2
+  bench_mount "$SHM/cache" "$M"
+  drop
+  perf record -q -F 1999 --call-graph dwarf,16384 -p "$PERCHD_PID" -o "$WORK/perf.data" &
+  PERF_PID=$!
+  PIDS+=("$PERF_PID")
+  sleep 1
+  "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+  settle "$SMALL_FILES"
+  kill -INT "$PERF_PID"
+  wait "$PERF_PID" 2>/dev/null || true
+  bench_umount "$M"
+  rm -rf "$SHM/cache"
+  PROFILE=$WORK/profile.txt
+  {
+    echo "perf record -F 1999 --call-graph dwarf -p <perchd> over one cold pass of $SMALL_FILES files ($READERS readers), cache on tmpfs, $(date -u '+%Y-%m-%d %H:%M UTC'), load $(load)."
+    echo "Self time by shared object:"
+    perf report -i "$WORK/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -12 || true
+    echo
+    echo "Self time by symbol (top 40; [k] kernel, [.] user):"
+    perf report -i "$WORK/perf.data" --no-children --sort sym --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40 || true
+    echo
+    echo "Time including callees, by system call and by perch function (top 40):"
+    perf report -i "$WORK/perf.data" --children --sort sym --stdio 2>/dev/null |
+      grep -E '^ +[0-9].*(__x64_sys_|perch::)' | head -40 || true
+  } > "$PROFILE"
+fi
+
 echo "== large file" >&2
 drop
 plain "local disk, large" "$LGB" GB "$LMB" dd if="$DATA/large.bin" of=/dev/null bs=1M status=none
@@ -265,3 +316,7 @@ mkdir -p "$OUTDIR"
 DEST=$OUTDIR/cost-$STAMP${TAG:+-$TAG}.txt
 cp "$OUT" "$DEST"
 echo "wrote $DEST" >&2
+if [[ -n ${PROFILE:-} ]]; then
+  cp "$PROFILE" "${DEST%.txt}-profile.txt"
+  echo "wrote ${DEST%.txt}-profile.txt" >&2
+fi

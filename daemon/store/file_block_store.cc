@@ -162,22 +162,21 @@ Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint6
     if (errno == ENOENT) return core::NotFoundError("no block " + path, core::FailureSite::kLocal);
     return ErrnoStatus("open", path, errno);
   }
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
   auto corrupt = [&](const std::string& why) {
-    Forget(path);
+    Forget(static_cast<uint64_t>(st.st_ino));
     ::unlink(path.c_str());
     return core::CorruptError("cache block " + path + ": " + why + "; removed",
                               core::FailureSite::kLocal);
   };
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
   ParsedHeader h = ParseHeader(f.fd, static_cast<uint64_t>(st.st_size));
   if (h.read_errno != 0) return ErrnoStatus("read", path, h.read_errno);
   if (!h.why.empty()) return corrupt(h.why);
   if (h.index != key.index || h.id != key.object_id) return corrupt("header names another block");
   const uint64_t header_len = h.header_len, data_len = h.data_len, crc = h.crc;
-  FileId fid{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-             static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-  if (!Verified(path, fid)) {
+  const FileId fid = IdOf(st);
+  if (!Verified(fid)) {
     // First use of this file by this process: check the whole block.
     std::string data(data_len, '\0');
     if (!PreadAll(f.fd, data.data(), data_len, static_cast<off_t>(header_len))) {
@@ -185,7 +184,7 @@ Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint6
       return corrupt("truncated data");
     }
     if (Crc32c(data) != static_cast<uint32_t>(crc)) return corrupt("CRC32C mismatch");
-    MarkVerified(path, fid);
+    MarkVerified(fid);
   }
   *fd_out = f.fd;
   f.fd = -1;
@@ -247,6 +246,8 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
     ::unlink(tmp.c_str());
     return ErrnoStatus("write", tmp, err);
   }
+  struct stat st {};
+  const bool stamped = ::fstat(f.fd, &st) == 0;  // rename keeps inode, size and mtime
   ::close(f.fd);
   f.fd = -1;
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -254,30 +255,35 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
     ::unlink(tmp.c_str());
     return ErrnoStatus("rename", path, err);
   }
+  if (stamped) MarkVerified(IdOf(st));
   return Status::Ok();
 }
 
-bool FileBlockStore::Verified(const std::string& path, const FileId& id) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = verified_.find(path);
-  return it != verified_.end() && it->second == id;
+FileBlockStore::FileId FileBlockStore::IdOf(const struct stat& st) {
+  return FileId{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
-void FileBlockStore::MarkVerified(const std::string& path, const FileId& id) {
+bool FileBlockStore::Verified(const FileId& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = verified_.find(id.ino);
+  return it != verified_.end() && it->second.size == id.size && it->second.mtime_ns == id.mtime_ns;
+}
+
+void FileBlockStore::MarkVerified(const FileId& id) {
   std::lock_guard<std::mutex> l(mu_);
   if (verified_.size() >= (1u << 18))
     verified_.clear();  // bound memory; re-verifying is only slower
-  verified_[path] = id;
+  verified_[id.ino] = FileStamp{id.size, id.mtime_ns};
 }
 
-void FileBlockStore::Forget(const std::string& path) {
+void FileBlockStore::Forget(uint64_t ino) {
   std::lock_guard<std::mutex> l(mu_);
-  verified_.erase(path);
+  verified_.erase(ino);
 }
 
 Status FileBlockStore::Remove(const core::BlockKey& key) {
   const std::string path = PathOf(key);
-  Forget(path);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("remove", path, errno);
   return Status::Ok();
 }
@@ -319,7 +325,7 @@ Result<core::BlockScan> FileBlockStore::ForEachBlock(
       if (!h.why.empty() || dot == std::string::npos || name.substr(0, dot) != h.id ||
           name.substr(dot + 1) != std::to_string(h.index) ||
           p.string() != PathOf(core::BlockKey{h.id, h.index})) {
-        Forget(p.string());
+        Forget(static_cast<uint64_t>(st.st_ino));
         remove(p, size);
         continue;
       }

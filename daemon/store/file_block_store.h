@@ -22,9 +22,13 @@
 // Read checks the header every time, and the CRC32C of the whole block the
 // first time a given file (inode, mtime, size) is read by this process; a
 // verified file is remembered, so a 4 MiB block read in 128 KiB pieces is
-// checksummed once, not 32 times. Any mismatch removes the file and reports
-// kCorrupt. (A file that rots on disk after verification is caught at the
-// next start.)
+// checksummed once, not 32 times. A file this process wrote counts as verified
+// (its bytes are the ones just checksummed; a power cut empties the set), so a
+// cold block is not read back whole to be checked again. Any mismatch removes
+// the file and reports kCorrupt. (A file that rots on disk after verification
+// is caught at the next start.) The set is keyed by inode, at most 2^18 files
+// (about 40 bytes each); an entry outliving its file (evicted) names an inode
+// that a new file matches only with the same size and nanosecond mtime.
 //
 // Thread-safety: all methods are safe from any thread; the verified set is
 // under mu_ (a leaf lock, never held across I/O).
@@ -35,6 +39,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+
+struct stat;
 
 #include "daemon/core/block_store.h"
 
@@ -66,18 +72,23 @@ class FileBlockStore : public core::BlockStore {
     int64_t mtime_ns = 0;
     friend bool operator==(const FileId&, const FileId&) = default;
   };
+  struct FileStamp {
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+  };
+  static FileId IdOf(const struct stat& st);
   // Opens block `key` and checks it (header always, CRC32C once per file).
   // On success `*fd` is open and `*data_offset`/`*data_len` locate the data.
   core::Status OpenChecked(const core::BlockKey& key, int* fd, uint64_t* data_offset,
                            uint64_t* data_len);
-  bool Verified(const std::string& path, const FileId& id);
-  void MarkVerified(const std::string& path, const FileId& id);
-  void Forget(const std::string& path);
+  bool Verified(const FileId& id);
+  void MarkVerified(const FileId& id);
+  void Forget(uint64_t ino);
 
   const std::string root_;
   const std::string tmp_prefix_;  // ".tmp.<random per object>.": whose temp files are whose
   std::mutex mu_;
-  std::unordered_map<std::string, FileId> verified_;  // Protected by mu_
+  std::unordered_map<uint64_t, FileStamp> verified_;  // by inode; Protected by mu_
 };
 
 }  // namespace perch::store
