@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "daemon/core/log_escape.h"
+#include "fuse/kernel_tuning.h"
 
 namespace perch::fuse {
 
@@ -62,40 +63,6 @@ void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   spdlog::log(err == ENOENT || err == EACCES ? spdlog::level::debug : spdlog::level::warn,
               "fuse {}: {} -> {}", op, core::EscapeForLog(s.ToString()), std::strerror(err));
   fuse_reply_err(req, err);
-}
-
-// Sets the kernel read-ahead of the FUSE mount at `mountpoint` to `bytes`.
-// Runs on a thread of its own (detached: it holds nothing of the server)
-// while the session loop serves the stat.
-void SetReadAhead(const std::string& mountpoint, uint64_t bytes) {
-  // The stat waits until the kernel has our INIT reply (which caps the
-  // read-ahead at max_readahead) and names the mount's device: its bdi is
-  // /sys/class/bdi/<major>:<minor>.
-  struct stat st {};
-  if (::stat(mountpoint.c_str(), &st) != 0) return;  // unmounted meanwhile
-  // Still our FUSE mount (not the directory under it, unmounted meanwhile:
-  // that bdi would be a real disk's).
-  struct statfs fs {};
-  constexpr decltype(fs.f_type) kFuseSuperMagic = 0x65735546;
-  if (::statfs(mountpoint.c_str(), &fs) != 0 || fs.f_type != kFuseSuperMagic ||
-      major(st.st_dev) != 0) {
-    return;
-  }
-  const std::string file = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
-                           std::to_string(minor(st.st_dev)) + "/read_ahead_kb";
-  const std::string kb = std::to_string(bytes >> 10);
-  std::FILE* f = std::fopen(file.c_str(), "w");
-  bool ok = f != nullptr && std::fputs(kb.c_str(), f) >= 0;
-  if (f != nullptr) ok = std::fclose(f) == 0 && ok;
-  const int err = errno;
-  if (ok) {
-    spdlog::info("fuse: kernel read-ahead of {} is {} KiB", mountpoint, kb);
-  } else if (::getuid() != 0) {
-    spdlog::info("fuse: kernel read-ahead of {} left as it is (setting it needs root)", mountpoint);
-  } else {
-    spdlog::warn("fuse: cannot set the kernel read-ahead of {} ({}: {})", mountpoint, file,
-                 std::strerror(err));
-  }
 }
 
 // A directory listing taken at opendir, so offsets stay stable across calls.
@@ -418,6 +385,7 @@ struct FuseServer::Ops {
 
 FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
     : fs_(fs), options_(std::move(options)) {
+  options_.max_io = LoggedSpliceableMaxIo(options_.max_io);
   auto root = inodes_.emplace(FUSE_ROOT_ID, Inode{ObjectPath(), 1}).first;
   by_path_.emplace(root->second.path.str(), FUSE_ROOT_ID);
 }

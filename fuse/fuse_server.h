@@ -116,7 +116,7 @@ class FuseServer {
   void FillStat(uint64_t ino, const core::FileAttr& a, struct stat* st) const;
 
   core::FileSystem& fs_;
-  const FuseOptions options_;
+  FuseOptions options_;  // max_io cut to what splices (constructor); constant after
   struct fuse_session* se_ = nullptr;
   std::string mountpoint_;
   std::atomic<bool> mounted_{false};

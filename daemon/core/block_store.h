@@ -1,8 +1,8 @@
 // BlockStore: where cached bytes live. A block is one fixed-size piece of one
 // version of one object (the last block of an object may be shorter; a small
 // object is one block). Writes are all-or-nothing: a reader sees a whole,
-// checksummed block or none (the file implementation writes a temp file,
-// fsyncs and renames it into place).
+// checksummed block or none (the file implementation writes a temp file and
+// renames it into place).
 //
 // Thread-safety: all methods are safe from any thread. They do disk I/O and
 // may block: never call them on the net loop.
@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -30,30 +31,37 @@ struct BlockKey {
   friend auto operator<=>(const BlockKey&, const BlockKey&) = default;
 };
 
-// An open block file and where in it a byte range lies, for replies that
-// move bytes from the file to the kernel without copying them through
-// perch (splice). Owns `fd`.
-class BlockSlice {
+// An open file descriptor, closed when the last holder lets it go: a store's
+// cache of open block files and the slices being served from them share it.
+class BlockFd {
  public:
-  BlockSlice(int fd, uint64_t file_offset, uint64_t length)
-      : fd_(fd), file_offset_(file_offset), length_(length) {}
-  BlockSlice(BlockSlice&& o) noexcept
-      : fd_(o.fd_), file_offset_(o.file_offset_), length_(o.length_) {
-    o.fd_ = -1;
-  }
-  BlockSlice& operator=(BlockSlice&&) = delete;
-  BlockSlice(const BlockSlice&) = delete;
-  BlockSlice& operator=(const BlockSlice&) = delete;
-  ~BlockSlice() {
+  explicit BlockFd(int fd) : fd_(fd) {}
+  ~BlockFd() {
     if (fd_ >= 0) ::close(fd_);
   }
-
+  BlockFd(const BlockFd&) = delete;
+  BlockFd& operator=(const BlockFd&) = delete;
   int fd() const { return fd_; }
+
+ private:
+  const int fd_;
+};
+
+// An open block file and where in it a byte range lies, for replies that
+// move bytes from the file to the kernel without copying them through
+// perch (splice). Readers use positional I/O only (pread, splice with an
+// offset): the descriptor is shared.
+class BlockSlice {
+ public:
+  BlockSlice(std::shared_ptr<const BlockFd> file, uint64_t file_offset, uint64_t length)
+      : file_(std::move(file)), file_offset_(file_offset), length_(length) {}
+
+  int fd() const { return file_->fd(); }
   uint64_t file_offset() const { return file_offset_; }
   uint64_t length() const { return length_; }
 
  private:
-  int fd_;
+  std::shared_ptr<const BlockFd> file_;
   uint64_t file_offset_;
   uint64_t length_;
 };

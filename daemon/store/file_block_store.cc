@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 
 #include "daemon/core/codec.h"
@@ -67,6 +68,24 @@ bool PreadAll(int fd, char* p, size_t n, off_t off) {
   return true;
 }
 
+// CRC32C of `len` bytes of `fd` at `off`, read in pieces through a buffer of
+// this thread's that stays in the CPU's cache (a block-sized buffer per check
+// cost page faults and a copy through memory). False on a read error or EOF.
+bool FileCrc32c(int fd, uint64_t off, uint64_t len, uint32_t* crc_out) {
+  constexpr size_t kPiece = 128 << 10;
+  thread_local std::unique_ptr<unsigned char[]> buf(new unsigned char[kPiece]);
+  uint32_t crc = 0xFFFFFFFFu;
+  while (len > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(len, kPiece));
+    if (!PreadAll(fd, reinterpret_cast<char*>(buf.get()), n, static_cast<off_t>(off))) return false;
+    crc = crc32_iscsi(buf.get(), static_cast<int>(n), crc);
+    off += n;
+    len -= n;
+  }
+  *crc_out = crc ^ 0xFFFFFFFFu;
+  return true;
+}
+
 uint32_t Crc32c(std::string_view data) {
   return crc32_iscsi(reinterpret_cast<unsigned char*>(const_cast<char*>(data.data())),
                      static_cast<int>(data.size()), 0xFFFFFFFFu) ^
@@ -96,9 +115,10 @@ struct Fd {
 
 }  // namespace
 
-FileBlockStore::FileBlockStore(std::string root)
+FileBlockStore::FileBlockStore(std::string root, size_t open_files)
     : root_(std::move(root)),
-      tmp_prefix_(kTmpPrefix + std::to_string(std::random_device{}()) + ".") {}
+      tmp_prefix_(kTmpPrefix + std::to_string(std::random_device{}()) + "."),
+      open_(open_files) {}
 
 std::string FileBlockStore::PathOf(const core::BlockKey& key) const {
   std::string shard = key.object_id.size() >= 2 ? key.object_id.substr(0, 2) : "00";
@@ -153,8 +173,8 @@ ParsedHeader ParseHeader(int fd, uint64_t file_size) {
 
 }  // namespace
 
-Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint64_t* data_offset,
-                                   uint64_t* data_len_out) {
+Result<OpenBlock> FileBlockStore::OpenChecked(const core::BlockKey& key) {
+  if (auto open = open_.Find(key)) return *std::move(open);
   const std::string path = PathOf(key);
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -174,34 +194,33 @@ Status FileBlockStore::OpenChecked(const core::BlockKey& key, int* fd_out, uint6
   if (h.read_errno != 0) return ErrnoStatus("read", path, h.read_errno);
   if (!h.why.empty()) return corrupt(h.why);
   if (h.index != key.index || h.id != key.object_id) return corrupt("header names another block");
-  const uint64_t header_len = h.header_len, data_len = h.data_len, crc = h.crc;
   const FileId fid = IdOf(st);
   if (!Verified(fid)) {
     // First use of this file by this process: check the whole block.
-    std::string data(data_len, '\0');
-    if (!PreadAll(f.fd, data.data(), data_len, static_cast<off_t>(header_len))) {
+    uint32_t crc = 0;
+    if (!FileCrc32c(f.fd, h.header_len, h.data_len, &crc)) {
       if (errno != 0) return ErrnoStatus("read", path, errno);
       return corrupt("truncated data");
     }
-    if (Crc32c(data) != static_cast<uint32_t>(crc)) return corrupt("CRC32C mismatch");
+    if (crc != static_cast<uint32_t>(h.crc)) return corrupt("CRC32C mismatch");
     MarkVerified(fid);
   }
-  *fd_out = f.fd;
+  OpenBlock open{std::make_shared<const core::BlockFd>(f.fd), h.header_len, h.data_len};
   f.fd = -1;
-  *data_offset = header_len;
-  *data_len_out = data_len;
-  return Status::Ok();
+  open_.Put(key, open);
+  return open;
 }
 
 Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t offset,
                                          uint64_t length) {
-  Fd f;
-  uint64_t data_offset = 0, data_len = 0;
-  PERCH_RETURN_IF_ERROR(OpenChecked(key, &f.fd, &data_offset, &data_len));
-  if (offset >= data_len) return core::Bytes();
-  uint64_t n = std::min(length, data_len - offset);
+  Result<OpenBlock> opened = OpenChecked(key);
+  if (!opened.ok()) return opened.status();
+  const OpenBlock& open = *opened;
+  if (offset >= open.data_len) return core::Bytes();
+  uint64_t n = std::min(length, open.data_len - offset);
   std::string part(n, '\0');
-  if (!PreadAll(f.fd, part.data(), n, static_cast<off_t>(data_offset + offset))) {
+  if (!PreadAll(open.file->fd(), part.data(), n, static_cast<off_t>(open.data_offset + offset))) {
+    open_.Erase(key);
     if (errno != 0) return ErrnoStatus("read", PathOf(key), errno);
     return core::CorruptError("cache block " + PathOf(key) + " shrank while being read",
                               core::FailureSite::kLocal);
@@ -211,12 +230,11 @@ Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t off
 
 Result<core::BlockSlice> FileBlockStore::Slice(const core::BlockKey& key, uint64_t offset,
                                                uint64_t length) {
-  int fd = -1;
-  uint64_t data_offset = 0, data_len = 0;
-  PERCH_RETURN_IF_ERROR(OpenChecked(key, &fd, &data_offset, &data_len));
-  core::BlockSlice slice(fd, data_offset + std::min(offset, data_len),
-                         offset >= data_len ? 0 : std::min(length, data_len - offset));
-  return slice;
+  Result<OpenBlock> opened = OpenChecked(key);
+  if (!opened.ok()) return opened.status();
+  OpenBlock& open = *opened;
+  return core::BlockSlice(std::move(open.file), open.data_offset + std::min(offset, open.data_len),
+                          offset >= open.data_len ? 0 : std::min(length, open.data_len - offset));
 }
 
 Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
@@ -225,7 +243,8 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   const std::string tmp = dir + "/" + tmp_prefix_ + std::to_string(rng());
   Fd f;
-  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  // Read-write: the descriptor stays open for the reads that follow (open_).
+  f.fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (f.fd < 0 && errno == ENOENT) {
     // First block of this shard (its parents exist but for the first block
     // of a new cache). Directories are private to the daemon (0700),
@@ -236,7 +255,7 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
         if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d, errno);
       }
     }
-    f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    f.fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   }
   if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
   // No fsync: see the header (a block torn by a power cut fails its check).
@@ -248,14 +267,15 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   }
   struct stat st {};
   const bool stamped = ::fstat(f.fd, &st) == 0;  // rename keeps inode, size and mtime
-  ::close(f.fd);
-  f.fd = -1;
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
     return ErrnoStatus("rename", path, err);
   }
   if (stamped) MarkVerified(IdOf(st));
+  open_.Put(key,
+            OpenBlock{std::make_shared<const core::BlockFd>(f.fd), header.size(), data.size()});
+  f.fd = -1;
   return Status::Ok();
 }
 
@@ -284,6 +304,7 @@ void FileBlockStore::Forget(uint64_t ino) {
 
 Status FileBlockStore::Remove(const core::BlockKey& key) {
   const std::string path = PathOf(key);
+  open_.Erase(key);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("remove", path, errno);
   return Status::Ok();
 }

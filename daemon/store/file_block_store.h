@@ -30,6 +30,12 @@
 // (about 40 bytes each); an entry outliving its file (evicted) names an inode
 // that a new file matches only with the same size and nanosecond mtime.
 //
+// Up to `open_files` block files stay open (OpenBlockCache): a block read
+// again, or read right after it was written, is served through the open
+// descriptor with no open, stat or header read; removing a block lets its
+// descriptor go (a reply still splicing from it finishes first). The header
+// is checked whenever a block file is opened.
+//
 // Thread-safety: all methods are safe from any thread; the verified set is
 // under mu_ (a leaf lock, never held across I/O).
 #pragma once
@@ -43,12 +49,14 @@
 struct stat;
 
 #include "daemon/core/block_store.h"
+#include "daemon/store/open_block_cache.h"
 
 namespace perch::store {
 
 class FileBlockStore : public core::BlockStore {
  public:
-  explicit FileBlockStore(std::string root);
+  explicit FileBlockStore(std::string root, size_t open_files = kDefaultOpenFiles);
+  static constexpr size_t kDefaultOpenFiles = 128;
 
   core::Result<core::Bytes> Read(const core::BlockKey& key, uint64_t offset,
                                  uint64_t length) override;
@@ -77,16 +85,16 @@ class FileBlockStore : public core::BlockStore {
     int64_t mtime_ns = 0;
   };
   static FileId IdOf(const struct stat& st);
-  // Opens block `key` and checks it (header always, CRC32C once per file).
-  // On success `*fd` is open and `*data_offset`/`*data_len` locate the data.
-  core::Status OpenChecked(const core::BlockKey& key, int* fd, uint64_t* data_offset,
-                           uint64_t* data_len);
+  // Block `key`'s open file: from open_, else opened and checked (header,
+  // and CRC32C once per file) and kept in open_.
+  core::Result<OpenBlock> OpenChecked(const core::BlockKey& key);
   bool Verified(const FileId& id);
   void MarkVerified(const FileId& id);
   void Forget(uint64_t ino);
 
   const std::string root_;
   const std::string tmp_prefix_;  // ".tmp.<random per object>.": whose temp files are whose
+  OpenBlockCache open_;
   std::mutex mu_;
   std::unordered_map<uint64_t, FileStamp> verified_;  // by inode; Protected by mu_
 };

@@ -123,6 +123,23 @@ TEST_F(StoreTest, CorruptionIsDetectedAndTheFileRemoved) {
   }
 }
 
+// A block of an earlier process is checked (CRC32C over many read pieces)
+// and served; a flip in its last piece is caught.
+TEST_F(StoreTest, ABlockOfAnEarlierProcessIsCheckedWholeAndServed) {
+  const std::string data = Data((4 << 20) + 123);
+  BlockKey key{"ffef", 0};
+  ASSERT_TRUE(FileBlockStore(dir_.string()).Write(key, data).ok());
+  {
+    FileBlockStore store(dir_.string());
+    auto r = store.Read(key, (4 << 20) + 100, 23);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(*r, data.substr((4 << 20) + 100));
+  }
+  FlipByte(FileBlockStore(dir_.string()).PathOf(key),
+           fs::file_size(FileBlockStore(dir_.string()).PathOf(key)) - 1);
+  EXPECT_EQ(FileBlockStore(dir_.string()).Read(key, 0, 1).status().code(), StatusCode::kCorrupt);
+}
+
 TEST_F(StoreTest, ABlockUnderAnotherKeysNameIsRejected) {
   FileBlockStore store(dir_.string());
   ASSERT_TRUE(store.Write(BlockKey{"aa01", 0}, Data(100)).ok());
