@@ -34,10 +34,7 @@ const std::string& FederationOfMount(const Mount& m) {
 }
 
 void Add(ReadCounters::Values* to, const ReadCounters::Values& v) {
-  to->hits += v.hits;
-  to->misses += v.misses;
-  to->bytes_from_cache += v.bytes_from_cache;
-  to->bytes_from_network += v.bytes_from_network;
+  for (const auto& [name, field] : ReadCounters::Values::Fields()) to->*field += v.*field;
 }
 
 void Add(LatencyHistogram::Snapshot* to, const LatencyHistogram::Snapshot& h) {
