@@ -203,15 +203,15 @@ TEST_F(MultiMountTest, TwoFederationsShareOneCacheAndSurviveARestartOffline) {
   EXPECT_EQ(s["capacity_bytes"].get<uint64_t>(), 12 * kMiB);
 
   // Per-namespace counts, each naming its federation, add up to the totals.
-  std::map<std::string, int> per_fed;
-  for (const json& n : s["namespaces"]) per_fed[n["federation"]]++;
-  ASSERT_EQ(per_fed.size(), 2u) << s.dump();
+  std::map<std::string, int> namespaces_of;
+  for (const json& n : s["namespaces"]) namespaces_of[n["federation"]]++;
+  ASSERT_EQ(namespaces_of.size(), 2u) << s.dump();
   for (const char* key : {"hits", "misses", "bytes_from_cache", "bytes_from_network"}) {
     uint64_t sum = 0;
     for (const json& n : s["namespaces"]) sum += n["counters"][key].get<uint64_t>();
     EXPECT_EQ(sum, s[key].get<uint64_t>()) << key << " " << s.dump();
   }
-  for (const Fed& f : feds_) EXPECT_TRUE(per_fed.contains(f.url)) << s["namespaces"].dump();
+  for (const Fed& f : feds_) EXPECT_TRUE(namespaces_of.contains(f.url)) << s["namespaces"].dump();
 
   // perchctl paths of each mount: mount paths, federation URLs; /data is
   // both federations' path, so it is ambiguous and the error names both.
