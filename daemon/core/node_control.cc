@@ -171,6 +171,7 @@ StatsSnapshot NodeControl::Stats() const {
   s.pinned_bytes = catalog.pinned_bytes();
   s.cached_blocks = catalog.blocks();
   s.evictions = catalog.evictions();
+  s.evicted_bytes = catalog.evicted_bytes();
   if (network_) s.network = network_();
   s.errors = ops_.errors().Take();
   ops_.clients().ForEach([&s](const std::string& name, const ClientCounters& c) {

@@ -81,6 +81,7 @@ struct StatsSnapshot {
   uint64_t pinned_bytes = 0;
   uint64_t cached_blocks = 0;
   uint64_t evictions = 0;
+  uint64_t evicted_bytes = 0;
   NetworkStats network;
   std::vector<std::pair<std::string, uint64_t>> errors;  // by class
   std::vector<std::pair<std::string, LatencyHistogram::Snapshot>> fuse_ops;
@@ -111,6 +112,7 @@ struct StatsSnapshot {
     fn("pinned_bytes", s.pinned_bytes);
     fn("cached_blocks", s.cached_blocks);
     fn("evictions", s.evictions);
+    fn("evicted_bytes", s.evicted_bytes);
     fn("inflight_requests", s.network.inflight_requests);
     fn("queued_requests", s.network.queued_requests);
     fn("range_gets", s.network.range_gets);

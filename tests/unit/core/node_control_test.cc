@@ -126,6 +126,7 @@ TEST_F(ControlCoreTest, EvictRemovesAPrefixButKeepsPins) {
   EXPECT_EQ(r->blocks, 4u);
   EXPECT_EQ(r->bytes, 3400u);
   EXPECT_EQ(r->pinned_objects, 1u);
+  EXPECT_EQ(catalog_->evicted_bytes(), 3400u);
   EXPECT_EQ(catalog_->cached_bytes(), 5u);
   EXPECT_EQ(index_.CountPrefix("o/"), 1u);  // object records go with their last block
   EXPECT_EQ(index_.CountPrefix("b/"), 1u);
@@ -407,6 +408,9 @@ TEST_F(ControlCoreTest, TwoFederationsShareOneCacheAndStayApart) {
   EXPECT_EQ(s.totals.bytes_from_network, 2 * 2500u + 8 * 900u);
   EXPECT_EQ(sum.hits, s.totals.hits);
   EXPECT_EQ(sum.bytes_from_cache, s.totals.bytes_from_cache);
+  // Every fetched byte was stored once: what is not cached now was evicted.
+  EXPECT_GT(s.evicted_bytes, 0u);
+  EXPECT_EQ(s.evicted_bytes, s.totals.bytes_from_network - s.cached_bytes);
 }
 
 }  // namespace
