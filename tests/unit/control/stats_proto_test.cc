@@ -247,6 +247,29 @@ TEST(StatsProto, EveryNumberReachesJsonAsANumber) {
   EXPECT_EQ(ctl::ProtoJson(v1::Stats())["hits"], 0u);
 }
 
+// Numbers outside repeated messages go on a line of `perchctl stats`: each
+// needs a group, its own or its message field's.
+void Ungrouped(const google::protobuf::Descriptor* d, const std::string& group,
+               std::vector<std::string>* out) {
+  for (int k = 0; k < d->field_count(); ++k) {
+    const FieldDescriptor* f = d->field(k);
+    const v1::Metric& opt = f->options().GetExtension(v1::metric);
+    const std::string g = opt.group().empty() ? group : opt.group();
+    if (f->is_repeated() || f->message_type() == v1::Histogram::descriptor()) continue;
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      Ungrouped(f->message_type(), g, out);
+    } else if (g.empty()) {
+      out->push_back(f->full_name());
+    }
+  }
+}
+
+TEST(StatsProto, EveryNumberHasAGroupForPeople) {
+  std::vector<std::string> ungrouped;
+  Ungrouped(v1::Stats::descriptor(), "", &ungrouped);
+  EXPECT_TRUE(ungrouped.empty()) << ::testing::PrintToString(ungrouped);
+}
+
 TEST(StatsProto, TheHumanFormShowsEveryGroupAndTable) {
   v1::Stats stats;
   ASSERT_TRUE(ToProto(Numbered(), &stats).ok());
