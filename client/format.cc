@@ -210,7 +210,10 @@ class StatsText {
         const uint64_t v = f->cpp_type() == FieldDescriptor::CPPTYPE_UINT32 ? r->GetUInt32(m, f)
                                                                             : r->GetUInt64(m, f);
         if (unit == v1::Metric::BYTES) return Size(v);
-        if (unit == v1::Metric::SECONDS) return Duration(static_cast<double>(v));
+        if (unit == v1::Metric::SECONDS) {
+          return v < 120 ? std::to_string(v) + " s"
+                         : Duration(static_cast<double>(v));  // whole seconds
+        }
         return Count(v);
       }
     }

@@ -279,7 +279,7 @@ TEST(StatsProto, TheHumanFormShowsEveryGroupAndTable) {
   for (const char* part :
        {"reads     hits 1,000, misses 1,001, hit ratio 50.0 %, bytes from cache 1002 B",
         "cache     ", "network   ", "errors    ", "NotFound ", "prefetch  sequential blocks ",
-        "perchd    uptime ",
+        "perchd    uptime 16m",
         "LATENCY     COUNT     P50     P99    MEAN\nread            1  5.0 ms  5.0 ms  3.0 "
         "ms\norigin_get      1  5.0 ms  5.0 ms  3.0 ms\n",
         "NAMESPACE   HITS  MISSES  HIT RATIO", "CLIENT  REQUESTS", "WARM"}) {
