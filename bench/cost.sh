@@ -64,7 +64,7 @@ perchd_cpu() { awk '{ print $14, $15 }' "/proc/$PERCHD_PID/stat"; }
 # fuse_counts -> "op=count ..." of perchd's FUSE requests so far
 fuse_counts() {
   "$BIN/perchctl" --socket "$CTL" stats --json |
-    python3 -c 'import json,sys; d=json.load(sys.stdin)["fuse_ops"]; print(" ".join("%s=%d" % (k, v["count"]) for k, v in sorted(d.items())))'
+    python3 -c 'import json,sys; d=json.load(sys.stdin)["fuse_ops"]; print(" ".join("%s=%d" % (o["op"], o["latency"]["count"]) for o in sorted(d, key=lambda o: o["op"])))'
 }
 load() { cut -d' ' -f1 /proc/loadavg; }
 # settle BLOCKS: waits (up to 60 s) until perchd has stored BLOCKS blocks, so

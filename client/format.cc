@@ -1,20 +1,17 @@
 #include "client/format.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <stdexcept>
 
 namespace perch::ctl {
 
 using nlohmann::json;
-
-namespace {
-
-json HistogramJson(const v1::Histogram& h);
-
-}  // namespace
 
 std::string Size(uint64_t bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -99,173 +96,262 @@ void Table(const std::vector<std::vector<std::string>>& rows, std::string_view a
   }
 }
 
-json WarmJson(const v1::WarmProgress& w) {
-  return json{{"job_id", w.job_id()},
-              {"paths", std::vector<std::string>(w.paths().begin(), w.paths().end())},
-              {"files_total", w.files_total()},
-              {"files_done", w.files_done()},
-              {"files_failed", w.files_failed()},
-              {"bytes_total", w.bytes_total()},
-              {"bytes_done", w.bytes_done()},
-              {"listing_done", w.listing_done()},
-              {"finished", w.finished()},
-              {"cancelled", w.cancelled()},
-              {"errors", std::vector<std::string>(w.errors().begin(), w.errors().end())}};
-}
-
 namespace {
 
-json HistogramJson(const v1::Histogram& h) {
-  return json{{"count", h.count()},
-              {"sum_seconds", h.sum_seconds()},
-              {"p50_seconds", Quantile(h, 0.5)},
-              {"p99_seconds", Quantile(h, 0.99)}};
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+
+// Proto3's JSON mapping writes 64-bit integers as strings (for JavaScript's
+// sake); perchctl's readers are jq and Python, and the numbers were always
+// JSON numbers. Turns them back, guided by the descriptor so that a string
+// field holding digits stays a string.
+void Unquote64(const Descriptor* d, json& j) {
+  for (int k = 0; k < d->field_count(); ++k) {
+    const FieldDescriptor* f = d->field(k);
+    auto it = j.find(f->name());
+    if (it == j.end()) continue;
+    auto fix = [f](json& v) {
+      if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        Unquote64(f->message_type(), v);
+      } else if (v.is_string() && f->cpp_type() == FieldDescriptor::CPPTYPE_UINT64) {
+        v = std::stoull(v.get<std::string>());
+      } else if (v.is_string() && f->cpp_type() == FieldDescriptor::CPPTYPE_INT64) {
+        v = std::stoll(v.get<std::string>());
+      }
+    };
+    if (f->is_repeated() && it->is_array()) {
+      for (json& v : *it) fix(v);
+    } else if (!f->is_repeated()) {
+      fix(*it);
+    }
+  }
 }
 
 }  // namespace
 
-json StatsJson(const v1::Stats& s) {
-  json j{{"hits", s.hits()},
-         {"misses", s.misses()},
-         {"hit_ratio", s.hits() + s.misses() ? static_cast<double>(s.hits()) /
-                                                   static_cast<double>(s.hits() + s.misses())
-                                             : 0.0},
-         {"bytes_from_cache", s.bytes_from_cache()},
-         {"bytes_from_network", s.bytes_from_network()},
-         {"cached_bytes", s.cached_bytes()},
-         {"capacity_bytes", s.capacity_bytes()},
-         {"pinned_bytes", s.pinned_bytes()},
-         {"cached_blocks", s.cached_blocks()},
-         {"evictions", s.evictions()},
-         {"failovers", s.failovers()},
-         {"resumes", s.resumes()},
-         {"range_gets", s.range_gets()},
-         {"inflight_requests", s.inflight_requests()},
-         {"queued_requests", s.queued_requests()},
-         {"shared_fetches", s.shared_fetches()},
-         {"corrupt_blocks", s.corrupt_blocks()},
-         {"store_errors", s.store_errors()},
-         {"offline", s.offline()},
-         {"uptime_seconds", s.uptime_seconds()}};
-  json errors = json::object();
-  for (const auto& e : s.errors()) errors[e.error_class()] = e.count();
-  j["errors"] = errors;
-  // "namespaces" by federation path (summed where two federations have the
-  // same one), and the same grouped by federation: both add up to the totals.
-  json ns = json::object(), feds = json::object();
-  for (const auto& n : s.namespaces()) {
-    const auto& c = n.counters();
-    json one{{"hits", c.hits()},
-             {"misses", c.misses()},
-             {"bytes_from_cache", c.bytes_from_cache()},
-             {"bytes_from_network", c.bytes_from_network()}};
-    feds[n.federation()]["namespaces"][n.path()] = one;
-    if (!ns.contains(n.path())) {
-      ns[n.path()] = one;
-    } else {
-      for (auto& [k, v] : one.items())
-        ns[n.path()][k] = ns[n.path()][k].get<uint64_t>() + v.get<uint64_t>();
-    }
-  }
-  j["namespaces"] = ns;
-  j["federations"] = feds;
-  json ops = json::object();
-  for (const auto& o : s.fuse_ops()) ops[o.op()] = HistogramJson(o.latency());
-  j["fuse_ops"] = ops;
-  json clients = json::object();
-  for (const auto& c : s.http_clients()) {
-    clients[c.client()] =
-        json{{"requests", c.requests()}, {"bytes", c.bytes()}, {"errors", c.errors()}};
-  }
-  j["http_clients"] = clients;
-  j["origin_get"] = HistogramJson(s.origin_get());
-  json warms = json::array();
-  for (const auto& w : s.warm_jobs()) warms.push_back(WarmJson(w));
-  j["warm_jobs"] = warms;
-  const auto& p = s.prefetch();
-  j["prefetch"] = json{{"sequential_blocks", p.sequential_blocks()},
-                       {"directory_files", p.directory_files()},
-                       {"hinted_files", p.hinted_files()},
-                       {"withdrawn", p.withdrawn()},
-                       {"queued_demand", p.queued_demand()},
-                       {"queued_hint", p.queued_hint()},
-                       {"queued_warm", p.queued_warm()},
-                       {"queued_speculative", p.queued_speculative()},
-                       {"max_in_flight_seen", p.max_in_flight_seen()},
-                       {"budget_requests", p.budget_requests()},
-                       {"boosted", p.boosted()}};
+json ProtoJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;  // a zero counter is still there
+  options.preserve_proto_field_names = true;     // snake_case keys, as in perch.proto
+  std::string text;
+  auto st = google::protobuf::util::MessageToJsonString(m, &text, options);
+  // The printer fails only on Any fields it cannot resolve; ours have none.
+  if (!st.ok()) throw std::runtime_error("JSON printer: " + st.ToString());
+  json j = json::parse(text);
+  Unquote64(m.GetDescriptor(), j);
   return j;
 }
 
+namespace {
+
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// `perchctl stats` for people, made by walking the Stats message: numbers go
+// on the line of their (perch.v1.metric) group with their unit, repeated
+// messages become tables, histograms rows of a latency table (P50 and P99
+// are the upper bounds of their buckets), so a new field shows
+// without a change here.
+class StatsText {
+ public:
+  void Walk(const Message& m, std::string_view group) {
+    const auto* d = m.GetDescriptor();
+    const Reflection* r = m.GetReflection();
+    for (int k = 0; k < d->field_count(); ++k) {
+      const FieldDescriptor* f = d->field(k);
+      const v1::Metric& opt = f->options().GetExtension(v1::metric);
+      const std::string_view g = opt.group().empty() ? group : opt.group();
+      if (f->message_type() == v1::WarmProgress::descriptor()) continue;  // its own table
+      if (f->message_type() == v1::Histogram::descriptor()) {
+        Latency(f->name(), static_cast<const v1::Histogram&>(r->GetMessage(m, f)));
+      } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !f->is_repeated()) {
+        Walk(r->GetMessage(m, f), g);
+      } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        Repeated(m, f, g);
+      } else if (!f->is_repeated() && f->cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
+        Line(g) += Label(f) + " " + Value(m, f);
+        if (const std::string ratio = HitRatio(m, f); !ratio.empty()) {
+          Line(g) += "hit ratio " + ratio;
+        }
+      }
+    }
+  }
+
+  void Print() const {
+    for (const auto& [group, line] : lines_) {
+      std::string padded = group + std::string(group.size() < 10 ? 10 - group.size() : 1, ' ');
+      std::cout << padded << line << "\n";
+    }
+    for (const Rows& t : tables_) {
+      std::cout << "\n";
+      Table(t.rows, t.align);
+    }
+  }
+
+ private:
+  static std::string Label(const FieldDescriptor* f) {
+    std::string name = f->name();
+    for (std::string_view unit : {"_bytes", "_seconds"}) {
+      if (name.size() > unit.size() && name.ends_with(unit)) name.resize(name.size() - unit.size());
+    }
+    std::replace(name.begin(), name.end(), '_', ' ');
+    return name;
+  }
+
+  static std::string Value(const Message& m, const FieldDescriptor* f) {
+    const Reflection* r = m.GetReflection();
+    const auto unit = f->options().GetExtension(v1::metric).unit();
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_BOOL:
+        return r->GetBool(m, f) ? "yes" : "no";
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        return Duration(r->GetDouble(m, f));
+      default: {
+        const uint64_t v = f->cpp_type() == FieldDescriptor::CPPTYPE_UINT32 ? r->GetUInt32(m, f)
+                                                                            : r->GetUInt64(m, f);
+        if (unit == v1::Metric::BYTES) return Size(v);
+        if (unit == v1::Metric::SECONDS) {
+          return v < 120 ? std::to_string(v) + " s"
+                         : Duration(static_cast<double>(v));  // whole seconds
+        }
+        return Count(v);
+      }
+    }
+  }
+
+  // After the field "misses" of a message that also has "hits": their ratio.
+  static std::string HitRatio(const Message& m, const FieldDescriptor* f) {
+    const FieldDescriptor* hits = m.GetDescriptor()->FindFieldByName("hits");
+    if (f->name() != "misses" || hits == nullptr ||
+        hits->cpp_type() != FieldDescriptor::CPPTYPE_UINT64) {
+      return "";
+    }
+    const Reflection* r = m.GetReflection();
+    return Ratio(r->GetUInt64(m, hits), r->GetUInt64(m, f));
+  }
+
+  std::string& Line(std::string_view group) {
+    for (auto& [g, line] : lines_) {
+      if (g == group) return line += ", ";
+    }
+    return lines_.emplace_back(std::string(group), "").second;
+  }
+
+  // A histogram as a row of the latency table (the first table).
+  void Latency(const std::string& name, const v1::Histogram& h) {
+    if (h.count() == 0) return;
+    if (tables_.empty() || tables_.front().rows.front().front() != "LATENCY") {
+      tables_.insert(tables_.begin(), Rows{{{"LATENCY", "COUNT", "P50", "P99", "MEAN"}}, "lrrrr"});
+    }
+    tables_.front().rows.push_back({name, Count(h.count()), Duration(Quantile(h, 0.5)),
+                                    Duration(Quantile(h, 0.99)),
+                                    Duration(h.sum_seconds() / static_cast<double>(h.count()))});
+  }
+
+  // One element of a repeated message as table cells: its labels (left
+  // aligned) and numbers, through singular messages; histograms go apart.
+  struct Row {
+    std::vector<std::string> head, cells;
+    std::string align;
+    std::vector<bool> only_if_varies;
+    bool counted = false;  // some number is not zero
+    bool numbers = false;
+  };
+  static void Cells(const Message& m, Row* row) {
+    const auto* d = m.GetDescriptor();
+    const Reflection* r = m.GetReflection();
+    for (int k = 0; k < d->field_count(); ++k) {
+      const FieldDescriptor* f = d->field(k);
+      if (f->is_repeated() || f->message_type() == v1::Histogram::descriptor()) continue;
+      const bool label = f->options().HasExtension(v1::label);
+      if (label) {
+        row->head.push_back(f->options().GetExtension(v1::label).name());
+        row->cells.push_back(r->GetString(m, f));
+      } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        Cells(r->GetMessage(m, f), row);
+        continue;
+      } else if (f->cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
+        row->head.push_back(Label(f));
+        row->cells.push_back(Value(m, f));
+        row->numbers = true;
+        row->counted |= f->cpp_type() == FieldDescriptor::CPPTYPE_UINT64 && r->GetUInt64(m, f) > 0;
+        if (const std::string ratio = HitRatio(m, f); !ratio.empty()) {
+          row->head.push_back("hit ratio");
+          row->cells.push_back(ratio);
+          row->align += 'r';
+          row->only_if_varies.push_back(false);
+        }
+      } else {
+        continue;
+      }
+      row->align += label ? 'l' : 'r';
+      row->only_if_varies.push_back(label && f->options().GetExtension(v1::label).only_if_varies());
+    }
+  }
+
+  // A repeated message: a histogram per element onto the latency line; in a
+  // group, one "labels numbers" entry per element that counted something;
+  // otherwise a table.
+  void Repeated(const Message& m, const FieldDescriptor* f, std::string_view group) {
+    const Reflection* r = m.GetReflection();
+    std::vector<std::vector<std::string>> rows;
+    Row first;
+    for (int i = 0; i < r->FieldSize(m, f); ++i) {
+      const Message& e = r->GetRepeatedMessage(m, f, i);
+      const auto* d = e.GetDescriptor();
+      for (int k = 0; k < d->field_count(); ++k) {
+        if (d->field(k)->message_type() != v1::Histogram::descriptor()) continue;
+        const FieldDescriptor* name = d->field(0);  // the label, or the field's name
+        Latency(name->cpp_type() == FieldDescriptor::CPPTYPE_STRING
+                    ? e.GetReflection()->GetString(e, name)
+                    : f->name(),
+                static_cast<const v1::Histogram&>(e.GetReflection()->GetMessage(e, d->field(k))));
+      }
+      Row row;
+      Cells(e, &row);
+      if (!row.numbers) continue;
+      if (!group.empty()) {
+        if (row.counted) Line(group) += Join(row.cells, " ");
+        continue;
+      }
+      if (rows.empty()) first = row;
+      rows.push_back(std::move(row.cells));
+    }
+    if (rows.empty()) return;
+    rows.insert(rows.begin(), first.head);
+    for (std::string& h : rows.front()) std::transform(h.begin(), h.end(), h.begin(), ::toupper);
+    // Columns that say the same on every row where they only tell rows apart.
+    for (size_t c = first.align.size(); c-- > 0;) {
+      bool same = true;
+      for (size_t i = 2; i < rows.size(); ++i) same &= rows[i][c] == rows[1][c];
+      if (!first.only_if_varies[c] || !same) continue;
+      for (auto& row : rows) row.erase(row.begin() + static_cast<ptrdiff_t>(c));
+      first.align.erase(c, 1);
+    }
+    tables_.push_back({std::move(rows), first.align});
+  }
+
+  static std::string Join(const std::vector<std::string>& v, std::string_view sep) {
+    std::string out;
+    for (const std::string& s : v) out += (out.empty() ? "" : std::string(sep)) + s;
+    return out;
+  }
+
+  std::vector<std::pair<std::string, std::string>> lines_;  // group, "name value, ..."
+  struct Rows {
+    std::vector<std::vector<std::string>> rows;  // the header first
+    std::string align;
+  };
+  std::vector<Rows> tables_;
+};
+
+}  // namespace
+
 void PrintStats(const v1::Stats& s) {
+  StatsText text;
+  text.Walk(s, "");
+  text.Print();
   std::vector<std::vector<std::string>> rows;
-  double used = s.capacity_bytes() ? 100.0 * static_cast<double>(s.cached_bytes()) /
-                                         static_cast<double>(s.capacity_bytes())
-                                   : 0;
-  char pct[16];
-  std::snprintf(pct, sizeof(pct), "%.1f %%", used);
-  std::cout << "cache     " << Size(s.cached_bytes()) << " of " << Size(s.capacity_bytes()) << " ("
-            << pct << "), " << Count(s.cached_blocks()) << " blocks, " << Size(s.pinned_bytes())
-            << " pinned, " << Count(s.evictions()) << " evicted\n";
-  std::cout << "reads     " << Count(s.hits()) << " hits, " << Count(s.misses())
-            << " misses, hit ratio " << Ratio(s.hits(), s.misses()) << "; "
-            << Size(s.bytes_from_cache()) << " from cache, " << Size(s.bytes_from_network())
-            << " from network\n";
-  std::cout << "network   " << s.inflight_requests() << " in flight, " << s.queued_requests()
-            << " queued, " << Count(s.range_gets()) << " range GETs, " << Count(s.failovers())
-            << " failovers, " << Count(s.resumes()) << " resumes"
-            << (s.offline() ? ", OFFLINE (serving cached metadata)" : "") << "\n";
-  const auto& pf = s.prefetch();
-  std::cout << "prefetch  " << Count(pf.sequential_blocks()) << " read-ahead blocks, "
-            << Count(pf.directory_files()) << " directory files, " << Count(pf.hinted_files())
-            << " hinted files, " << Count(pf.withdrawn()) << " withdrawn; queued "
-            << pf.queued_demand() + pf.queued_hint() + pf.queued_warm() + pf.queued_speculative()
-            << ", at most " << pf.max_in_flight_seen() << " of " << pf.budget_requests()
-            << " in flight\n";
-  if (s.http_clients_size() > 0) {
-    std::string line;
-    for (const auto& c : s.http_clients()) {
-      line += (line.empty() ? "" : ", ") + c.client() + " " + Count(c.requests()) + " requests " +
-              Size(c.bytes()) + (c.errors() > 0 ? " (" + Count(c.errors()) + " errors)" : "");
-    }
-    std::cout << "http      " << line << "\n";
-  }
-  std::string errs;
-  for (const auto& e : s.errors()) {
-    if (e.count() > 0)
-      errs += (errs.empty() ? "" : ", ") + e.error_class() + " " + Count(e.count());
-  }
-  // Blocks served but not cached (full disk) and dropped for failing their check.
-  if (s.store_errors() > 0)
-    errs += (errs.empty() ? "" : ", ") + std::string("store ") + Count(s.store_errors());
-  if (s.corrupt_blocks() > 0)
-    errs += (errs.empty() ? "" : ", ") + std::string("corrupt blocks ") + Count(s.corrupt_blocks());
-  std::cout << "errors    " << (errs.empty() ? "none" : errs) << "\n";
-  const v1::Histogram* read = nullptr;
-  for (const auto& o : s.fuse_ops()) {
-    if (o.op() == "read") read = &o.latency();
-  }
-  std::cout << "latency   read p50 " << (read ? Duration(Quantile(*read, 0.5)) : "-") << ", p99 "
-            << (read ? Duration(Quantile(*read, 0.99)) : "-") << "; origin GET p50 "
-            << Duration(Quantile(s.origin_get(), 0.5)) << ", p99 "
-            << Duration(Quantile(s.origin_get(), 0.99)) << "  (bucket upper bounds)\n";
-  if (s.namespaces_size() > 0) {
-    std::cout << "\n";
-    // Grouped by federation: a FEDERATION column once the node mounts several.
-    auto sorted = std::vector<v1::NamespaceStats>(s.namespaces().begin(), s.namespaces().end());
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [](const auto& a, const auto& b) { return a.federation() < b.federation(); });
-    bool several = !sorted.empty() && sorted.front().federation() != sorted.back().federation();
-    rows.push_back({"NAMESPACE", "HITS", "MISSES", "HIT RATIO", "FROM CACHE", "FROM NETWORK"});
-    if (several) rows.back().push_back("FEDERATION");
-    for (const auto& n : sorted) {
-      const auto& c = n.counters();
-      rows.push_back({n.path(), Count(c.hits()), Count(c.misses()), Ratio(c.hits(), c.misses()),
-                      Size(c.bytes_from_cache()), Size(c.bytes_from_network())});
-      if (several) rows.back().push_back(n.federation());
-    }
-    Table(rows, several ? "lrrrrrl" : "lrrrrr");
-  }
   if (s.warm_jobs_size() > 0) {
     std::cout << "\n";
     rows.clear();

@@ -23,8 +23,9 @@ double Quantile(const v1::Histogram& h, double q);
 // (left) or 'r' (right, for numbers) per column.
 void Table(const std::vector<std::vector<std::string>>& rows, std::string_view align);
 
-nlohmann::json WarmJson(const v1::WarmProgress& w);
-nlohmann::json StatsJson(const v1::Stats& s);
+// `m` in the proto3 JSON mapping (field names as in perch.proto, zeros
+// included), except that 64-bit integers are JSON numbers, not strings.
+nlohmann::json ProtoJson(const google::protobuf::Message& m);
 // `perchctl stats` for people.
 void PrintStats(const v1::Stats& s);
 

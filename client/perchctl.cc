@@ -48,7 +48,7 @@ int Stats(Client& c, bool as_json, double watch) {
     grpc::Status st = c.stub().GetStats(ctx.get(), v1::GetStatsRequest(), &s);
     if (!st.ok()) return c.Fail(st, "stats");
     if (as_json) {
-      std::cout << StatsJson(s).dump(watch > 0 ? -1 : 2) << std::endl;
+      std::cout << ProtoJson(s).dump(watch > 0 ? -1 : 2) << std::endl;
     } else {
       if (watch > 0 && ::isatty(1)) std::cout << "\x1b[H\x1b[2J";
       PrintStats(s);
@@ -132,7 +132,7 @@ int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recur
     return c.Fail(st, "warm");
   }
   if (as_json) {
-    std::cout << WarmJson(last).dump(2) << std::endl;
+    std::cout << ProtoJson(last).dump(2) << std::endl;
   } else if (!wait) {
     std::cout << "warming in the background (job #" << last.job_id()
               << "); `perchctl stats` shows its progress\n";

@@ -78,9 +78,6 @@ class ControlServer {
   std::string socket_path_;  // removed at Shutdown
 };
 
-// Renders `s` in the Prometheus text exposition format (version 0.0.4).
-std::string RenderPrometheus(const core::StatsSnapshot& s);
-
 // A minimal HTTP server answering GET /metrics (loopback unless allowed
 // otherwise). Requests are bounded: 8 KiB of headers, no body, 5 s.
 class MetricsServer {

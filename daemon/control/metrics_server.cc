@@ -9,6 +9,8 @@
 #include <boost/beast/http.hpp>
 
 #include "daemon/control/control_server.h"
+#include "daemon/control/prometheus.h"
+#include "daemon/control/stats_proto.h"
 #include "proto/control_address.h"
 
 namespace perch::control {
@@ -49,7 +51,10 @@ class Session : public std::enable_shared_from_this<Session> {
       response_.result(bhttp::status::ok);
       response_.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
       try {
-        response_.body() = RenderPrometheus(node_.Stats());
+        v1::Stats stats;
+        core::Status st = ToProto(node_.Stats(), &stats);
+        if (!st.ok()) spdlog::error("metrics: {}", st.ToString());  // a bug; the rest is served
+        response_.body() = RenderPrometheus(stats);
       } catch (const std::exception& e) {
         response_.result(bhttp::status::internal_server_error);
         response_.body() = std::string(e.what()) + "\n";

@@ -1,12 +1,20 @@
-// The Prometheus text exposition of a StatsSnapshot. Metric names follow
-// Prometheus conventions: base units (bytes, seconds), _total for counters.
+#include "daemon/control/prometheus.h"
+
 #include <fmt/format.h>
 
-#include "daemon/control/control_server.h"
+#include <map>
+#include <string_view>
+#include <vector>
+
+#include "proto/perch.pb.h"
 
 namespace perch::control {
 
 namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
 
 // Escapes a label value: backslash, double quote and newline.
 std::string Escape(std::string_view v) {
@@ -25,146 +33,152 @@ std::string Escape(std::string_view v) {
   return out;
 }
 
-class Writer {
+// Families in the order first seen, each with its samples together (the
+// format wants a family's lines in one group; repeated messages visit their
+// families once per element).
+class Exposition {
  public:
-  void Family(std::string_view name, std::string_view type, std::string_view help) {
-    out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  std::string& Family(const std::string& name, std::string_view type, std::string_view help) {
+    auto [it, added] = index_.emplace(name, families_.size());
+    if (added) families_.push_back({name, std::string(type), std::string(help), ""});
+    Entry& e = families_[it->second];
+    if (e.help.empty()) e.help = help;  // series after the first of a family may have none
+    return e.samples;
   }
-  void Sample(std::string_view name, uint64_t value, std::string_view labels = "") {
-    out_ +=
-        fmt::format("{}{} {}\n", name, labels.empty() ? "" : fmt::format("{{{}}}", labels), value);
-  }
-  void One(std::string_view name, std::string_view type, std::string_view help, uint64_t value) {
-    Family(name, type, help);
-    Sample(name, value);
-  }
-  void Histogram(std::string_view name, std::string_view labels,
-                 const core::LatencyHistogram::Snapshot& h) {
-    std::string prefix = labels.empty() ? "" : std::string(labels) + ",";
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < h.counts.size(); ++i) {
-      cumulative += h.counts[i];
-      std::string le = i < h.bounds.size() ? fmt::format("{}", h.bounds[i]) : "+Inf";
-      out_ += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, prefix, le, cumulative);
+  std::string Take() const {
+    std::string out;
+    for (const Entry& e : families_) {
+      out +=
+          fmt::format("# HELP {} {}\n# TYPE {} {}\n{}", e.name, e.help, e.name, e.type, e.samples);
     }
-    std::string l = labels.empty() ? "" : fmt::format("{{{}}}", labels);
-    out_ += fmt::format("{}_sum{} {}\n{}_count{} {}\n", name, l, h.sum_seconds, name, l, h.count);
+    return out;
   }
-  std::string Take() { return std::move(out_); }
 
  private:
-  std::string out_;
+  struct Entry {
+    std::string name, type, help, samples;
+  };
+  std::vector<Entry> families_;
+  std::map<std::string, size_t> index_;
 };
+
+std::string Braced(const std::string& labels) { return labels.empty() ? "" : "{" + labels + "}"; }
+
+std::string Join(const std::string& a, const std::string& b) {
+  return a.empty() ? b : b.empty() ? a : a + "," + b;
+}
+
+void AddHistogram(const std::string& name, const std::string& help, const std::string& labels,
+                  const v1::Histogram& h, Exposition* out) {
+  std::string& s = out->Family(name, "histogram", help);
+  uint64_t cumulative = 0;
+  for (int i = 0; i < h.counts_size(); ++i) {
+    cumulative += h.counts(i);
+    std::string le = i < h.bounds_seconds_size() ? fmt::format("{}", h.bounds_seconds(i)) : "+Inf";
+    s += fmt::format("{}_bucket{{{}}} {}\n", name, Join(labels, "le=\"" + le + "\""), cumulative);
+  }
+  s += fmt::format("{}_sum{} {}\n{}_count{} {}\n", name, Braced(labels), h.sum_seconds(), name,
+                   Braced(labels), h.count());
+}
+
+void AddNumber(const Message& m, const FieldDescriptor* f, const std::string& prefix,
+               const std::string& labels, Exposition* out) {
+  const v1::Metric& opt = f->options().GetExtension(v1::metric);
+  const bool counter = opt.type() == v1::Metric::COUNTER;
+  const std::string name =
+      "perch_" + (opt.name().empty() ? prefix + f->name() : opt.name()) + (counter ? "_total" : "");
+  const Reflection* r = m.GetReflection();
+  std::string value;
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_UINT64:
+      value = fmt::format("{}", r->GetUInt64(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      value = fmt::format("{}", r->GetUInt32(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      value = fmt::format("{}", r->GetInt64(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      value = r->GetBool(m, f) ? "1" : "0";
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      value = fmt::format("{}", r->GetDouble(m, f));
+      break;
+    default:
+      return;  // strings are labels or nothing
+  }
+  std::string series;
+  if (!opt.series().empty()) {
+    const size_t eq = opt.series().find('=');
+    series = opt.series().substr(0, eq) + "=\"" + Escape(opt.series().substr(eq + 1)) + "\"";
+  }
+  out->Family(name, counter ? "counter" : "gauge", opt.help()) +=
+      fmt::format("{}{} {}\n", name, Braced(Join(labels, series)), value);
+}
+
+void Walk(const Message& m, const std::string& prefix, const std::string& labels, Exposition* out);
+
+// The label fields of `elements` (messages of one repeated field), for element `i`.
+std::string ElementLabels(const std::vector<const Message*>& elements, size_t i) {
+  std::string labels;
+  const auto* d = elements[i]->GetDescriptor();
+  for (int k = 0; k < d->field_count(); ++k) {
+    const FieldDescriptor* f = d->field(k);
+    if (!f->options().HasExtension(v1::label)) continue;
+    const v1::Label& l = f->options().GetExtension(v1::label);
+    const std::string v = elements[i]->GetReflection()->GetString(*elements[i], f);
+    bool varies = false;
+    for (const Message* e : elements) varies |= e->GetReflection()->GetString(*e, f) != v;
+    if (l.only_if_varies() && !varies) continue;
+    labels = Join(labels, l.name() + "=\"" + Escape(v) + "\"");
+  }
+  return labels;
+}
+
+void WalkMessageField(const Message& m, const FieldDescriptor* f, const std::string& prefix,
+                      const std::string& labels, Exposition* out) {
+  const v1::Metric& opt = f->options().GetExtension(v1::metric);
+  const Reflection* r = m.GetReflection();
+  if (f->message_type() == v1::Histogram::descriptor()) {
+    const std::string name = "perch_" + (opt.name().empty() ? prefix + f->name() : opt.name());
+    if (f->is_repeated()) return;  // not a shape Stats uses
+    AddHistogram(name, opt.help(), labels, static_cast<const v1::Histogram&>(r->GetMessage(m, f)),
+                 out);
+    return;
+  }
+  const std::string sub_prefix =
+      opt.flatten() ? prefix : (opt.name().empty() ? prefix + f->name() : opt.name()) + "_";
+  if (!f->is_repeated()) {
+    Walk(r->GetMessage(m, f), sub_prefix, labels, out);
+    return;
+  }
+  std::vector<const Message*> elements;
+  for (int i = 0; i < r->FieldSize(m, f); ++i) elements.push_back(&r->GetRepeatedMessage(m, f, i));
+  for (size_t i = 0; i < elements.size(); ++i) {
+    Walk(*elements[i], sub_prefix, Join(labels, ElementLabels(elements, i)), out);
+  }
+}
+
+void Walk(const Message& m, const std::string& prefix, const std::string& labels, Exposition* out) {
+  const auto* d = m.GetDescriptor();
+  for (int k = 0; k < d->field_count(); ++k) {
+    const FieldDescriptor* f = d->field(k);
+    if (f->options().GetExtension(v1::metric).omit()) continue;
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      WalkMessageField(m, f, prefix, labels, out);
+    } else if (!f->is_repeated()) {
+      AddNumber(m, f, prefix, labels, out);
+    }
+  }
+}
 
 }  // namespace
 
-std::string RenderPrometheus(const core::StatsSnapshot& s) {
-  Writer w;
-  w.One("perch_hits_total", "counter", "Blocks served from the node cache.", s.totals.hits);
-  w.One("perch_misses_total", "counter", "Blocks fetched from the federation.", s.totals.misses);
-  w.One("perch_bytes_from_cache_total", "counter", "Bytes served from the node cache.",
-        s.totals.bytes_from_cache);
-  w.One("perch_bytes_from_network_total", "counter", "Bytes fetched from the federation.",
-        s.totals.bytes_from_network);
-  w.One("perch_shared_fetches_total", "counter", "Misses that joined a fetch already in flight.",
-        s.shared_fetches);
-  w.One("perch_corrupt_blocks_total", "counter", "Cached blocks that failed their check.",
-        s.corrupt_blocks);
-  w.One("perch_store_errors_total", "counter", "Blocks served but not cached.", s.store_errors);
-  w.One("perch_cached_bytes", "gauge", "Bytes in the block cache.", s.cached_bytes);
-  w.One("perch_capacity_bytes", "gauge", "The block cache quota.", s.capacity_bytes);
-  w.One("perch_pinned_bytes", "gauge", "Cached bytes below a pin.", s.pinned_bytes);
-  w.One("perch_cached_blocks", "gauge", "Blocks in the block cache.", s.cached_blocks);
-  w.One("perch_evictions_total", "counter", "Blocks evicted.", s.evictions);
-  w.One("perch_failovers_total", "counter", "Moves to the next server after a failure.",
-        s.network.failovers);
-  w.One("perch_resumes_total", "counter", "Transfers resumed past their first byte.",
-        s.network.resumes);
-  w.One("perch_range_gets_total", "counter", "HTTP range GETs sent.", s.network.range_gets);
-  w.One("perch_inflight_requests", "gauge", "HTTP requests running.", s.network.inflight_requests);
-  w.One("perch_queued_requests", "gauge", "HTTP requests waiting for the in-flight budget.",
-        s.network.queued_requests);
-  w.One("perch_offline", "gauge",
-        "1 while the federation is not answering and stale metadata is served.", s.offline ? 1 : 0);
-  w.One("perch_uptime_seconds", "gauge", "Seconds since perchd started.", s.uptime_seconds);
-
-  w.One("perch_prefetch_sequential_blocks_total", "counter", "Read-ahead blocks asked for.",
-        s.prefetch.sequential_blocks);
-  w.One("perch_prefetch_directory_files_total", "counter",
-        "Files asked for because a sibling was opened.", s.prefetch.directory_files);
-  w.One("perch_prefetch_hinted_files_total", "counter", "Files asked for from hint lists.",
-        s.prefetch.hinted_files);
-  w.One("perch_prefetch_withdrawn_total", "counter", "Queued prefetches withdrawn.",
-        s.prefetch.withdrawn);
-  w.Family("perch_fetches_queued", "gauge",
-           "Block fetches waiting for the request budget, by class.");
-  for (size_t c = 0; c < core::kPriorityCount; ++c) {
-    w.Sample("perch_fetches_queued", s.scheduler.queued[c],
-             fmt::format("class=\"{}\"", core::ToString(static_cast<core::Priority>(c))));
-  }
-  w.Family("perch_fetches_started_total", "counter", "Block fetches started, by class.");
-  for (size_t c = 0; c < core::kPriorityCount; ++c) {
-    w.Sample("perch_fetches_started_total", s.scheduler.started[c],
-             fmt::format("class=\"{}\"", core::ToString(static_cast<core::Priority>(c))));
-  }
-  w.Family("perch_fuse_errors_total", "counter", "Failed filesystem operations by error class.");
-  for (const auto& [cls, n] : s.errors)
-    w.Sample("perch_fuse_errors_total", n, fmt::format("class=\"{}\"", cls));
-
-  struct ClientMetric {
-    const char* name;
-    const char* help;
-    uint64_t core::ClientStats::*field;
-  };
-  const ClientMetric client_metrics[] = {
-      {"perch_http_requests_total", "Requests to the HTTP endpoint, by client.",
-       &core::ClientStats::requests},
-      {"perch_http_bytes_total", "Body bytes the HTTP endpoint sent, by client.",
-       &core::ClientStats::bytes},
-      {"perch_http_errors_total", "HTTP endpoint answers of 4xx/5xx or cut short, by client.",
-       &core::ClientStats::errors},
-  };
-  for (const ClientMetric& m : client_metrics) {
-    w.Family(m.name, "counter", m.help);
-    for (const core::ClientStats& c : s.http_clients)
-      w.Sample(m.name, c.*(m.field), fmt::format("client=\"{}\"", Escape(c.client)));
-  }
-
-  struct NsMetric {
-    const char* name;
-    const char* help;
-    uint64_t core::ReadCounters::Values::*field;
-  };
-  const NsMetric ns_metrics[] = {
-      {"perch_namespace_hits_total", "Blocks served from the cache, per namespace.",
-       &core::ReadCounters::Values::hits},
-      {"perch_namespace_misses_total", "Blocks fetched, per namespace.",
-       &core::ReadCounters::Values::misses},
-      {"perch_namespace_bytes_from_cache_total", "Bytes served from the cache, per namespace.",
-       &core::ReadCounters::Values::bytes_from_cache},
-      {"perch_namespace_bytes_from_network_total", "Bytes fetched, per namespace.",
-       &core::ReadCounters::Values::bytes_from_network},
-  };
-  for (const NsMetric& m : ns_metrics) {
-    w.Family(m.name, "counter", m.help);
-    // With several federations mounted, the namespace's federation is a label too.
-    bool several = false;
-    for (const core::NamespaceCounters& n : s.namespaces)
-      several |= n.federation != s.namespaces[0].federation;
-    for (const core::NamespaceCounters& n : s.namespaces) {
-      std::string labels = fmt::format("namespace=\"{}\"", Escape(n.path));
-      if (several) labels += fmt::format(",federation=\"{}\"", Escape(n.federation));
-      w.Sample(m.name, n.values.*(m.field), labels);
-    }
-  }
-
-  w.Family("perch_fuse_op_duration_seconds", "histogram", "Latency of filesystem operations.");
-  for (const auto& [op, h] : s.fuse_ops)
-    w.Histogram("perch_fuse_op_duration_seconds", fmt::format("op=\"{}\"", op), h);
-  w.Family("perch_origin_get_duration_seconds", "histogram",
-           "Time to fetch one block from the federation, failover included.");
-  w.Histogram("perch_origin_get_duration_seconds", "", s.origin_get);
-  return w.Take();
+std::string RenderPrometheus(const Message& stats) {
+  Exposition out;
+  Walk(stats, "", "", &out);
+  return out.Take();
 }
 
 }  // namespace perch::control

@@ -1,14 +1,39 @@
 #include "daemon/control/stats_proto.h"
 
+#include <string>
+
 namespace perch::control {
 
 namespace {
 
-void Fill(const core::ReadCounters::Values& v, v1::ReadCounters* out) {
-  out->set_hits(v.hits);
-  out->set_misses(v.misses);
-  out->set_bytes_from_cache(v.bytes_from_cache);
-  out->set_bytes_from_network(v.bytes_from_network);
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+
+// Collects the names that SetNumber refused, for one error at the end.
+class Setter {
+ public:
+  explicit Setter(Message* message) : message_(message) {}
+  template <typename T>
+  void operator()(std::string_view name, const T& value) {
+    core::Status st = SetNumber(message_, name, static_cast<uint64_t>(value));
+    if (!st.ok()) missing_ += (missing_.empty() ? "" : ", ") + std::string(name);
+  }
+  core::Status status() const {
+    if (missing_.empty()) return core::Status::Ok();
+    return core::InternalError(message_->GetDescriptor()->full_name() +
+                               " has no number field for " + missing_);
+  }
+
+ private:
+  Message* message_;
+  std::string missing_;
+};
+
+template <typename Struct>
+core::Status FillFields(const Struct& s, Message* out) {
+  Setter set(out);
+  for (const auto& [name, field] : Struct::Fields()) set(name, s.*field);
+  return set.status();
 }
 
 void Fill(const core::LatencyHistogram::Snapshot& h, v1::Histogram* out) {
@@ -20,9 +45,35 @@ void Fill(const core::LatencyHistogram::Snapshot& h, v1::Histogram* out) {
 
 }  // namespace
 
-void ToProto(const core::NodeControl& node, const core::WarmProgress& p, v1::WarmProgress* out) {
+core::Status SetNumber(Message* message, std::string_view name, uint64_t value) {
+  const size_t dot = name.find('.');
+  const std::string field_name(name.substr(0, dot));
+  const FieldDescriptor* f = message->GetDescriptor()->FindFieldByName(field_name);
+  if (f == nullptr || f->is_repeated()) {
+    return core::InternalError(message->GetDescriptor()->full_name() + " has no field " +
+                               field_name);
+  }
+  const auto* r = message->GetReflection();
+  if (dot != std::string_view::npos) {
+    if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
+      return core::InternalError(f->full_name() + " is not a message");
+    }
+    return SetNumber(r->MutableMessage(message, f), name.substr(dot + 1), value);
+  }
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_UINT64:
+      r->SetUInt64(message, f, value);
+      return core::Status::Ok();
+    case FieldDescriptor::CPPTYPE_BOOL:
+      r->SetBool(message, f, value != 0);
+      return core::Status::Ok();
+    default:
+      return core::InternalError(f->full_name() + " is not a uint64 or bool field");
+  }
+}
+
+void ToProto(const core::WarmProgress& p, v1::WarmProgress* out) {
   out->set_job_id(p.id);
-  (void)node;
   for (const std::string& path : p.paths) out->add_paths(path);  // federation paths (Mount)
   out->set_files_total(p.files_total);
   out->set_files_done(p.files_done);
@@ -35,26 +86,13 @@ void ToProto(const core::NodeControl& node, const core::WarmProgress& p, v1::War
   for (const std::string& e : p.errors) out->add_errors(e);
 }
 
-void ToProto(const core::NodeControl& node, const core::StatsSnapshot& s, v1::Stats* out) {
-  out->set_hits(s.totals.hits);
-  out->set_misses(s.totals.misses);
-  out->set_bytes_from_cache(s.totals.bytes_from_cache);
-  out->set_bytes_from_network(s.totals.bytes_from_network);
-  out->set_cached_bytes(s.cached_bytes);
-  out->set_capacity_bytes(s.capacity_bytes);
-  out->set_evictions(s.evictions);
-  out->set_failovers(s.network.failovers);
-  out->set_inflight_requests(s.network.inflight_requests);
-  out->set_queued_requests(s.network.queued_requests);
-  out->set_pinned_bytes(s.pinned_bytes);
-  out->set_cached_blocks(s.cached_blocks);
-  out->set_shared_fetches(s.shared_fetches);
-  out->set_corrupt_blocks(s.corrupt_blocks);
-  out->set_store_errors(s.store_errors);
-  out->set_resumes(s.network.resumes);
-  out->set_range_gets(s.network.range_gets);
-  out->set_offline(s.offline);
-  out->set_uptime_seconds(s.uptime_seconds);
+core::Status ToProto(const core::StatsSnapshot& s, v1::Stats* out) {
+  Setter set(out);
+  core::StatsSnapshot::ForEachNumber(s, set);
+  core::Status status = set.status();
+  auto keep = [&status](core::Status st) {
+    if (status.ok()) status = std::move(st);
+  };
   for (const auto& [cls, n] : s.errors) {
     auto* e = out->add_errors();
     e->set_error_class(cls);
@@ -64,7 +102,7 @@ void ToProto(const core::NodeControl& node, const core::StatsSnapshot& s, v1::St
     auto* ns = out->add_namespaces();
     ns->set_path(n.path);
     ns->set_federation(n.federation);
-    Fill(n.values, ns->mutable_counters());
+    keep(FillFields(n.values, ns->mutable_counters()));
   }
   for (const auto& [op, h] : s.fuse_ops) {
     auto* o = out->add_fuse_ops();
@@ -74,25 +112,11 @@ void ToProto(const core::NodeControl& node, const core::StatsSnapshot& s, v1::St
   for (const core::ClientStats& c : s.http_clients) {
     auto* h = out->add_http_clients();
     h->set_client(c.client);
-    h->set_requests(c.requests);
-    h->set_bytes(c.bytes);
-    h->set_errors(c.errors);
+    keep(FillFields(c, h));
   }
   Fill(s.origin_get, out->mutable_origin_get());
-  for (const auto& w : s.warm_jobs) ToProto(node, w, out->add_warm_jobs());
-  auto* p = out->mutable_prefetch();
-  p->set_sequential_blocks(s.prefetch.sequential_blocks);
-  p->set_directory_files(s.prefetch.directory_files);
-  p->set_hinted_files(s.prefetch.hinted_files);
-  p->set_withdrawn(s.prefetch.withdrawn);
-  using core::Priority;
-  p->set_queued_demand(s.scheduler.queued[static_cast<size_t>(Priority::kDemand)]);
-  p->set_queued_hint(s.scheduler.queued[static_cast<size_t>(Priority::kHint)]);
-  p->set_queued_warm(s.scheduler.queued[static_cast<size_t>(Priority::kWarm)]);
-  p->set_queued_speculative(s.scheduler.queued[static_cast<size_t>(Priority::kSpeculative)]);
-  p->set_max_in_flight_seen(s.scheduler.max_in_flight_seen);
-  p->set_budget_requests(s.budget_requests);
-  p->set_boosted(s.scheduler.boosted);
+  for (const auto& w : s.warm_jobs) ToProto(w, out->add_warm_jobs());
+  return status;
 }
 
 }  // namespace perch::control

@@ -381,6 +381,7 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
     // Counted as the bytes leave cached_bytes, so that no stats snapshot
     // shows the cache shrunk by an eviction it does not count.
     evictions_.fetch_add(1);
+    evicted_bytes_.fetch_add(length);
     result->blocks++;
     result->bytes += length;
     objects.insert(key.object_id);

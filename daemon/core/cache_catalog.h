@@ -203,6 +203,7 @@ class CacheCatalog : public BlockListener {
   uint64_t capacity_bytes() const { return capacity_.load(); }
   uint64_t configured_capacity_bytes() const { return options_.capacity_bytes; }
   uint64_t evictions() const { return evictions_.load(); }
+  uint64_t evicted_bytes() const { return evicted_bytes_.load(); }
   size_t blocks() const;
 
  private:
@@ -282,6 +283,7 @@ class CacheCatalog : public BlockListener {
   WarningLimiter index_warnings_{std::chrono::seconds(60)};
   std::atomic<uint64_t> cached_bytes_{0};
   std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> evicted_bytes_{0};
   std::atomic<bool> eviction_scheduled_{false};
   std::atomic<int> eviction_retries_{0};  // passes in a row that freed nothing
 

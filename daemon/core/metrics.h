@@ -15,6 +15,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "daemon/core/mutex.h"
@@ -68,6 +70,16 @@ struct ReadCounters {
 
   struct Values {
     uint64_t hits = 0, misses = 0, bytes_from_cache = 0, bytes_from_network = 0;
+
+    // The fields above by the names of the control API (message
+    // ReadCounters), through which the adapters copy them.
+    static constexpr auto Fields() {
+      using Field = std::pair<std::string_view, uint64_t Values::*>;
+      return std::to_array<Field>({{"hits", &Values::hits},
+                                   {"misses", &Values::misses},
+                                   {"bytes_from_cache", &Values::bytes_from_cache},
+                                   {"bytes_from_network", &Values::bytes_from_network}});
+    }
   };
   Values Take() const {
     return Values{hits.load(), misses.load(), bytes_from_cache.load(), bytes_from_network.load()};

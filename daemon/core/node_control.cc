@@ -34,10 +34,7 @@ const std::string& FederationOfMount(const Mount& m) {
 }
 
 void Add(ReadCounters::Values* to, const ReadCounters::Values& v) {
-  to->hits += v.hits;
-  to->misses += v.misses;
-  to->bytes_from_cache += v.bytes_from_cache;
-  to->bytes_from_network += v.bytes_from_network;
+  for (const auto& [name, field] : ReadCounters::Values::Fields()) to->*field += v.*field;
 }
 
 void Add(LatencyHistogram::Snapshot* to, const LatencyHistogram::Snapshot& h) {
@@ -174,6 +171,7 @@ StatsSnapshot NodeControl::Stats() const {
   s.pinned_bytes = catalog.pinned_bytes();
   s.cached_blocks = catalog.blocks();
   s.evictions = catalog.evictions();
+  s.evicted_bytes = catalog.evicted_bytes();
   if (network_) s.network = network_();
   s.errors = ops_.errors().Take();
   ops_.clients().ForEach([&s](const std::string& name, const ClientCounters& c) {

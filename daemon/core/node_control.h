@@ -18,10 +18,12 @@
 // executor, the rest touch only in-memory state and the index.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "daemon/core/block_reader.h"
@@ -52,8 +54,22 @@ struct NamespaceCounters {
 struct ClientStats {
   std::string client;  // User-Agent product ("curl", "python-requests", ...)
   uint64_t requests = 0, bytes = 0, errors = 0;
+
+  // The numbers above by the control API's names (message HttpClientStats).
+  static constexpr auto Fields() {
+    using Field = std::pair<std::string_view, uint64_t ClientStats::*>;
+    return std::to_array<Field>({{"requests", &ClientStats::requests},
+                                 {"bytes", &ClientStats::bytes},
+                                 {"errors", &ClientStats::errors}});
+  }
 };
 
+// Everything the node counts, at one moment. The control plane shows it
+// through the control API's Stats message, which the adapter fills by the
+// names ForEachNumber gives; Prometheus and perchctl walk that message. So a
+// counter is added here (a field and its line in ForEachNumber) and in
+// proto/perch.proto (a field of that name, with its help), and nowhere else;
+// a name without a field, or a field without a name, fails control's tests.
 struct StatsSnapshot {
   ReadCounters::Values totals;  // summed over every mount
   uint64_t shared_fetches = 0;
@@ -65,6 +81,7 @@ struct StatsSnapshot {
   uint64_t pinned_bytes = 0;
   uint64_t cached_blocks = 0;
   uint64_t evictions = 0;
+  uint64_t evicted_bytes = 0;
   NetworkStats network;
   std::vector<std::pair<std::string, uint64_t>> errors;  // by class
   std::vector<std::pair<std::string, LatencyHistogram::Snapshot>> fuse_ops;
@@ -78,6 +95,44 @@ struct StatsSnapshot {
   size_t budget_requests = 0;
   bool offline = false;  // some mount serves stale entries
   uint64_t uptime_seconds = 0;
+
+  // Calls fn(name, value) for every single number above, `value` a reference
+  // (const when `s` is) to a uint64_t, size_t or bool; `name` is the field of
+  // message Stats ("prefetch.hinted_files": field hinted_files of field
+  // prefetch). The per-namespace and per-client numbers have their own
+  // Fields() lists; histograms, errors and warm jobs are copied as a whole.
+  template <typename Snapshot, typename Fn>
+  static void ForEachNumber(Snapshot& s, Fn&& fn) {
+    for (const auto& [name, field] : ReadCounters::Values::Fields()) fn(name, s.totals.*field);
+    fn("shared_fetches", s.shared_fetches);
+    fn("corrupt_blocks", s.corrupt_blocks);
+    fn("store_errors", s.store_errors);
+    fn("cached_bytes", s.cached_bytes);
+    fn("capacity_bytes", s.capacity_bytes);
+    fn("pinned_bytes", s.pinned_bytes);
+    fn("cached_blocks", s.cached_blocks);
+    fn("evictions", s.evictions);
+    fn("evicted_bytes", s.evicted_bytes);
+    fn("inflight_requests", s.network.inflight_requests);
+    fn("queued_requests", s.network.queued_requests);
+    fn("range_gets", s.network.range_gets);
+    fn("failovers", s.network.failovers);
+    fn("resumes", s.network.resumes);
+    fn("offline", s.offline);
+    fn("uptime_seconds", s.uptime_seconds);
+    fn("prefetch.sequential_blocks", s.prefetch.sequential_blocks);
+    fn("prefetch.directory_files", s.prefetch.directory_files);
+    fn("prefetch.hinted_files", s.prefetch.hinted_files);
+    fn("prefetch.withdrawn", s.prefetch.withdrawn);
+    fn("prefetch.max_in_flight_seen", s.scheduler.max_in_flight_seen);
+    fn("prefetch.boosted", s.scheduler.boosted);
+    fn("prefetch.budget_requests", s.budget_requests);
+    for (size_t c = 0; c < kPriorityCount; ++c) {
+      const std::string cls = ToString(static_cast<Priority>(c));
+      fn("prefetch.queued_" + cls, s.scheduler.queued[c]);
+      fn("prefetch.started_" + cls, s.scheduler.started[c]);
+    }
+  }
 };
 
 struct NamespaceHealth {

@@ -163,7 +163,9 @@ TEST_F(StoreHardeningTest, ADiskSmallerThanTheQuotaServesEveryReadAndShowsStoreE
   EXPECT_LT(s["capacity_bytes"].get<uint64_t>(), 28u << 20) << s.dump();
   EXPECT_LE(s["cached_bytes"].get<uint64_t>(), s["capacity_bytes"].get<uint64_t>());
   RunResult human = Ctl({"stats"});
-  EXPECT_NE(human.output.find("errors    store "), std::string::npos) << human.output;
+  EXPECT_NE(human.output.find("store errors "), std::string::npos) << human.output;
+  EXPECT_EQ(human.output.find("store errors 0,"), std::string::npos) << human.output;
+  EXPECT_EQ(human.output.find("store errors 0\n"), std::string::npos) << human.output;
   RunResult health = Ctl({"health"});
   EXPECT_NE(health.exit_code, 0) << health.output;
   EXPECT_NE(health.output.find("DEGRADED"), std::string::npos) << health.output;

@@ -1,5 +1,5 @@
 // The control plane's core over fakes: the catalog's object records, pins,
-// prefix eviction and listing (also across a restart), the Warmer, and how
+// prefix eviction and listing (also across a restart), and how
 // NodeControl resolves the paths users give.
 #include "daemon/core/node_control.h"
 
@@ -7,12 +7,10 @@
 
 #include <random>
 #include <set>
-#include <thread>
 
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/cache_stack.h"
 #include "daemon/core/filesystem.h"
-#include "daemon/core/warmer.h"
 #include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
@@ -45,9 +43,7 @@ class ControlCoreTest : public ::testing::Test {
     ASSERT_TRUE(node_.Build(config).ok());
     mount_ = &node_.mount();
     catalog_ = &node_.stack().catalog();
-    reader_ = &mount_->reader();
     fs_ = &mount_->fs();
-    warmer_ = &mount_->warmer();
   }
 
   void ReadAll(const std::string& path) {
@@ -64,12 +60,6 @@ class ControlCoreTest : public ::testing::Test {
     return out;
   }
 
-  WarmProgress Warm(std::vector<ObjectPath> paths, bool recursive) {
-    auto job = warmer_->Start(std::move(paths), recursive, nullptr);
-    EXPECT_TRUE(job->finished());  // inline executor, synchronous origin
-    return job->Progress();
-  }
-
   StackFixture node_;
   FakeOrigin& origin_ = node_.origin;
   MemIndex& index_ = node_.index;
@@ -77,9 +67,7 @@ class ControlCoreTest : public ::testing::Test {
   InlineExecutor& disk_ = node_.disk;
   Mount* mount_ = nullptr;
   CacheCatalog* catalog_ = nullptr;
-  BlockReader* reader_ = nullptr;
   FileSystem* fs_ = nullptr;
-  Warmer* warmer_ = nullptr;
 };
 
 TEST_F(ControlCoreTest, ListsCachedObjectsByPathAcrossARestart) {
@@ -126,6 +114,7 @@ TEST_F(ControlCoreTest, EvictRemovesAPrefixButKeepsPins) {
   EXPECT_EQ(r->blocks, 4u);
   EXPECT_EQ(r->bytes, 3400u);
   EXPECT_EQ(r->pinned_objects, 1u);
+  EXPECT_EQ(catalog_->evicted_bytes(), 3400u);
   EXPECT_EQ(catalog_->cached_bytes(), 5u);
   EXPECT_EQ(index_.CountPrefix("o/"), 1u);  // object records go with their last block
   EXPECT_EQ(index_.CountPrefix("b/"), 1u);
@@ -152,126 +141,6 @@ TEST_F(ControlCoreTest, QuotaEvictionSparesPinnedObjects) {
   EXPECT_EQ(Listed("/d")["/d/a.bin"].cached_bytes, 2500u);
   EXPECT_LT(Listed("/big").size(), 6u);
   EXPECT_LE(catalog_->cached_bytes(), 3500u);
-}
-
-TEST_F(ControlCoreTest, WarmFetchesEachMissingBlockOnce) {
-  ReadAll("/d/b.bin");
-  const int before = origin_.reads;
-  WarmProgress p = Warm({P("/d")}, true);
-  EXPECT_TRUE(p.listing_done);
-  EXPECT_EQ(p.files_total, 3u);
-  EXPECT_EQ(p.files_done, 3u);
-  EXPECT_EQ(p.files_failed, 0u);
-  EXPECT_EQ(p.bytes_total, 3405u);
-  EXPECT_EQ(p.bytes_done, 3405u);
-  EXPECT_EQ(origin_.reads, before + 4);  // a.bin's 3 blocks and c.txt; b.bin was cached
-  EXPECT_EQ(Listed("/d").size(), 3u);
-
-  p = Warm({P("/d")}, true);
-  EXPECT_EQ(p.files_done, 3u);
-  EXPECT_EQ(origin_.reads, before + 4);  // nothing left to fetch
-
-  WarmProgress flat = Warm({P("/big")}, false);
-  EXPECT_EQ(flat.files_done, 6u);
-  WarmProgress shallow = Warm({P("/d"), P("/big/x0")}, false);
-  EXPECT_EQ(shallow.files_total, 3u);  // a.bin, b.bin, x0: not d/sub
-  ASSERT_EQ(warmer_->Jobs().size(), 4u);
-  EXPECT_TRUE(warmer_->Jobs().back().finished);
-}
-
-TEST_F(ControlCoreTest, WarmReportsWhatItCouldNotFetch) {
-  WarmProgress p = Warm({P("/nope"), P("/d/sub")}, true);
-  EXPECT_TRUE(p.finished);
-  EXPECT_EQ(p.files_failed, 1u);
-  EXPECT_EQ(p.files_done, 1u);
-  ASSERT_EQ(p.errors.size(), 1u);
-  EXPECT_NE(p.errors[0].find("/nope"), std::string::npos);
-
-  origin_.FailWith(UnavailableError("down"));
-  p = Warm({P("/big/x1")}, true);
-  EXPECT_EQ(p.files_failed, 1u);
-  EXPECT_EQ(p.files_done, 0u);
-}
-
-TEST_F(ControlCoreTest, CancelStopsIssuingFetches) {
-  // The listing is known, so only the block fetches wait.
-  ASSERT_TRUE(fs_->GetAttr(P("/big")).ok());
-  ASSERT_TRUE(fs_->ReadDir(P("/big")).ok());
-  const int before = origin_.reads;
-  origin_.Hold(true);
-  auto job = warmer_->Start({P("/big")}, true, nullptr);
-  EXPECT_FALSE(job->finished());
-  job->Cancel();
-  EXPECT_FALSE(job->finished());  // fetches in flight still count
-  origin_.Hold(false);
-  origin_.Release();
-  EXPECT_TRUE(job->finished());
-  WarmProgress p = job->Progress();
-  EXPECT_TRUE(p.cancelled);
-  EXPECT_EQ(origin_.reads, before + 6);  // all six were in flight before the cancel; none after
-}
-
-// Runs every task on a thread of its own, so that warm bookkeeping races.
-class ThreadPerTaskExecutor : public Executor {
- public:
-  ~ThreadPerTaskExecutor() override { Join(); }
-  void Post(std::function<void()> task) override {
-    std::lock_guard<std::mutex> l(mu_);
-    threads_.emplace_back(std::move(task));
-  }
-  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override {
-    Post(std::move(task));
-  }
-  void Join() {
-    for (;;) {
-      std::vector<std::thread> batch;
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        batch.swap(threads_);
-      }
-      if (batch.empty()) return;
-      for (auto& t : batch) t.join();
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::thread> threads_;
-};
-
-// Regression: progress snapshots taken on two threads were delivered out of
-// order, so a warm stream could end on an unfinished snapshot and never
-// finish. The walk's last snapshot is held back here while the fetches
-// complete on other threads; the finished snapshot must still come last.
-TEST_F(ControlCoreTest, ProgressReachesListenersInOrderAndEndsFinished) {
-  ThreadPerTaskExecutor threads;
-  std::atomic<bool> walk_waiting{false};
-  WarmerOptions opts;
-  opts.before_notify_for_test = [&](const WarmProgress& p) {
-    if (p.listing_done && !p.finished && !walk_waiting.exchange(true)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  };
-  Warmer warmer(*fs_, *reader_, *catalog_, threads, opts);
-  std::mutex mu;
-  std::vector<WarmProgress> seen;
-  ASSERT_TRUE(fs_->GetAttr(P("/big")).ok());  // metadata known: only the block fetches wait
-  ASSERT_TRUE(fs_->ReadDir(P("/big")).ok());
-  origin_.Hold(true);
-  auto job = warmer.Start({P("/big")}, true, [&](const WarmProgress& p) {
-    std::lock_guard<std::mutex> l(mu);
-    seen.push_back(p);
-  });
-  while (!walk_waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  origin_.Hold(false);
-  origin_.Release();  // the fetches complete while the walk's snapshot waits
-  threads.Join();
-  ASSERT_TRUE(job->finished());
-  std::lock_guard<std::mutex> l(mu);
-  ASSERT_FALSE(seen.empty());
-  EXPECT_TRUE(seen.back().finished);
-  EXPECT_EQ(seen.back().files_done, 6u);
-  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].bytes_done, seen[i - 1].bytes_done);
 }
 
 // A mount spec as perchd makes one: a mountpoint, a prefix and URLs of its federation.
@@ -407,6 +276,9 @@ TEST_F(ControlCoreTest, TwoFederationsShareOneCacheAndStayApart) {
   EXPECT_EQ(s.totals.bytes_from_network, 2 * 2500u + 8 * 900u);
   EXPECT_EQ(sum.hits, s.totals.hits);
   EXPECT_EQ(sum.bytes_from_cache, s.totals.bytes_from_cache);
+  // Every fetched byte was stored once: what is not cached now was evicted.
+  EXPECT_GT(s.evicted_bytes, 0u);
+  EXPECT_EQ(s.evicted_bytes, s.totals.bytes_from_network - s.cached_bytes);
 }
 
 }  // namespace
