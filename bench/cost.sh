@@ -64,7 +64,11 @@ perchd_cpu() { awk '{ print $14, $15 }' "/proc/$PERCHD_PID/stat"; }
 # fuse_counts -> "op=count ..." of perchd's FUSE requests so far
 fuse_counts() {
   "$BIN/perchctl" --socket "$CTL" stats --json |
-    python3 -c 'import json,sys; d=json.load(sys.stdin)["fuse_ops"]; print(" ".join("%s=%d" % (o["op"], o["latency"]["count"]) for o in sorted(d, key=lambda o: o["op"])))'
+    python3 -c '
+import json, sys
+d = json.load(sys.stdin)["fuse_ops"]  # a list; a map before perchctl 0.1.0 of 2026-11-23 (PERCH_BIN)
+ops = {o["op"]: o["latency"]["count"] for o in d} if isinstance(d, list) else {k: v["count"] for k, v in d.items()}
+print(" ".join("%s=%d" % kv for kv in sorted(ops.items())))'
 }
 load() { cut -d' ' -f1 /proc/loadavg; }
 # settle BLOCKS: waits (up to 60 s) until perchd has stored BLOCKS blocks, so
