@@ -243,13 +243,13 @@ if [[ ${PERF:-1} == 1 ]] && command -v perf >/dev/null; then
   {
     echo "perf record -F 1999 --call-graph dwarf -p <perchd> over one cold pass of $SMALL_FILES files ($READERS readers), cache on tmpfs, $(date -u '+%Y-%m-%d %H:%M UTC'), load $(load)."
     echo "Self time by shared object:"
-    perf report -i "$WORK/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -12 || true
+    perf report -i "$WORK/perf.data" --no-children -g none --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -12 || true
     echo
     echo "Self time by symbol (top 40; [k] kernel, [.] user):"
-    perf report -i "$WORK/perf.data" --no-children --sort sym --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40 || true
+    perf report -i "$WORK/perf.data" --no-children -g none --sort sym --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40 || true
     echo
     echo "Time including callees, by system call and by perch function (top 40):"
-    perf report -i "$WORK/perf.data" --children --sort sym --stdio 2>/dev/null |
+    perf report -i "$WORK/perf.data" --children -g none --sort sym --stdio 2>/dev/null |
       grep -E '^ +[0-9].*(__x64_sys_|perch::)' | head -40 || true
   } > "$PROFILE"
 fi
