@@ -22,11 +22,13 @@
 # PERCH_BIN (build/bin), STRACE (1: the strace pass; 0: skip it), ENDPOINT (1: the
 # same reads through perchd's HTTP endpoint with curl; 0: skip them), PERF (1: one
 # more cold pass, cache on tmpfs, under `perf record -g`, summarized into
-# cost-<date>[-TAG]-profile.txt; 0: skip it).
+# cost-<date>[-TAG]-profile.txt; 0: skip it), SWEEP (1: cold passes with 1, 4, 16,
+# 64 readers and with 4, 16, 64 FUSE threads), XROOTDFS (1: a cold pass through
+# XRootD's own FUSE client, its CPU per file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-bench_setup cost curl bc strace
+bench_setup cost curl bc strace xrootd-fuse
 SHM=$WORK/shm
 cost_cleanup() {  # the tmpfs (after the perch mount on it), then what bench_setup made
   fusermount3 -u -z "$WORK/perch" 2>/dev/null || true
@@ -92,14 +94,14 @@ pass() {
   local l0 u0 s0 f0 rc u1 s1 f1
   l0=$(load)
   read -r u0 s0 < <(perchd_cpu)
-  f0=$(fuse_counts)
+  f0=$([[ ${DAEMON:-perchd} == perchd ]] && fuse_counts || true)
   rc=$(run_cpu "$@")
   [[ -z ${SETTLE:-} ]] || settle "$SETTLE"
   read -r u1 s1 < <(perchd_cpu)
-  f1=$(fuse_counts)
-  python3 - "$name" "$units" "$uname" "$mb" "$rc" "$u0" "$s0" "$u1" "$s1" "$TCK" "$l0" "$f0" "$f1" <<'PY' | tee -a "$OUT"
+  f1=$([[ ${DAEMON:-perchd} == perchd ]] && fuse_counts || true)
+  python3 - "$name" "$units" "$uname" "$mb" "$rc" "$u0" "$s0" "$u1" "$s1" "$TCK" "$l0" "$f0" "$f1" "${DAEMON:-perchd}" <<'PY' | tee -a "$OUT"
 import sys
-name, units, uname, mb, rc, u0, s0, u1, s1, tck, load, f0, f1 = sys.argv[1:]
+name, units, uname, mb, rc, u0, s0, u1, s1, tck, load, f0, f1, daemon = sys.argv[1:]
 units, mb, tck = float(units), float(mb), int(tck)
 w, ru, rs = map(float, rc.split())
 pu, ps = (int(u1) - int(u0)) / tck, (int(s1) - int(s0)) / tck
@@ -110,7 +112,7 @@ ops = {k: int(v) - int(c0.get(k, 0)) for k, v in c1.items() if int(v) - int(c0.g
 ops_s = " ".join(f"{k} {v / units:.2f}" for k, v in sorted(ops.items()))
 rate = f"{units / w:6.0f} {uname}/s" if uname == "file" else " " * 13
 print(f"{name:<28} {w:7.2f} s {rate} {mb / w:7.0f} MB/s | "
-      f"perchd {(pu + ps) * per:7.0f} us/{uname} (usr {pu * per:.0f} sys {ps * per:.0f}) "
+      f"{daemon:<8} {(pu + ps) * per:5.0f} us/{uname} (usr {pu * per:.0f} sys {ps * per:.0f}) "
       f"{(pu + ps) * 1e6 / mb:6.0f} us/MB | reader {(ru + rs) * per:6.0f} us/{uname} "
       f"{(ru + rs) * 1e6 / mb:6.0f} us/MB | load {load}")
 if ops_s:
@@ -252,6 +254,39 @@ if [[ ${PERF:-1} == 1 ]] && command -v perf >/dev/null; then
     perf report -i "$WORK/perf.data" --children -g none --sort sym --stdio 2>/dev/null |
       grep -E '^ +[0-9].*(__x64_sys_|perch::)' | head -40 || true
   } > "$PROFILE"
+fi
+
+# Throughput and cost against the number of readers, then against perchd's
+# FUSE threads (cold each time, cache on the tmpfs).
+if [[ ${SWEEP:-1} == 1 ]]; then
+  echo "== readers and FUSE threads" >&2
+  for r in 1 4 16 64; do
+    bench_mount "$SHM/cache" "$M"
+    drop
+    SETTLE=$SMALL_FILES pass "perch cold, $r readers" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$r"
+    bench_umount "$M"
+    rm -rf "$SHM/cache"
+  done
+  for t in 4 16 64; do
+    echo "fuse_threads = $t" > "$WORK/threads.toml"
+    bench_mount "$SHM/cache" "$M" --config "$WORK/threads.toml"
+    drop
+    SETTLE=$SMALL_FILES pass "perch cold, $t FUSE threads" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+    bench_umount "$M"
+    rm -rf "$SHM/cache"
+  done
+fi
+
+# XRootD's own FUSE client over the same origin, cold: its CPU per file.
+if [[ ${XROOTDFS:-1} == 1 ]]; then
+  echo "== xrootdfs" >&2
+  bench_xrootdfs "$WORK/xrootdfs" "$ORIGIN"
+  saved_pid=$PERCHD_PID
+  PERCHD_PID=$(pgrep -n -f "xrootdfs $WORK/xrootdfs")
+  drop
+  DAEMON=xrootdfs pass "xrootdfs cold" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$WORK/xrootdfs" "$WORK/files.txt" "$READERS"
+  fusermount3 -u "$WORK/xrootdfs" || true
+  PERCHD_PID=$saved_pid
 fi
 
 echo "== large file" >&2
