@@ -10,7 +10,9 @@
 #               whose data fits in RAM): PASSES epochs per run;
 #   dropped     page cache dropped before each run, one epoch: every byte comes from the local
 #               disk, or through FUSE from perchd's disk cache;
-# with 1 worker thread and with one per core; best of RUNS runs.
+# with 1 worker thread and with one per core; best of RUNS runs; images per CPU-second (the
+# cost, which other work on the machine disturbs less than the rate) and a perf profile (PERF=0
+# skips it).
 # Writes bench/results/trainer-loader-<date>.md.
 #
 # Needs root for the perch rows (FUSE, drop_caches); without root, or without perchd and
@@ -44,17 +46,27 @@ trap 'exit 130' INT TERM
 "$BIN/perch-synth-imagenet" --out "$WORK/data" --classes "$CLASSES" --per-class "$PER_CLASS" | tee "$WORK/synth.txt"
 chmod -R a+rX "$WORK/data"
 
-# best_of DIR WORKERS DROP -> images/s (best of RUNS)
+# best_of DIR WORKERS DROP -> "images/s images_per_cpu_second cores_busy" of the fastest of RUNS
+# runs. CPU: perch-train's user + system time while it loads (its summary's cpu_seconds: all
+# threads, start-up excluded), over the loading's wall time for cores busy.
 best_of() {
-  local dir=$1 workers=$2 drop=$3 best=0 ips passes=$PASSES
+  local dir=$1 workers=$2 drop=$3 best=0 line="0 0 0" ips passes=$PASSES
   for _ in $(seq "$RUNS"); do
     if [[ $drop == 1 ]]; then sync; echo 1 >/proc/sys/vm/drop_caches; passes=1; fi
     "$BIN/perch-train" --data-dir "$dir" --loader-only --epochs "$passes" --workers "$workers" \
       --batch-size "$BATCH" --log-level warn --summary-json "$WORK/s.json" >/dev/null
     ips=$(sed -n 's/.*"images_per_second": \([0-9.]*\).*/\1/p' "$WORK/s.json" | head -n 1)
-    best=$(awk -v a="$best" -v b="$ips" 'BEGIN { print (b > a) ? b : a }')
+    if awk -v a="$best" -v b="$ips" 'BEGIN { exit !(b > a) }'; then
+      best=$ips
+      line=$(/usr/bin/python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+cpu = s.get("cpu_seconds", 0)
+print("%.0f %s %s" % (s["images_per_second"], "%.0f" % (s["images"] / cpu) if cpu else "?",
+                      "%.2f" % (cpu / s["seconds"]) if cpu else "?"))' "$WORK/s.json")
+    fi
   done
-  printf '%.0f' "$best"
+  echo "$line"
 }
 
 declare -A R
@@ -109,6 +121,21 @@ PYEOF
   done
 fi
 
+# Where a loader's CPU goes: perf over one more local run with every core busy.
+if [[ ${PERF:-1} == 1 && $root == 1 ]] && command -v perf >/dev/null; then
+  perf record -q -F 999 -g -o "$WORK/perf.data" -- "$BIN/perch-train" --data-dir "$WORK/data/train" \
+    --loader-only --epochs "$PASSES" --workers "$CORES" --batch-size "$BATCH" --log-level warn \
+    >/dev/null 2>&1 || true
+  {
+    echo "Self time by shared object:"
+    perf report -i "$WORK/perf.data" --no-children -g none --sort dso --stdio 2>/dev/null |
+      grep -E '^ +[0-9]' | head -8 || true
+    echo "Self time by symbol (top 12):"
+    perf report -i "$WORK/perf.data" --no-children -g none --sort dso,sym --stdio 2>/dev/null |
+      grep -E '^ +[0-9]' | head -12 || true
+  } >"$WORK/profile.txt"
+fi
+
 out=bench/results/trainer-loader-$(date -u +%F).md
 {
   echo "# perch-train --loader-only, $(date -u +%F)"
@@ -117,18 +144,31 @@ out=bench/results/trainer-loader-$(date -u +%F).md
   echo "Data: $(sed -n 's/^wrote \([0-9]* JPEGs, [0-9.]* MB ([0-9]* KB each on average)\).*/\1/p' "$WORK/synth.txt"), perch-synth-imagenet (long side 400-600 px, q90)."
   echo "Pipeline: read file, libjpeg-turbo ROI decode (+ DCT scaling when the crop allows), RandomResizedCrop(224) + flip + normalize into float batches of $BATCH; best of $RUNS runs ($PASSES epochs per run with the page cache warm, 1 after dropping it)."
   echo
-  echo "| source | page cache | workers | images/s | images/s per worker |"
-  echo "|---|---|---|---|---|"
+  echo "| source | page cache | workers | images/s | images/s per worker | images per CPU-second | cores busy |"
+  echo "|---|---|---|---|---|---|---|"
   for state in cached dropped; do
     for src in local perch; do
       for w in 1 "$CORES"; do
         [[ -n ${R[$src,$state,$w]:-} ]] || continue
-        echo "| $src | $state | $w | ${R[$src,$state,$w]} | $(( R[$src,$state,$w] / w )) |"
+        read -r ips per_cpu busy <<<"${R[$src,$state,$w]}"
+        echo "| $src | $state | $w | $ips | $(( ips / w )) | $per_cpu | $busy |"
       done
     done
   done
   if [[ -n $py ]]; then
-    echo "| Python: Pillow + torchvision transforms, 1 process | cached | 1 | $py | $py |"
+    echo "| Python: Pillow + torchvision transforms, 1 process | cached | 1 | $py | $py | | |"
+  fi
+  echo
+  echo "images per CPU-second: images over perch-train's user + system time while loading (all"
+  echo "threads); cores busy: that CPU time over the loading's wall time. Other work on the machine"
+  echo "(load $(cut -d' ' -f1-3 /proc/loadavg) at the end) lowers images/s more than images per CPU-second."
+  if [[ -s $WORK/profile.txt ]]; then
+    echo
+    echo "Profile (perf, local, page cache warm, $CORES workers, $PASSES epochs):"
+    echo
+    echo '```'
+    cat "$WORK/profile.txt"
+    echo '```'
   fi
   echo
   echo "Command: \`sudo bench/trainer-loader.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS PASSES=$PASSES RUNS=$RUNS BATCH=$BATCH)."
