@@ -148,6 +148,7 @@ void Loader::WorkerLoop() {
 bool Loader::LoadSample(int64_t position, int64_t epoch, float* dst, WorkerState& ws) {
   std::string error;
   const int s = options_.image_size;
+  ws.sample.name.clear();
   bool ok = source_->Read(position, &ws.sample, &error);
   const size_t size = ws.sample.size;
   if (ok) {
@@ -172,8 +173,10 @@ bool Loader::LoadSample(int64_t position, int64_t epoch, float* dst, WorkerState
   }
   const int64_t n = skipped_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (warnings_logged_.fetch_add(1, std::memory_order_relaxed) < kMaxLoggedWarnings) {
-    spdlog::warn("skipping unreadable image at position {} of epoch {}: {}; {} skipped so far",
-                 position, epoch, error, n);
+    spdlog::warn(
+        "skipping unreadable image {} ({}); {} skipped so far",
+        ws.sample.name.empty() ? "at position " + std::to_string(position) : ws.sample.name, error,
+        n);
   }
   return false;
 }

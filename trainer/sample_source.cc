@@ -14,7 +14,7 @@ bool ReadWholeFile(const std::string& path, SampleBytes* out, std::string* error
   std::vector<uint8_t>* buf = &out->data;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    *error = path + " (" + std::strerror(errno) + ")";
+    *error = std::strerror(errno);
     return false;
   }
   struct stat st;
@@ -34,7 +34,7 @@ bool ReadWholeFile(const std::string& path, SampleBytes* out, std::string* error
       if (errno == EINTR) {
         continue;
       }
-      *error = path + " (" + std::strerror(errno) + ")";
+      *error = std::strerror(errno);
       close(fd);
       return false;
     }
@@ -65,6 +65,7 @@ bool FolderSource::Read(int64_t position, SampleBytes* out, std::string* error) 
   const Sample& sample = data_.samples()[static_cast<size_t>(index)];
   out->label = sample.label;
   out->key = static_cast<uint64_t>(index);
+  out->name = sample.path;
   return ReadWholeFile(sample.path, out, error);
 }
 

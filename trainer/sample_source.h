@@ -27,6 +27,7 @@ struct SampleBytes {
   size_t size = 0;            // bytes of data that hold the encoded image
   int64_t label = 0;
   uint64_t key = 0;  // seeds the sample's augmentation with (seed, epoch)
+  std::string name;  // for messages: the file's path, or the shard sample's key
 };
 
 class SampleSource {
@@ -35,7 +36,7 @@ class SampleSource {
   virtual int64_t EpochLength() const = 0;
   virtual void BeginEpoch(int64_t epoch, int64_t start) = 0;
   // The sample at `position` of the epoch begun last: true, or false with `error` (the sample is
-  // skipped and counted by the loader; the error names the file).
+  // skipped and counted by the loader). Sets out->name when it knows it, also on failure.
   virtual bool Read(int64_t position, SampleBytes* out, std::string* error) = 0;
   // The files the rest of `epoch` from `start` reads, in the order they are read (hints).
   virtual std::vector<std::string> HintPaths(int64_t epoch, int64_t start) const = 0;

@@ -191,6 +191,7 @@ bool ShardSource::Read(int64_t position, SampleBytes* out, std::string* error) {
   out->size = out->data.size();
   out->label = sample.label;
   out->key = (static_cast<uint64_t>(o_.rank) << 40) + static_cast<uint64_t>(position);
+  out->name = std::move(sample.key);
   return true;
 }
 

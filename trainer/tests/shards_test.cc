@@ -277,6 +277,12 @@ TEST_F(ShardSourceTest, StreamsReadWholeShardsThroughTheirBuffers) {
   // Buffer 1: each stream yields its shards in order; position p is stream p % 2's.
   ShardSource plain(Options(20, 1, 0, 2, 1));
   const std::vector<size_t> shards = plain.RankShards(0);
+  // Hints name the shards in that order: stream k starts with shards[k], then shards[k + 2].
+  std::vector<std::string> hinted;
+  for (size_t i : shards) {
+    hinted.push_back(paths_[i]);
+  }
+  EXPECT_EQ(plain.HintPaths(0, 0), hinted);
   const std::vector<std::string> keys = Epoch(plain, 0, 0);
   for (int64_t p = 0; p < 20; ++p) {
     const size_t stream = static_cast<size_t>(p % 2);
