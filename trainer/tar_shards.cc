@@ -300,11 +300,14 @@ bool TarShardReader::Next(ShardSample* out) {
   }
   Member m;
   while (true) {
+    m.key.clear();
     const MemberResult r = done_ ? MemberResult::kEnd : ReadMember(&m);
     if (r == MemberResult::kEnd) {
       done_ = true;
-      // The last sample of a shard that broke off may be incomplete: dropped with the rest.
-      if (error_.empty() && Finish(out)) {
+      // The last sample of a shard that broke off may be incomplete: dropped with the rest,
+      // unless the damage came after the header of another key.
+      const bool complete = error_.empty() || (!m.key.empty() && m.key != current_.key);
+      if (complete && Finish(out)) {
         return true;
       }
       has_current_ = false;
