@@ -284,12 +284,11 @@ int main(int argc, char** argv) {
   if (auto rc = perch::cli::Parse(app, argc, argv)) {
     return *rc;
   }
-  if (data_dir->count() == 0 && o.data_shards.empty()) {
-    return perch::cli::UsageExit(app,
-                                 CLI::RequiredError("--data-dir (or --data-shards) is required"));
-  }
 
   try {
+    if (data_dir->count() == 0 && o.data_shards.empty()) {
+      throw CLI::RequiredError("--data-dir (or --data-shards)");
+    }
     ResolveRank(&o, app, master, nproc);
   } catch (const CLI::Error& e) {
     return perch::cli::UsageExit(app, e);
@@ -306,9 +305,7 @@ int main(int argc, char** argv) {
     return perch::cli::kExitUsage;
   }
   if (hint->count() == 0) o.hint_command = DefaultHintCommand(DataLocation(o));
-  if (o.loader_only && epochs->count() == 0) {
-    o.epochs = 1;
-  }
+  if (o.loader_only && epochs->count() == 0) o.epochs = 1;
   if (!max_runtime.empty()) {
     try {
       o.max_runtime_s = ParseDuration(max_runtime);

@@ -1,7 +1,8 @@
 // perch-train on WebDataset tar shards written by Python's tarfile (not by perch) from the same
 // images as an ImageFolder tree: it learns as well as from the tree; per-class tars (ImageNet's
 // train tar layout) train with the labels of the tree; a run stopped mid-epoch and resumed ends
-// with exactly the weights of an uninterrupted run; a corrupt shard is skipped and counted.
+// with exactly the weights of an uninterrupted run; a corrupt shard is skipped and counted;
+// each epoch's shards are hinted in read order, each rank its own whole shards.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -209,6 +210,31 @@ TEST_F(ShardsTrainTest, EachEpochHintsItsShardsInReadOrder) {
   std::set<std::string> all(e0.begin(), e0.end());
   EXPECT_EQ(all.size(), 6u);
   EXPECT_EQ(all, std::set<std::string>(e1.begin(), e1.end()));
+}
+
+TEST_F(ShardsTrainTest, TwoRanksHintAndReadDisjointWholeShards) {
+  // --nproc 2: each rank appends every epoch's hints to hints.$RANK.
+  std::vector<std::string> a = ShardArgs("ddp", 2);
+  a.insert(a.end(), {"--nproc", "2", "--batch-size", "8", "--hint-command",
+                     "cat >> '" + dir_.str() + "/hints.'\"$RANK\""});
+  ASSERT_EQ(Run(a, "ddp.log"), 0) << Log("ddp.log");
+  EXPECT_EQ(Summary("ddp")["images_seen"], 2 * kClasses * kPerClass);
+  std::vector<std::vector<std::string>> hints(2);
+  for (int r = 0; r < 2; ++r) {
+    std::istringstream in(Log("hints." + std::to_string(r)));
+    for (std::string line; std::getline(in, line);) {
+      hints[r].push_back(line);
+    }
+    ASSERT_EQ(hints[r].size(), 6u) << r;  // 2 epochs x 3 of the 6 shards
+  }
+  for (size_t e = 0; e < 2; ++e) {
+    std::set<std::string> both;
+    for (int r = 0; r < 2; ++r) {
+      both.insert(hints[r].begin() + 3 * e, hints[r].begin() + 3 * e + 3);
+    }
+    EXPECT_EQ(both.size(), 6u) << "epoch " << e;  // disjoint whole shards, all of them
+  }
+  EXPECT_NE(hints[0][0] + hints[0][1] + hints[0][2], hints[0][3] + hints[0][4] + hints[0][5]);
 }
 
 }  // namespace
