@@ -1,5 +1,5 @@
-// perch-train: trains ResNet-18/50 on an ImageFolder tree (e.g. ImageNet read through a perch
-// mount) with checkpoints that survive HTCondor preemption. See trainer/README.md.
+// perch-train: trains ResNet-18/50 on an ImageFolder tree or tar shards (e.g. ImageNet read
+// through a perch mount) with checkpoints that survive HTCondor preemption. See trainer/README.md.
 #include <malloc.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
   std::string max_runtime;
   std::string log_level = "info";
   CLI::App app{
-      "perch-train: ResNet training on an ImageFolder tree, resumable (exit 85 = "
+      "perch-train: ResNet training on an ImageFolder tree or tar shards, resumable (exit 85 = "
       "checkpointed, rerun to continue)"};
   // A repeated option takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

@@ -1,5 +1,6 @@
-// Trainer: trains a ResNet on an ImageFolder tree with the Loader, checkpointing so that an
-// HTCondor job can be stopped at any time and restarted with the same command line.
+// Trainer: trains a ResNet on an ImageFolder tree or WebDataset tar shards with the Loader,
+// checkpointing so that an HTCondor job can be stopped at any time and restarted with the same
+// command line.
 //
 // Run(): if the checkpoint directory holds a checkpoint, resume from it exactly (same sample
 // order, same augmentation, same weights, momentum and schedule position), else start fresh.
