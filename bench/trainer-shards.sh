@@ -6,7 +6,7 @@
 # tree's images in sample order, or the shards in the order the streams read them), as it does
 # by itself on a perch mount. Tree and shards alternate (A B A B ...), RUNS runs each; reports
 # images/s, perch-train's CPU per image and perchd's CPU per image (utime + stime), and the
-# load average. Writes bench/results/trainer-shards-<date>.md.
+# load average. Writes bench/results/trainer-shards-<date>-rtt<RTT>-<RATE>mbit.md.
 #
 # Needs root (FUSE, drop_caches). Run after a build:  sudo bench/trainer-shards.sh
 set -euo pipefail
@@ -23,6 +23,7 @@ WORKERS=${WORKERS:-$(nproc)}
 BATCH=${BATCH:-64}
 WAN_RTT=${WAN_RTT:-20}
 WAN_MBIT=${WAN_MBIT:-1000}
+SHARD_STREAMS=${SHARD_STREAMS:-4}
 N=$((CLASSES * PER_CLASS))
 
 DATA=$WORK/data
@@ -43,7 +44,7 @@ run() {
     args=(--data-dir "$M/train")
   else
     args=(--data-dir "$M/shards" --data-shards "train-{000000..$last}.tar" --epoch-samples "$N"
-          --classes "$CLASSES")
+          --classes "$CLASSES" --shard-streams "$SHARD_STREAMS")
   fi
   local t0; t0=$(bench_cpu_ticks "$PERCHD_PID")
   PERCH_SOCKET=$WORK/ctl.sock "$BIN/perch-train" "${args[@]}" --loader-only --workers "$WORKERS" \
@@ -69,7 +70,7 @@ for i in $(seq "$RUNS"); do
 done
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 
-out=bench/results/trainer-shards-$(date -u +%F).md
+out=bench/results/trainer-shards-$(date -u +%F)-rtt$WAN_RTT-${WAN_MBIT}mbit-streams$SHARD_STREAMS.md
 {
   echo "# perch-train --loader-only: ImageFolder tree vs tar shards, cold through perch behind a WAN, $(date -u +%F)"
   echo
@@ -81,6 +82,6 @@ out=bench/results/trainer-shards-$(date -u +%F).md
   echo "|---|---|---|---|---|---|"
   awk '{ k[$1]++; printf "| %s | %d | %s | %s | %s | %s |\n", $1, k[$1], $2, $3, $4, $5 }' "$RESULTS"
   echo
-  echo "Command: \`sudo bench/trainer-shards.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS SHARDS=$SHARDS RUNS=$RUNS WAN_RTT=$WAN_RTT WAN_MBIT=$WAN_MBIT)."
+  echo "Command: \`sudo bench/trainer-shards.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS SHARDS=$SHARDS SHARD_STREAMS=$SHARD_STREAMS RUNS=$RUNS WAN_RTT=$WAN_RTT WAN_MBIT=$WAN_MBIT)."
 } > "$out"
 cat "$out"
