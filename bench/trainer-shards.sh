@@ -24,6 +24,7 @@ BATCH=${BATCH:-64}
 WAN_RTT=${WAN_RTT:-20}
 WAN_MBIT=${WAN_MBIT:-1000}
 SHARD_STREAMS=${SHARD_STREAMS:-4}
+HINTS=${HINTS:-1}  # 0: --hint-command '' (perch's read-ahead and directory prefetch only)
 N=$((CLASSES * PER_CLASS))
 
 DATA=$WORK/data
@@ -46,6 +47,7 @@ run() {
     args=(--data-dir "$M/shards" --data-shards "train-{000000..$last}.tar" --epoch-samples "$N"
           --classes "$CLASSES" --shard-streams "$SHARD_STREAMS")
   fi
+  [[ $HINTS == 1 ]] || args+=(--hint-command "")
   local t0; t0=$(bench_cpu_ticks "$PERCHD_PID")
   PERCH_SOCKET=$WORK/ctl.sock "$BIN/perch-train" "${args[@]}" --loader-only --workers "$WORKERS" \
     --batch-size "$BATCH" --log-level warn --summary-json "$WORK/s.json" >/dev/null
@@ -70,18 +72,18 @@ for i in $(seq "$RUNS"); do
 done
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 
-out=bench/results/trainer-shards-$(date -u +%F)-rtt$WAN_RTT-${WAN_MBIT}mbit-streams$SHARD_STREAMS.md
+out=bench/results/trainer-shards-$(date -u +%F)-$SHARDS-rtt$WAN_RTT-${WAN_MBIT}mbit-streams$SHARD_STREAMS$([[ $HINTS == 1 ]] || echo -nohints).md
 {
   echo "# perch-train --loader-only: ImageFolder tree vs tar shards, cold through perch behind a WAN, $(date -u +%F)"
   echo
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average after the runs $load."
   echo "Data: $(sed -n 's/^wrote \([0-9]* JPEGs, [0-9.]* MB\).*/\1/p' "$WORK/synth.txt" | head -n 1) (perch-synth-imagenet, $CLASSES classes x $PER_CLASS), and the same training images as $SHARDS WebDataset shards."
-  echo "Link: perch-devfed --wan-rtt $WAN_RTT --wan-rate $WAN_MBIT (ms, Mbit/s). perch cache empty and page cache dropped before every run; hints on (perch-train's default on a mount); $WORKERS loader workers, batch $BATCH, one epoch; runs alternate tree, shards."
+  echo "Link: perch-devfed --wan-rtt $WAN_RTT --wan-rate $WAN_MBIT (ms, Mbit/s). perch cache empty and page cache dropped before every run; hints $([[ $HINTS == 1 ]] && echo "on (perch-train's default on a mount)" || echo off); $WORKERS loader workers, batch $BATCH, one epoch; runs alternate tree, shards."
   echo
   echo "| data | run | images/s | perch-train CPU ms/image | perchd CPU ms/image | skipped |"
   echo "|---|---|---|---|---|---|"
   awk '{ k[$1]++; printf "| %s | %d | %s | %s | %s | %s |\n", $1, k[$1], $2, $3, $4, $5 }' "$RESULTS"
   echo
-  echo "Command: \`sudo bench/trainer-shards.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS SHARDS=$SHARDS SHARD_STREAMS=$SHARD_STREAMS RUNS=$RUNS WAN_RTT=$WAN_RTT WAN_MBIT=$WAN_MBIT)."
+  echo "Command: \`sudo bench/trainer-shards.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS SHARDS=$SHARDS SHARD_STREAMS=$SHARD_STREAMS HINTS=$HINTS RUNS=$RUNS WAN_RTT=$WAN_RTT WAN_MBIT=$WAN_MBIT)."
 } > "$out"
 cat "$out"
