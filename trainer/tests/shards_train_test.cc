@@ -115,10 +115,10 @@ class ShardsTrainTest : public ::testing::Test {
 };
 
 TEST_F(ShardsTrainTest, ShardsLearnAsWellAsTheTree) {
-  std::vector<std::string> tree = Args("tree", 5);
+  std::vector<std::string> tree = Args("tree", 8);
   tree.insert(tree.end(), {"--data-dir", Tree()});
   ASSERT_EQ(Run(tree, "tree.log"), 0) << Log("tree.log");
-  ASSERT_EQ(Run(ShardArgs("shards", 5), "shards.log"), 0) << Log("shards.log");
+  ASSERT_EQ(Run(ShardArgs("shards", 8), "shards.log"), 0) << Log("shards.log");
   const nlohmann::json t = Summary("tree");
   const nlohmann::json s = Summary("shards");
   EXPECT_EQ(s["images_seen"], t["images_seen"]);
