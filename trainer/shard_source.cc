@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace perch::trainer {
@@ -15,6 +16,9 @@ constexpr int64_t kMaxLoggedErrors = 20;
 // augmentation's MixSeed(seed, epoch, key) streams.
 constexpr uint64_t kShardOrderSalt = 0x7368617264ULL;  // "shard"
 constexpr uint64_t kBufferSalt = 0x627566666572ULL;    // "buffer"
+
+// Samples a shuffle buffer holds before its first emission (WebDataset's default `initial`).
+constexpr size_t kInitialBuffer = 100;
 
 }  // namespace
 
@@ -127,8 +131,14 @@ bool ShardSource::NextRaw(Stream& s, ShardSample* out) {
 }
 
 bool ShardSource::Emit(Stream& s, ShardSample* out, std::string* error) {
+  const auto cap = static_cast<size_t>(o_.shuffle_buffer);
+  const size_t initial = std::min(cap, kInitialBuffer);
   while (!s.dead) {
-    while (s.buffer.size() < static_cast<size_t>(o_.shuffle_buffer)) {
+    // Fill up to `initial` samples, then grow by one per emission (two in, one out) until full,
+    // as WebDataset's shuffle(bufsize, initial) does: the first sample does not wait for a
+    // whole buffer's worth of reading.
+    for (int added = 0; s.buffer.size() < cap && (s.buffer.size() < initial || added < 2);
+         ++added) {
       ShardSample x;
       if (!NextRaw(s, &x)) {
         break;

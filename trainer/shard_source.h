@@ -5,9 +5,10 @@
 // takes the permuted shards r, r + W, r + 2W, ... (whole shards; at least one per rank). The
 // rank's shards are dealt the same way to K streams (K = min(streams, the rank's shard count)):
 // stream k reads its shards one after the other, start to end, and passes their samples
-// through its own shuffle buffer of `shuffle_buffer` samples (a reservoir: once full, each new
-// sample replaces a uniformly drawn one, which is emitted; at the end of the stream's shards the
-// rest is emitted in random order). Position p of the rank's epoch is the (p / K)-th sample
+// through its own shuffle buffer of `shuffle_buffer` samples (WebDataset's shuffle: the first
+// emission waits for 100 samples, after which the buffer grows by one per emission until full;
+// each emission is a uniformly drawn buffered sample; at the end of the stream's shards the rest
+// is emitted in random order). Position p of the rank's epoch is the (p / K)-th sample
 // stream p % K emits. An epoch is ceil(epoch_samples / W) positions on every rank, so that all
 // ranks take the same number of steps: a stream that runs out starts over on its shards (with
 // its buffer's generator going on), and samples a stream has not emitted when the epoch's

@@ -334,6 +334,21 @@ TEST_F(ShardSourceTest, OrderDependsOnNeitherReadOrderNorThreadsAndResumes) {
   }
 }
 
+TEST_F(ShardSourceTest, LargeBufferStartsAfterAHundredAndGrows) {
+  Make(2, 150);
+  ShardSource src(Options(300, 1, 0, 1, 200));  // one stream, buffer 200 > initial 100
+  const std::vector<std::string> ref = Epoch(src, 0, 0);
+  EXPECT_EQ(std::set<std::string>(ref.begin(), ref.end()).size(), 300u);  // each sample once
+  // The first emission is drawn from the first 100 samples read: the first shard's.
+  const size_t first_shard = src.RankShards(0)[0];
+  const int first_index = std::stoi(ref[0].substr(ref[0].find('_') + 1));
+  EXPECT_EQ(ref[0].rfind("s" + std::to_string(first_shard) + "_", 0), 0u) << ref[0];
+  EXPECT_LT(first_index, 100);
+  for (int64_t start : {1, 99, 137, 299}) {
+    EXPECT_EQ(Epoch(src, 0, start), std::vector<std::string>(ref.begin() + start, ref.end()));
+  }
+}
+
 TEST_F(ShardSourceTest, CorruptShardsAreSkippedAndAStreamOfNothingFailsReads) {
   Make(2, 3);
   testing::WriteFile(paths_[1], std::string(2000, 'z'));
