@@ -24,6 +24,7 @@ BATCH=${BATCH:-64}
 WAN_RTT=${WAN_RTT:-20}
 WAN_MBIT=${WAN_MBIT:-1000}
 SHARD_STREAMS=${SHARD_STREAMS:-4}
+SHUFFLE_BUFFER=${SHUFFLE_BUFFER:-1000}
 HINTS=${HINTS:-1}  # 0: --hint-command '' (perch's read-ahead and directory prefetch only)
 N=$((CLASSES * PER_CLASS))
 
@@ -45,7 +46,8 @@ run() {
     args=(--data-dir "$M/train")
   else
     args=(--data-dir "$M/shards" --data-shards "train-{000000..$last}.tar" --epoch-samples "$N"
-          --classes "$CLASSES" --shard-streams "$SHARD_STREAMS")
+          --classes "$CLASSES" --shard-streams "$SHARD_STREAMS"
+          --shuffle-buffer "$SHUFFLE_BUFFER")
   fi
   [[ $HINTS == 1 ]] || args+=(--hint-command "")
   local t0; t0=$(bench_cpu_ticks "$PERCHD_PID")
@@ -72,7 +74,7 @@ for i in $(seq "$RUNS"); do
 done
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 
-out=bench/results/trainer-shards-$(date -u +%F)-$SHARDS-rtt$WAN_RTT-${WAN_MBIT}mbit-streams$SHARD_STREAMS$([[ $HINTS == 1 ]] || echo -nohints).md
+out=bench/results/trainer-shards-$(date -u +%F)-$SHARDS-rtt$WAN_RTT-${WAN_MBIT}mbit-streams$SHARD_STREAMS-buffer$SHUFFLE_BUFFER$([[ $HINTS == 1 ]] || echo -nohints).md
 {
   echo "# perch-train --loader-only: ImageFolder tree vs tar shards, cold through perch behind a WAN, $(date -u +%F)"
   echo
@@ -84,6 +86,6 @@ out=bench/results/trainer-shards-$(date -u +%F)-$SHARDS-rtt$WAN_RTT-${WAN_MBIT}m
   echo "|---|---|---|---|---|---|"
   awk '{ k[$1]++; printf "| %s | %d | %s | %s | %s | %s |\n", $1, k[$1], $2, $3, $4, $5 }' "$RESULTS"
   echo
-  echo "Command: \`sudo bench/trainer-shards.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS SHARDS=$SHARDS SHARD_STREAMS=$SHARD_STREAMS HINTS=$HINTS RUNS=$RUNS WAN_RTT=$WAN_RTT WAN_MBIT=$WAN_MBIT)."
+  echo "Command: \`sudo bench/trainer-shards.sh\` (CLASSES=$CLASSES PER_CLASS=$PER_CLASS SHARDS=$SHARDS SHARD_STREAMS=$SHARD_STREAMS SHUFFLE_BUFFER=$SHUFFLE_BUFFER HINTS=$HINTS RUNS=$RUNS WAN_RTT=$WAN_RTT WAN_MBIT=$WAN_MBIT)."
 } > "$out"
 cat "$out"
