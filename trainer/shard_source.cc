@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <stdexcept>
+#include <thread>
 
 namespace perch::trainer {
 
@@ -20,21 +23,40 @@ constexpr uint64_t kBufferSalt = 0x627566666572ULL;    // "buffer"
 // Samples a shuffle buffer holds before its first emission (WebDataset's default `initial`).
 constexpr size_t kInitialBuffer = 100;
 
+// How far a stream's reader thread reads ahead of its buffer (at least one sample).
+constexpr size_t kReadAheadSamples = 1024;
+constexpr size_t kReadAheadBytes = 32 << 20;
+
 }  // namespace
 
+// What a stream's reader thread hands over: a sample, or the end of a pass over its shards.
+struct RawItem {
+  ShardSample sample;
+  bool pass_end = false;
+};
+
 struct ShardSource::Stream {
-  std::mutex mu;
   // Constant after BeginEpoch.
   std::vector<size_t> shards;
   int64_t skip = 0;  // emissions before the epoch's start: replayed, not returned
-  // Protected by mu.
+  // The reader thread's own.
   size_t next_shard = 0;
   std::unique_ptr<TarShardReader> reader;
+  int64_t pass_samples = 0;  // samples read in the current pass over the shards
+  std::thread thread;        // ReadAhead; joined by StopStreams
+  // Protected by mu.
+  std::mutex mu;
+  std::condition_variable cv;  // raw gained an item or room, reader_done, or stop
+  std::deque<RawItem> raw;     // the stream's samples in read order
+  size_t raw_bytes = 0;
+  bool reader_done = false;  // nothing more comes (a pass gave nothing, or stopped)
+  bool stop = false;
   std::vector<ShardSample> buffer;
   Rng rng{0};
   int64_t emitted = 0;                   // samples emitted this epoch, replayed ones included
   std::map<int64_t, ShardSample> ready;  // emitted for a position another thread has taken
-  int64_t pass_samples = 0;              // samples read in the current pass over the shards
+  bool pass_over = false;                // the current pass's samples are all in the buffer
+  bool emitting = false;  // a thread is in Emit (which releases mu while it waits for raw)
   bool dead = false;
 };
 
@@ -50,7 +72,23 @@ ShardSource::ShardSource(ShardSourceOptions options) : o_(std::move(options)) {
   }
 }
 
-ShardSource::~ShardSource() = default;
+ShardSource::~ShardSource() { StopStreams(); }
+
+void ShardSource::StopStreams() {
+  for (auto& s : streams_) {
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->stop = true;
+    }
+    s->cv.notify_all();
+  }
+  for (auto& s : streams_) {
+    if (s->thread.joinable()) {
+      s->thread.join();  // a read in progress finishes first
+    }
+  }
+  streams_.clear();
+}
 
 int64_t ShardSource::EpochLength() const {
   return (o_.epoch_samples + o_.world_size - 1) / o_.world_size;
@@ -92,7 +130,7 @@ void ShardSource::BeginEpoch(int64_t epoch, int64_t start) {
   epoch_ = epoch;
   const std::vector<size_t> mine = RankShards(epoch);
   const int k_count = Streams();
-  streams_.clear();
+  StopStreams();
   for (int k = 0; k < k_count; ++k) {
     auto s = std::make_unique<Stream>();
     for (size_t i = static_cast<size_t>(k); i < mine.size(); i += static_cast<size_t>(k_count)) {
@@ -102,8 +140,55 @@ void ShardSource::BeginEpoch(int64_t epoch, int64_t start) {
     s->rng = Rng(MixSeed(o_.seed ^ kBufferSalt, static_cast<uint64_t>(epoch),
                          static_cast<uint64_t>(o_.rank) * 65536 + static_cast<uint64_t>(k)));
     s->buffer.reserve(static_cast<size_t>(o_.shuffle_buffer));
+    Stream* raw = s.get();
     streams_.push_back(std::move(s));
+    raw->thread = std::thread([this, raw] { ReadAhead(*raw); });
   }
+}
+
+void ShardSource::ReadAhead(Stream& s) {
+  try {
+    while (true) {
+      RawItem item;
+      item.pass_end = !NextRaw(s, &item.sample);
+      if (item.pass_end) {
+        const bool empty = s.pass_samples == 0;  // every further pass would be empty too
+        s.pass_samples = 0;
+        s.next_shard = 0;
+        if (empty) {
+          break;
+        }
+      }
+      std::unique_lock<std::mutex> lock(s.mu);
+      s.cv.wait(lock, [&] {
+        return s.stop || s.raw.empty() ||
+               (s.raw.size() < kReadAheadSamples && s.raw_bytes < kReadAheadBytes);
+      });
+      if (s.stop) {
+        break;
+      }
+      s.raw_bytes += item.sample.image.size();
+      s.raw.push_back(std::move(item));
+      s.cv.notify_all();
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("tar shard stream: {}", e.what());
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.reader_done = true;
+  s.cv.notify_all();
+}
+
+bool ShardSource::Pop(Stream& s, std::unique_lock<std::mutex>& lock, RawItem* item) {
+  s.cv.wait(lock, [&] { return !s.raw.empty() || s.reader_done; });
+  if (s.raw.empty()) {
+    return false;
+  }
+  *item = std::move(s.raw.front());
+  s.raw.pop_front();
+  s.raw_bytes -= item->sample.image.size();
+  s.cv.notify_all();
+  return true;
 }
 
 bool ShardSource::NextRaw(Stream& s, ShardSample* out) {
@@ -130,20 +215,25 @@ bool ShardSource::NextRaw(Stream& s, ShardSample* out) {
   }
 }
 
-bool ShardSource::Emit(Stream& s, ShardSample* out, std::string* error) {
+bool ShardSource::Emit(Stream& s, std::unique_lock<std::mutex>& lock, ShardSample* out,
+                       std::string* error) {
   const auto cap = static_cast<size_t>(o_.shuffle_buffer);
   const size_t initial = std::min(cap, kInitialBuffer);
-  while (!s.dead) {
+  while (true) {
     // Fill up to `initial` samples, then grow by one per emission (two in, one out) until full,
     // as WebDataset's shuffle(bufsize, initial) does: the first sample does not wait for a
-    // whole buffer's worth of reading.
-    for (int added = 0; s.buffer.size() < cap && (s.buffer.size() < initial || added < 2);
+    // whole buffer's worth of reading. A pass's samples are drained before the next pass's join.
+    for (int added = 0; !s.dead && !s.pass_over && s.buffer.size() < cap &&
+                        (s.buffer.size() < initial || added < 2);
          ++added) {
-      ShardSample x;
-      if (!NextRaw(s, &x)) {
-        break;
+      RawItem r;
+      if (!Pop(s, lock, &r)) {
+        s.dead = true;  // a pass gave nothing: every further pass would give nothing too
+      } else if (r.pass_end) {
+        s.pass_over = true;
+      } else {
+        s.buffer.push_back(std::move(r.sample));
       }
-      s.buffer.push_back(std::move(x));
     }
     if (!s.buffer.empty()) {
       const size_t k = static_cast<size_t>(s.rng.Below(s.buffer.size()));
@@ -154,11 +244,10 @@ bool ShardSource::Emit(Stream& s, ShardSample* out, std::string* error) {
       s.buffer.pop_back();
       return true;
     }
-    // A pass over the stream's shards is over and its buffer drained: start over, unless the
-    // pass gave nothing (then every further pass would give nothing too).
-    s.dead = s.pass_samples == 0;
-    s.pass_samples = 0;
-    s.next_shard = 0;
+    if (s.dead) {
+      break;
+    }
+    s.pass_over = false;  // drained: the next pass's samples follow in `raw`
   }
   *error = "tar shards " + o_.shards[s.shards.front()] + " (" + std::to_string(s.shards.size()) +
            " shard(s) of one stream) hold no usable sample";
@@ -171,29 +260,37 @@ bool ShardSource::Read(int64_t position, SampleBytes* out, std::string* error) {
   const int64_t j = position / k_count;
   ShardSample sample;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
-    auto it = s.ready.find(j);
-    if (it != s.ready.end()) {
-      sample = std::move(it->second);
-      s.ready.erase(it);
-    } else {
-      while (true) {
-        ShardSample x;
-        if (s.emitted > j) {
-          *error = "position " + std::to_string(position) + " of a shard epoch read twice";
-          return false;
-        }
-        if (!Emit(s, &x, error)) {
-          return false;
-        }
-        const int64_t e = s.emitted++;
-        if (e == j) {
-          sample = std::move(x);
-          break;
-        }
-        if (e >= s.skip) {
-          s.ready.emplace(e, std::move(x));
-        }
+    std::unique_lock<std::mutex> lock(s.mu);
+    while (true) {
+      auto it = s.ready.find(j);
+      if (it != s.ready.end()) {
+        sample = std::move(it->second);
+        s.ready.erase(it);
+        break;
+      }
+      if (s.emitted > j) {
+        *error = "position " + std::to_string(position) + " of a shard epoch read twice";
+        return false;
+      }
+      if (s.emitting) {  // another thread emits (and may wait for the reader): wait for it
+        s.cv.wait(lock, [&] { return !s.emitting; });
+        continue;
+      }
+      ShardSample x;
+      s.emitting = true;
+      const bool ok = Emit(s, lock, &x, error);
+      s.emitting = false;
+      s.cv.notify_all();
+      if (!ok) {
+        return false;
+      }
+      const int64_t e = s.emitted++;
+      if (e == j) {
+        sample = std::move(x);
+        break;
+      }
+      if (e >= s.skip) {
+        s.ready.emplace(e, std::move(x));
       }
     }
   }

@@ -23,8 +23,13 @@
 // whose shards yield no sample in a whole pass fails every later Read (the loader counts those
 // as skipped, which stops training when too many are), so nothing loops or hangs.
 //
-// Thread-safety: BeginEpoch as SampleSource says; Read from any thread (one mutex per stream;
-// reading a stream's tar happens under its mutex, so up to K reads proceed in parallel).
+// Reading. Each stream has a reader thread that reads its shards in order, ahead of the buffer
+// (up to 1,024 samples or 32 MiB), so that K shards are read at once whatever the number of
+// loader workers, and reading overlaps decoding. The samples' order is the reader's order, so
+// the threads change nothing about it.
+//
+// Thread-safety: BeginEpoch as SampleSource says (it stops and joins the previous epoch's
+// readers); Read from any thread (one mutex per stream, never held across I/O).
 #ifndef PERCH_TRAINER_SHARD_SOURCE_H_
 #define PERCH_TRAINER_SHARD_SOURCE_H_
 
@@ -79,8 +84,15 @@ class ShardSource : public SampleSource {
  private:
   struct Stream;
   // Emits the stream's next sample; false (with `error`) when its shards yield none.
-  bool Emit(Stream& s, ShardSample* out, std::string* error);
+  // REQUIRES: `lock` holds s.mu (released while waiting for the reader thread).
+  bool Emit(Stream& s, std::unique_lock<std::mutex>& lock, ShardSample* out, std::string* error);
+  // The reader thread's next raw item; false when it is done and nothing is left.
+  bool Pop(Stream& s, std::unique_lock<std::mutex>& lock, struct RawItem* item);
+  // The reader thread of `s`: reads its shards in order, pass after pass, into s.raw.
+  void ReadAhead(Stream& s);
   bool NextRaw(Stream& s, ShardSample* out);
+  // Stops and joins the reader threads and drops the streams.
+  void StopStreams();
 
   const ShardSourceOptions o_;
   std::atomic<int64_t> dropped_{0};
