@@ -1,11 +1,7 @@
 #include "trainer/loader.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 
@@ -20,64 +16,34 @@ namespace {
 // reported with the loader's stats), so a tree full of bad files cannot flood the log.
 constexpr int64_t kMaxLoggedWarnings = 20;
 
-// Reads all of `path` into `buf` (grown, never shrunk). Returns false with `error`.
-bool ReadFile(const std::string& path, std::vector<uint8_t>* buf, size_t* size,
-              std::string* error) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *error = std::strerror(errno);
-    return false;
+// The order an ImageFolder is read in when the options name no sampler.
+std::shared_ptr<const Sampler> DefaultSampler(const ImageFolder& data, const LoaderOptions& o) {
+  const auto size = static_cast<int64_t>(data.size());
+  if (o.sampler != nullptr) {
+    return o.sampler;
   }
-  struct stat st;
-  size_t n = 0;
-  if (fstat(fd, &st) == 0 && st.st_size > 0 && buf->size() < static_cast<size_t>(st.st_size) + 1) {
-    buf->resize(static_cast<size_t>(st.st_size) + 1);
+  if (o.train) {
+    return std::make_shared<DistributedSampler>(size, o.seed, 1, 0, 1, 1);
   }
-  if (buf->size() < 4096) {
-    buf->resize(4096);
-  }
-  while (true) {
-    if (n == buf->size()) {
-      buf->resize(buf->size() * 2);  // the file grew since fstat
-    }
-    ssize_t r = read(fd, buf->data() + n, buf->size() - n);
-    if (r < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      *error = std::strerror(errno);
-      close(fd);
-      return false;
-    }
-    if (r == 0) {
-      break;
-    }
-    n += static_cast<size_t>(r);
-  }
-  close(fd);
-  *size = n;
-  return true;
+  return std::make_shared<SequentialSampler>(size);
 }
 
 }  // namespace
 
 struct WorkerState {
   JpegDecoder decoder;
-  std::vector<uint8_t> file;
+  SampleBytes sample;
 };
 
 Loader::Loader(const ImageFolder& data, LoaderOptions options)
-    : data_(data), options_(options), sampler_(options_.sampler) {
+    : Loader(std::make_shared<FolderSource>(data, DefaultSampler(data, options)), options) {}
+
+Loader::Loader(std::shared_ptr<SampleSource> source, LoaderOptions options)
+    : options_(std::move(options)), source_(std::move(source)) {
   if (options_.batch_size < 1 || options_.workers < 1 || options_.image_size < 1 ||
       options_.prefetch < 1) {
     throw std::invalid_argument(
         "loader: batch size, workers, image size and prefetch must be >= 1");
-  }
-  const auto size = static_cast<int64_t>(data_.size());
-  if (sampler_ == nullptr && options_.train) {
-    sampler_ = std::make_shared<DistributedSampler>(size, options_.seed, 1, 0, 1, 1);
-  } else if (sampler_ == nullptr) {
-    sampler_ = std::make_shared<SequentialSampler>(size);
   }
   const int64_t s = options_.image_size;
   auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(options_.pin_memory);
@@ -105,22 +71,12 @@ Loader::~Loader() {
 }
 
 int64_t Loader::BatchesPerEpoch() const {
-  return (sampler_->EpochLength() + options_.batch_size - 1) / options_.batch_size;
-}
-
-std::vector<int64_t> Loader::EpochOrder(int64_t epoch) const {
-  std::vector<int64_t> order = sampler_->EpochOrder(epoch);
-  for (int64_t index : order) {
-    if (index < 0 || index >= static_cast<int64_t>(data_.size())) {
-      throw std::out_of_range("loader: the sampler named sample " + std::to_string(index));
-    }
-  }
-  return order;
+  return (source_->EpochLength() + options_.batch_size - 1) / options_.batch_size;
 }
 
 int64_t Loader::BatchLength(int64_t batch) const {
   const int64_t first = start_ + batch * options_.batch_size;
-  return std::min<int64_t>(options_.batch_size, static_cast<int64_t>(order_.size()) - first);
+  return std::min<int64_t>(options_.batch_size, length_ - first);
 }
 
 void Loader::StopWorkersFromEpoch(std::unique_lock<std::mutex>& lock) {
@@ -130,13 +86,14 @@ void Loader::StopWorkersFromEpoch(std::unique_lock<std::mutex>& lock) {
 }
 
 void Loader::StartEpoch(int64_t epoch, int64_t start) {
-  std::vector<int64_t> order = EpochOrder(epoch);
   {
     std::unique_lock<std::mutex> lock(mu_);
     StopWorkersFromEpoch(lock);
-    order_ = std::move(order);
+    length_ = source_->EpochLength();
     epoch_ = epoch;
-    start_ = std::clamp<int64_t>(start, 0, static_cast<int64_t>(order_.size()));
+    start_ = std::clamp<int64_t>(start, 0, length_);
+    // No Read is in flight (StopWorkersFromEpoch), as SampleSource requires.
+    source_->BeginEpoch(epoch, start_);
     next_position_ = start_;
     released_ = 0;
     next_batch_ = 0;
@@ -155,7 +112,7 @@ void Loader::WorkerLoop() {
   while (true) {
     work_cv_.wait(lock, [this] {
       return stop_ ||
-             (active_ && next_position_ < static_cast<int64_t>(order_.size()) &&
+             (active_ && next_position_ < length_ &&
               (next_position_ - start_) / options_.batch_size < released_ + options_.prefetch);
     });
     if (stop_) {
@@ -170,18 +127,17 @@ void Loader::WorkerLoop() {
       slot.batch = batch;
       slot.remaining = BatchLength(batch);
     }
-    const int64_t index = order_[position];
     const int64_t epoch = epoch_;
     float* dst = slot.images.data_ptr<float>() +
                  row * 3 * static_cast<int64_t>(options_.image_size) * options_.image_size;
     ++in_flight_;
     lock.unlock();
 
-    const bool ok = LoadSample(index, epoch, dst, ws);
+    const bool ok = LoadSample(position, epoch, dst, ws);
 
     lock.lock();
     --in_flight_;
-    slot.labels[row] = data_.samples()[index].label;
+    slot.labels[row] = ws.sample.label;
     slot.ok[row] = ok ? 1 : 0;
     if (--slot.remaining == 0 || in_flight_ == 0) {
       done_cv_.notify_all();
@@ -189,22 +145,22 @@ void Loader::WorkerLoop() {
   }
 }
 
-bool Loader::LoadSample(int64_t index, int64_t epoch, float* dst, WorkerState& ws) {
-  const Sample& sample = data_.samples()[index];
+bool Loader::LoadSample(int64_t position, int64_t epoch, float* dst, WorkerState& ws) {
   std::string error;
-  size_t size = 0;
   const int s = options_.image_size;
-  bool ok = ReadFile(sample.path, &ws.file, &size, &error);
+  ws.sample.name.clear();
+  bool ok = source_->Read(position, &ws.sample, &error);
+  const size_t size = ws.sample.size;
   if (ok) {
     bytes_.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
-    Rng rng(MixSeed(options_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)));
+    Rng rng(MixSeed(options_.seed, static_cast<uint64_t>(epoch), ws.sample.key));
     const bool train = options_.train;
     auto region = [&](int w, int h) {
       return train ? RandomResizedCropRegion(w, h, rng)
                    : ResizeCenterCropRegion(w, h, ValResizeFor(s), s);
     };
     DecodedRegion decoded;
-    ok = ws.decoder.Decode(ws.file.data(), size, s, s, region, &decoded, &error);
+    ok = ws.decoder.Decode(ws.sample.data.data(), size, s, s, region, &decoded, &error);
     if (ok) {
       // torchvision's RandomHorizontalFlip: torch.rand(1) < 0.5, drawn after the crop.
       const bool flip = train && rng.Uniform(0, 1) < 0.5;
@@ -217,7 +173,10 @@ bool Loader::LoadSample(int64_t index, int64_t epoch, float* dst, WorkerState& w
   }
   const int64_t n = skipped_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (warnings_logged_.fetch_add(1, std::memory_order_relaxed) < kMaxLoggedWarnings) {
-    spdlog::warn("skipping unreadable image {} ({}); {} skipped so far", sample.path, error, n);
+    spdlog::warn(
+        "skipping unreadable image {} ({}); {} skipped so far",
+        ws.sample.name.empty() ? "at position " + std::to_string(position) : ws.sample.name, error,
+        n);
   }
   return false;
 }
@@ -230,7 +189,7 @@ bool Loader::Next(Batch* batch) {
     work_cv_.notify_all();
   }
   const int64_t first = start_ + next_batch_ * options_.batch_size;
-  if (!active_ || first >= static_cast<int64_t>(order_.size())) {
+  if (!active_ || first >= length_) {
     return false;
   }
   Slot& slot = slots_[next_batch_ % options_.prefetch];
@@ -269,7 +228,7 @@ bool Loader::Next(Batch* batch) {
 LoaderStats Loader::stats() const {
   LoaderStats s;
   s.images = images_.load();
-  s.skipped = skipped_.load();
+  s.skipped = skipped_.load() + source_->Dropped();
   s.bytes = bytes_.load();
   std::lock_guard<std::mutex> lock(mu_);
   s.wait_seconds = wait_seconds_;

@@ -1,16 +1,19 @@
-// Loader: turns an ImageFolder into batches of normalized float images, with its own thread
-// pool (not torch::data).
+// Loader: turns a SampleSource (an ImageFolder, or tar shards) into batches of normalized float
+// images, with its own thread pool (not torch::data).
 //
-// Design. An epoch is the order a Sampler gives (sampler.h): by default torch's
-// DistributedSampler with one replica, a permutation seeded by seed + epoch, for training and the
-// identity order for validation; a rank of a distributed run reads its share. Batch b of an epoch
+// Design. An epoch is the positions of a SampleSource (sample_source.h). For an ImageFolder that
+// is the order a Sampler gives (sampler.h): by default torch's DistributedSampler with one
+// replica, a permutation seeded by seed + epoch, for training and the identity order for
+// validation; a rank of a distributed run reads its share. Tar shards are streams through
+// shuffle buffers (shard_source.h). Batch b of an epoch
 // that starts at position `start` holds the samples at positions [start + b * B, start + (b + 1) *
 // B). Workers take positions one at a time, in order, read the file, decode only the region the
 // crop needs (JpegDecoder) and resample it straight into its row of a preallocated batch buffer
 // (pinned when feeding a GPU). At most `prefetch` batches are in flight: a worker does not start a
 // sample of batch b before the consumer has released batch b - prefetch, which bounds memory and
 // makes the buffers reusable. Each sample's random crop and flip come from Rng(MixSeed(seed, epoch,
-// index)), so a batch's content is a function of (seed, epoch, position) alone, independent of
+// key)), key being the sample's dataset index (or, for shards, its rank and position), so a
+// batch's content is a function of (seed, epoch, position) alone, independent of
 // thread count and timing; resuming at a position reproduces the rest of the epoch exactly.
 //
 // A sample that cannot be read or decoded is skipped: it is counted, logged (the first few
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include "trainer/image_folder.h"
+#include "trainer/sample_source.h"
 #include "trainer/sampler.h"
 
 namespace perch::trainer {
@@ -60,14 +64,17 @@ struct Batch {
 
 struct LoaderStats {
   int64_t images = 0;       // decoded successfully
-  int64_t skipped = 0;      // unreadable or corrupt
+  int64_t skipped = 0;      // unreadable or corrupt (files, or tar members and shards)
   int64_t bytes = 0;        // read from files
   double wait_seconds = 0;  // time Next() spent waiting for workers
 };
 
 class Loader {
  public:
+  // Reads `data` (which must outlive the loader) in options.sampler's order.
   Loader(const ImageFolder& data, LoaderOptions options);
+  // Reads `source`; options.sampler is not used.
+  Loader(std::shared_ptr<SampleSource> source, LoaderOptions options);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -84,14 +91,15 @@ class Loader {
 
   // Number of batches in an epoch started at 0.
   int64_t BatchesPerEpoch() const;
-  // Number of samples in an epoch's order (the dataset's size unless a sampler says otherwise).
-  int64_t EpochLength() const { return sampler_->EpochLength(); }
+  // Number of samples in an epoch (the dataset's size unless a sampler says otherwise).
+  int64_t EpochLength() const { return source_->EpochLength(); }
 
-  // The sample order of `epoch` (dataset indices), as the loader uses it.
-  std::vector<int64_t> EpochOrder(int64_t epoch) const;
+  // The files the rest of `epoch` from `start` reads, in order (for hints).
+  std::vector<std::string> HintPaths(int64_t epoch, int64_t start) const {
+    return source_->HintPaths(epoch, start);
+  }
 
   LoaderStats stats() const;
-  const ImageFolder& data() const { return data_; }
   const LoaderOptions& options() const { return options_; }
 
  private:
@@ -105,15 +113,14 @@ class Loader {
   };
 
   void WorkerLoop();
-  // Reads, decodes and transforms sample `index` into `dst`; false if it could not.
-  bool LoadSample(int64_t index, int64_t epoch, float* dst, struct WorkerState& ws);
+  // Reads, decodes and transforms the sample at `position` into `dst`; false if it could not.
+  bool LoadSample(int64_t position, int64_t epoch, float* dst, struct WorkerState& ws);
   void StopWorkersFromEpoch(std::unique_lock<std::mutex>& lock);
   int64_t BatchLength(int64_t batch) const;
 
   // Constant after construction.
-  const ImageFolder& data_;
   const LoaderOptions options_;
-  std::shared_ptr<const Sampler> sampler_;
+  const std::shared_ptr<SampleSource> source_;
   std::vector<std::thread> threads_;
 
   std::atomic<int64_t> images_{0};
@@ -129,11 +136,11 @@ class Loader {
   bool active_ = false;
   int64_t epoch_ = 0;
   int64_t start_ = 0;
-  std::vector<int64_t> order_;  // the epoch's permutation
-  int64_t next_position_ = 0;   // next position a worker takes
-  int64_t released_ = 0;        // batches the consumer is done with
-  int64_t next_batch_ = 0;      // batch Next() returns next
-  int64_t in_flight_ = 0;       // samples being processed outside the lock
+  int64_t length_ = 0;         // the epoch's positions
+  int64_t next_position_ = 0;  // next position a worker takes
+  int64_t released_ = 0;       // batches the consumer is done with
+  int64_t next_batch_ = 0;     // batch Next() returns next
+  int64_t in_flight_ = 0;      // samples being processed outside the lock
   std::vector<Slot> slots_;
   double wait_seconds_ = 0;
 };

@@ -1,5 +1,5 @@
-// perch-train: trains ResNet-18/50 on an ImageFolder tree (e.g. ImageNet read through a perch
-// mount) with checkpoints that survive HTCondor preemption. See trainer/README.md.
+// perch-train: trains ResNet-18/50 on an ImageFolder tree or tar shards (e.g. ImageNet read
+// through a perch mount) with checkpoints that survive HTCondor preemption. See trainer/README.md.
 #include <malloc.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -130,6 +130,44 @@ std::string DefaultHintCommand(const std::string& data_dir) {
   return command;
 }
 
+// --data-shards and its companions.
+void AddShardOptions(CLI::App& app, perch::trainer::TrainOptions* o) {
+  app.add_option("--data-shards", o->data_shards,
+                 "train from WebDataset tar shards instead of a tree, e.g. "
+                 "'train-{000000..000146}.tar' (brace notation; '*' globs), relative to "
+                 "--data-dir unless absolute; samples are <key>.jpg/.jpeg/.png + <key>.cls");
+  app.add_flag("--class-tars", o->class_tars,
+               "the shards are per-class tars (ImageNet's n01440764.tar, ...): the label is the "
+               "index of the tar's name in sorted order; .cls members are not needed");
+  app.add_option("--epoch-samples", o->epoch_samples,
+                 "samples per epoch over all ranks (required with --data-shards; ImageNet: "
+                 "1281167)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--classes", o->classes,
+                 "number of classes of .cls-labelled shards (default: --val-dir's)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--shuffle-buffer", o->shuffle_buffer,
+                 "samples in each shard stream's shuffle buffer (default 1000)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--shard-streams", o->shard_streams,
+                 "shards read at once per rank, each through its own shuffle buffer; part of "
+                 "the data order, so a resume must keep it (default 4)")
+      ->check(CLI::Range(1, 1024));
+}
+
+// Where the training data lies, for finding out whether it is on a perch mount.
+std::string DataLocation(const perch::trainer::TrainOptions& o) {
+  if (o.data_shards.empty()) {
+    return o.data_dir;
+  }
+  std::string first = o.data_shards;
+  if (first[0] != '/' && !o.data_dir.empty()) {
+    first = o.data_dir + "/" + first;
+  }
+  const std::string dir = std::filesystem::path(first).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
 // --micro-batches and the rank options.
 void AddDistributedOptions(CLI::App& app, perch::trainer::TrainOptions* o, int* nproc,
                            std::string* master) {
@@ -169,13 +207,16 @@ int main(int argc, char** argv) {
   std::string max_runtime;
   std::string log_level = "info";
   CLI::App app{
-      "perch-train: ResNet training on an ImageFolder tree, resumable (exit 85 = "
+      "perch-train: ResNet training on an ImageFolder tree or tar shards, resumable (exit 85 = "
       "checkpointed, rerun to continue)"};
   // A repeated option takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--data-dir", o.data_dir, "training tree: one directory per class")
-      ->required()
-      ->check(CLI::ExistingDirectory);
+  auto* data_dir =
+      app.add_option("--data-dir", o.data_dir,
+                     "training tree: one directory per class; with --data-shards, the directory "
+                     "a relative shard pattern starts from")
+          ->check(CLI::ExistingDirectory);
+  AddShardOptions(app, &o);
   app.add_option("--val-dir", o.val_dir, "validation tree with the same classes")
       ->check(CLI::ExistingDirectory);
   auto* ckpt = app.add_option("--checkpoint-dir", o.checkpoint_dir,
@@ -245,6 +286,9 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (data_dir->count() == 0 && o.data_shards.empty()) {
+      throw CLI::RequiredError("--data-dir (or --data-shards)");
+    }
     ResolveRank(&o, app, master, nproc);
   } catch (const CLI::Error& e) {
     return perch::cli::UsageExit(app, e);
@@ -260,10 +304,8 @@ int main(int argc, char** argv) {
     spdlog::error("--checkpoint-dir is required (except with --loader-only)");
     return perch::cli::kExitUsage;
   }
-  if (hint->count() == 0) o.hint_command = DefaultHintCommand(o.data_dir);
-  if (o.loader_only && epochs->count() == 0) {
-    o.epochs = 1;
-  }
+  if (hint->count() == 0) o.hint_command = DefaultHintCommand(DataLocation(o));
+  if (o.loader_only && epochs->count() == 0) o.epochs = 1;
   if (!max_runtime.empty()) {
     try {
       o.max_runtime_s = ParseDuration(max_runtime);

@@ -1,5 +1,6 @@
 // Synthesis of an ImageNet-like ImageFolder tree of real JPEG files, for tests, benchmarks and
-// the demo: out/train/<synset>/<synset>_<i>.JPEG and out/val/<synset>/..., synset names
+// the demo: out/train/<synset>/<synset>_<i>.JPEG and out/val/<synset>/... (and optionally the
+// training images again as WebDataset tar shards, out/shards/train-NNNNNN.tar), synset names
 // n00000000, n00000001, ... Images have a long side of 400-600 px and a short side of 2/3 to
 // 7/8 of it (ImageNet's typical 500x375) and about 105 KB at quality 90 (ImageNet averages
 // ~110 KB), with content a model can learn: each class has its own hue, shape family and
@@ -47,6 +48,16 @@ SynthResult SynthesizeTree(const SynthOptions& options);
 
 // "n%08d".
 std::string SynsetName(int label);
+
+// After SynthesizeTree: packs the tree's training images into `shards` WebDataset tar shards,
+// out/shards/train-000000.tar ... (libarchive, pax), members <key>.jpg and <key>.cls (the label
+// in decimal), key = the file's name without extension; the images are dealt to the shards in a
+// random order seeded by o.seed, about equally many per shard. Returns the bytes written.
+// Throws std::runtime_error on I/O errors, std::invalid_argument when shards < 1.
+int64_t WriteTrainShards(const SynthOptions& o, int shards);
+
+// "train-000000.tar" for shard 0 of `shards` (at least 6 digits).
+std::string ShardName(int shard, int shards);
 
 }  // namespace perch::trainer
 

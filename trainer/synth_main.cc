@@ -24,6 +24,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-side", o.max_side, "longest long side in px (default 600)")
       ->check(CLI::Range(8, 10000));
   app.add_option("--threads", o.threads, "threads (default: one per core)");
+  int shards = 0;
+  app.add_option("--shards", shards,
+                 "also write the training images as N WebDataset tar shards, "
+                 "out/shards/train-{000000..N-1}.tar (<key>.jpg + <key>.cls)")
+      ->check(CLI::NonNegativeNumber);
   app.set_version_flag("--version", std::string("perch-synth-imagenet ") + perch::kVersion);
   CLI11_PARSE(app, argc, argv);
   try {
@@ -33,6 +38,12 @@ int main(int argc, char** argv) {
     std::printf("wrote %lld JPEGs, %.1f MB (%.0f KB each on average) to %s in %.1f s\n",
                 static_cast<long long>(r.files), r.bytes / 1e6,
                 r.files ? r.bytes / 1e3 / r.files : 0.0, o.out.c_str(), secs);
+    if (shards > 0) {
+      const int64_t bytes = perch::trainer::WriteTrainShards(o, shards);
+      std::printf("wrote %d tar shards, %.1f MB, to %s/shards (%s ... %s)\n", shards, bytes / 1e6,
+                  o.out.c_str(), perch::trainer::ShardName(0, shards).c_str(),
+                  perch::trainer::ShardName(shards - 1, shards).c_str());
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "perch-synth-imagenet: %s\n", e.what());
     return 1;

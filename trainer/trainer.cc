@@ -14,6 +14,8 @@
 #include "trainer/checkpoint.h"
 #include "trainer/distributed.h"
 #include "trainer/image_folder.h"
+#include "trainer/sampler.h"
+#include "trainer/train_data.h"
 #include "trainer/training.h"
 
 namespace perch::trainer {
@@ -182,7 +184,7 @@ int Training::Train() {
   const int64_t epoch_length = loader_->EpochLength();
   Batch batch;
   while (!finished_ && epoch_ < o_.epochs && step_ < total_steps_) {
-    SendHints(o_.hint_command, *train_data_, loader_->EpochOrder(epoch_), position_);
+    SendHints(o_.hint_command, loader_->HintPaths(epoch_, position_));
     loader_->StartEpoch(epoch_, position_);
     model_->train();
     auto loop_start = Clock::now();
@@ -285,27 +287,41 @@ int Run(const TrainOptions& o) {
   if (o.threads > 0) {
     torch::set_num_threads(o.threads);
   }
-  std::unique_ptr<ImageFolder> train_data;
+  TrainData train_data;
   std::unique_ptr<ImageFolder> val_data;
   try {
-    train_data = std::make_unique<ImageFolder>(o.data_dir);
     if (!o.val_dir.empty()) {
       val_data = std::make_unique<ImageFolder>(o.val_dir);
-      if (val_data->classes() != train_data->classes()) {
-        spdlog::error("--val-dir {} has different classes than --data-dir {}", o.val_dir,
-                      o.data_dir);
-        return 1;
-      }
+    }
+    train_data = LoadTrainData(o, val_data.get());
+    bool same = true;
+    if (val_data && train_data.classes.empty()) {  // .cls labels: only the count is known
+      same = static_cast<int64_t>(val_data->classes().size()) == train_data.num_classes;
+    } else if (val_data) {
+      same = val_data->classes() == train_data.classes;
+    }
+    if (!same) {
+      spdlog::error("--val-dir {} has different classes than the training data", o.val_dir);
+      return 1;
     }
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;
   }
-  spdlog::info("{}: {} images in {} classes{}", o.data_dir, train_data->size(),
-               train_data->classes().size(),
+  spdlog::info("{}{}", train_data.Describe(o),
                val_data ? fmt::format("; val {}: {} images", o.val_dir, val_data->size()) : "");
   if (o.loader_only) {
-    return RunLoaderOnly(o, *train_data, workers);
+    try {
+      std::shared_ptr<const Sampler> sampler;
+      if (!train_data.sharded()) {
+        sampler =
+            std::make_shared<DistributedSampler>(train_data.EpochSamples(o), o.seed, 1, 0, 1, 1);
+      }
+      return RunLoaderOnly(o, MakeTrainSource(o, train_data, sampler, 0, 1), workers);
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      return 1;
+    }
   }
   if (o.device == "cuda" && !torch::cuda::is_available()) {
     spdlog::error("--device cuda, but this libtorch has no CUDA or no GPU is visible");

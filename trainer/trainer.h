@@ -1,5 +1,6 @@
-// Trainer: trains a ResNet on an ImageFolder tree with the Loader, checkpointing so that an
-// HTCondor job can be stopped at any time and restarted with the same command line.
+// Trainer: trains a ResNet on an ImageFolder tree or WebDataset tar shards with the Loader,
+// checkpointing so that an HTCondor job can be stopped at any time and restarted with the same
+// command line.
 //
 // Run(): if the checkpoint directory holds a checkpoint, resume from it exactly (same sample
 // order, same augmentation, same weights, momentum and schedule position), else start fresh.
@@ -38,6 +39,14 @@ inline constexpr int kExitConfigMismatch = 2;
 
 struct TrainOptions {
   std::string data_dir;
+  // Tar shards (WebDataset, shard_source.h) instead of an ImageFolder at data_dir: a pattern,
+  // relative to data_dir unless absolute.
+  std::string data_shards;
+  bool class_tars = false;     // shards are per-class tars: label = rank of the tar's name
+  int64_t epoch_samples = 0;   // samples per epoch over all ranks (required with shards)
+  int64_t classes = 0;         // with .cls labels: class count (default: --val-dir's)
+  int shuffle_buffer = 1000;   // samples per shard stream
+  int shard_streams = 4;       // shard streams per rank (part of the data order)
   std::string val_dir;         // optional
   std::string checkpoint_dir;  // required unless loader_only
   std::string summary_json;    // optional

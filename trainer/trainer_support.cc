@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/version.h>
@@ -115,6 +116,14 @@ void LoadInto(ResNet& model, const TensorMap& saved) {
   }
 }
 
+// utime + stime of this process, from getrusage (what /proc/self/stat says).
+double ProcessCpuSeconds() {
+  struct rusage ru = {};
+  getrusage(RUSAGE_SELF, &ru);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return secs(ru.ru_utime) + secs(ru.ru_stime);
+}
+
 int64_t JsonInt(const json& j, const char* key) {
   return j.contains(key) ? j[key].get<int64_t>() : 0;
 }
@@ -130,12 +139,10 @@ void WriteSummary(const std::string& path, const json& summary) {
   WriteFileAtomically(path, std::vector<char>(text.begin(), text.end()));
 }
 
-// Pipes the paths of order[from...] to `command`, one per line: with
-// "perchctl hint --job NAME --file -" perchd then fetches the files in the order the loader will
-// read them, ahead of it. Hints only speed things up, so a failing command is logged and
-// training goes on.
-void SendHints(const std::string& command, const ImageFolder& data,
-               const std::vector<int64_t>& order, int64_t from) {
+// Pipes `paths` to `command`, one per line: with "perchctl hint --job NAME --file -" perchd then
+// fetches the files (image files, or whole tar shards) in the order the loader will read them,
+// ahead of it. Hints only speed things up, so a failing command is logged and training goes on.
+void SendHints(const std::string& command, const std::vector<std::string>& paths) {
   if (command.empty()) {
     return;
   }
@@ -147,8 +154,8 @@ void SendHints(const std::string& command, const ImageFolder& data,
   }
   bool ok = true;
   int64_t sent = 0;
-  for (size_t i = static_cast<size_t>(std::max<int64_t>(0, from)); i < order.size() && ok; ++i) {
-    const std::string& path = data.samples()[order[i]].path;
+  for (size_t i = 0; i < paths.size() && ok; ++i) {
+    const std::string& path = paths[i];
     ok = std::fwrite(path.data(), 1, path.size(), pipe) == path.size() &&
          std::fputc('\n', pipe) != EOF;
     sent += ok ? 1 : 0;
@@ -163,7 +170,7 @@ void SendHints(const std::string& command, const ImageFolder& data,
   spdlog::info("hinted the next {} files in {:.2f} s", sent, Seconds(t0));
 }
 
-int RunLoaderOnly(const TrainOptions& o, const ImageFolder& train_data, int workers) {
+int RunLoaderOnly(const TrainOptions& o, std::shared_ptr<SampleSource> source, int workers) {
   LoaderOptions lo;
   lo.batch_size = o.batch_size;
   lo.workers = workers;
@@ -171,13 +178,14 @@ int RunLoaderOnly(const TrainOptions& o, const ImageFolder& train_data, int work
   lo.train = true;
   lo.seed = o.seed;
   lo.prefetch = o.prefetch;
-  Loader loader(train_data, lo);
+  Loader loader(std::move(source), lo);
   auto t0 = Clock::now();
+  const double cpu0 = ProcessCpuSeconds();
   int64_t batches = 0;
   int64_t images = 0;
   bool stopped = false;
   for (int epoch = 0; epoch < o.epochs && !stopped; ++epoch) {
-    SendHints(o.hint_command, train_data, loader.EpochOrder(epoch), 0);
+    SendHints(o.hint_command, loader.HintPaths(epoch, 0));
     loader.StartEpoch(epoch, 0);
     Batch batch;
     while (loader.Next(&batch)) {
@@ -193,11 +201,13 @@ int RunLoaderOnly(const TrainOptions& o, const ImageFolder& train_data, int work
   const double secs = Seconds(t0);
   const LoaderStats st = loader.stats();
   const double ips = images / std::max(secs, 1e-9);
+  const double cpu = ProcessCpuSeconds() - cpu0;
   std::printf(
       "loader-only: %lld images in %.2f s = %.0f images/s with %d workers (%.0f images/s per "
-      "worker), %.1f MB/s read, %lld skipped, image size %d\n",
+      "worker), %.1f MB/s read, %lld skipped, image size %d, %.2f ms CPU per image\n",
       static_cast<long long>(images), secs, ips, workers, ips / workers,
-      st.bytes / 1e6 / std::max(secs, 1e-9), static_cast<long long>(st.skipped), o.image_size);
+      st.bytes / 1e6 / std::max(secs, 1e-9), static_cast<long long>(st.skipped), o.image_size,
+      1e3 * cpu / static_cast<double>(std::max<int64_t>(images, 1)));
   json s = {{"mode", "loader-only"},
             {"images", images},
             {"seconds", secs},
@@ -208,7 +218,10 @@ int RunLoaderOnly(const TrainOptions& o, const ImageFolder& train_data, int work
             {"skipped_images", st.skipped},
             {"image_size", o.image_size},
             {"batch_size", o.batch_size},
-            {"data_dir", o.data_dir}};
+            {"cpu_seconds", cpu},
+            {"cpu_ms_per_image", 1e3 * cpu / static_cast<double>(std::max<int64_t>(images, 1))},
+            {"data_dir", o.data_dir},
+            {"data_shards", o.data_shards}};
   WriteSummary(o.summary_json, s);
   return 0;
 }

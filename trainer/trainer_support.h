@@ -17,6 +17,7 @@
 #include "trainer/image_folder.h"
 #include "trainer/loader.h"
 #include "trainer/resnet.h"
+#include "trainer/sample_source.h"
 #include "trainer/trainer.h"
 
 namespace perch::trainer {
@@ -46,18 +47,21 @@ TensorMap StateDictOrder(ResNet& model);
 // Copies `saved` into the model; throws std::runtime_error if a tensor is missing or mis-shaped.
 void LoadInto(ResNet& model, const TensorMap& saved);
 
+// utime + stime of this process so far.
+double ProcessCpuSeconds();
+
 int64_t JsonInt(const nlohmann::json& j, const char* key);
 double JsonDouble(const nlohmann::json& j, const char* key);
 // Writes `summary` to `path` atomically; nothing when `path` is empty.
 void WriteSummary(const std::string& path, const nlohmann::json& summary);
 
-// Pipes the paths of order[from...] to `command`, one per line (perchctl hint). A failing
-// command is logged as a warning; training goes on.
-void SendHints(const std::string& command, const ImageFolder& data,
-               const std::vector<int64_t>& order, int64_t from);
+// Pipes `paths` to `command`, one per line (perchctl hint). A failing command is logged as a
+// warning; training goes on.
+void SendHints(const std::string& command, const std::vector<std::string>& paths);
 
-// --loader-only: runs the loader for o.epochs (or o.max_steps batches); returns the exit code.
-int RunLoaderOnly(const TrainOptions& o, const ImageFolder& train_data, int workers);
+// --loader-only: runs a loader over `source` for o.epochs (or o.max_steps batches); returns the
+// exit code.
+int RunLoaderOnly(const TrainOptions& o, std::shared_ptr<SampleSource> source, int workers);
 
 }  // namespace perch::trainer
 

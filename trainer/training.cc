@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 // Entries of the resume header before the per-parameter momentum flags.
 constexpr size_t kHeader = 7;
 
-Training::Training(const TrainOptions& o, std::unique_ptr<ImageFolder> train_data,
+Training::Training(const TrainOptions& o, TrainData train_data,
                    std::unique_ptr<ImageFolder> val_data, int workers, ProcessGroup* group)
     : o_(o), train_data_(std::move(train_data)), val_data_(std::move(val_data)), group_(group) {
   cuda_ = o.device == "cuda" || (o.device == "auto" && torch::cuda::is_available());
@@ -32,7 +32,7 @@ Training::Training(const TrainOptions& o, std::unique_ptr<ImageFolder> train_dat
   // Model, optimizer, schedule. The model's initial weights come from the seeded CPU generator
   // (identical on every rank; rank 0's are broadcast anyway).
   torch::manual_seed(o.seed);
-  const int64_t num_classes = static_cast<int64_t>(train_data_->classes().size());
+  const int64_t num_classes = train_data_.num_classes;
   model_ = ResNet(o.arch, num_classes);
   model_->to(device_);
   if (cuda_) {  // channels_last
@@ -58,10 +58,14 @@ Training::Training(const TrainOptions& o, std::unique_ptr<ImageFolder> train_dat
   lo.seed = o.seed;
   lo.prefetch = o.prefetch;
   lo.pin_memory = cuda_;
-  lo.sampler = std::make_shared<DistributedSampler>(static_cast<int64_t>(train_data_->size()),
-                                                    o.seed, Replicas(), rank * o.micro_batches,
-                                                    o.micro_batches, o.batch_size);
-  loader_ = std::make_unique<Loader>(*train_data_, lo);
+  const int world = group_ != nullptr ? group_->world_size() : 1;
+  const int64_t epoch_samples = train_data_.EpochSamples(o);
+  std::shared_ptr<const Sampler> sampler;
+  if (!train_data_.sharded()) {
+    sampler = std::make_shared<DistributedSampler>(
+        epoch_samples, o.seed, Replicas(), rank * o.micro_batches, o.micro_batches, o.batch_size);
+  }
+  loader_ = std::make_unique<Loader>(MakeTrainSource(o, train_data_, sampler, rank, world), lo);
   if (val_data_) {  // every rank evaluates its strided part of the validation set
     LoaderOptions vo = lo;
     vo.train = false;
@@ -93,7 +97,8 @@ Training::Training(const TrainOptions& o, std::unique_ptr<ImageFolder> train_dat
   config_ = {{"arch", o.arch},
              {"batch_size", o.batch_size},
              {"replicas", Replicas()},
-             {"sampler", "torch.utils.data.DistributedSampler"},
+             {"sampler",
+              train_data_.sharded() ? "webdataset shards" : "torch.utils.data.DistributedSampler"},
              {"image_size", o.image_size},
              {"epochs", o.epochs},
              {"max_steps", o.max_steps},
@@ -106,7 +111,14 @@ Training::Training(const TrainOptions& o, std::unique_ptr<ImageFolder> train_dat
              {"norm_weight_decay", o.norm_weight_decay},
              {"label_smoothing", o.label_smoothing},
              {"classes", num_classes},
-             {"train_images", train_data_->size()}};
+             {"train_images", epoch_samples}};
+  if (train_data_.sharded()) {  // what the shard streams' order depends on (shard_source.h)
+    config_["shards"] = train_data_.shards.size();
+    config_["class_tars"] = o.class_tars;
+    config_["world_size"] = world;
+    config_["shard_streams"] = o.shard_streams;
+    config_["shuffle_buffer"] = o.shuffle_buffer;
+  }
   wait_at_start_ = loader_->stats().wait_seconds;
   window_wait0_ = wait_at_start_;
 }

@@ -19,6 +19,7 @@
 #include "trainer/resnet.h"
 #include "trainer/schedule.h"
 #include "trainer/sgd.h"
+#include "trainer/train_data.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_support.h"
 
@@ -39,8 +40,8 @@ struct StepResult {
 // this run's counters. Methods are called from the training thread only.
 class Training {
  public:
-  Training(const TrainOptions& o, std::unique_ptr<ImageFolder> train_data,
-           std::unique_ptr<ImageFolder> val_data, int workers, ProcessGroup* group);
+  Training(const TrainOptions& o, TrainData train_data, std::unique_ptr<ImageFolder> val_data,
+           int workers, ProcessGroup* group);
   // Returns an exit code, or nullopt to go on training.
   std::optional<int> Resume();
   int Train();
@@ -62,7 +63,7 @@ class Training {
 
   const TrainOptions& o_;
   const Clock::time_point run_start_ = Clock::now();
-  std::unique_ptr<ImageFolder> train_data_;
+  TrainData train_data_;
   std::unique_ptr<ImageFolder> val_data_;
   ProcessGroup* group_;
   bool cuda_ = false;

@@ -2,7 +2,8 @@
 // perch-devfed, mounted by perchd; the trainer finds out by itself that its
 // data is on a perch mount and hands each epoch's order to perchd as hints;
 // two data-parallel ranks on one mount hint their own shares and each file is
-// fetched once.
+// fetched once; tar shards of the same images are hinted shard by shard, in the
+// order they are read, and each shard is fetched once.
 #include <gtest/gtest.h>
 
 #include "tests/integration/mounted_federation.h"
@@ -25,7 +26,7 @@ class TrainerOnMountTest : public MountedFederation {
     StartFederation("trainer-mount", {}, [](const fs::path& tree) {
       RunResult r =
           RunToExit(PERCH_SYNTH_PATH, {"--out", tree.string(), "--classes", "3", "--per-class", "8",
-                                       "--min-side", "64", "--max-side", "96"});
+                                       "--min-side", "64", "--max-side", "96", "--shards", "4"});
       ASSERT_EQ(r.exit_code, 0) << r.output;
       RunResult chmod = RunToExit("/bin/chmod", {"-R", "a+rX", tree.string()});
       ASSERT_EQ(chmod.exit_code, 0) << chmod.output;
@@ -89,6 +90,24 @@ TEST_F(TrainerOnMountTest, TwoRanksOnOneMountFetchEachFileOnce) {
   EXPECT_EQ(s["prefetch"]["hinted_files"], 48u) << s.dump();  // 2 epochs x (12 + 12)
   EXPECT_EQ(s["misses"], 24u) << s.dump();                    // each file fetched once
   EXPECT_TRUE(fs::exists(work_->path() / "ckpt" / "model_final.pt"));
+}
+
+TEST_F(TrainerOnMountTest, ShardsAreHintedWholeAndFetchedOnce) {
+  Mount();
+  // 4 shards of 6 samples, 2 epochs, 2 streams: each epoch hints its 4 shards in the order the
+  // streams start them; every shard is one block, fetched once.
+  RunResult r = RunToExit(
+      "/usr/bin/env", {"PERCH_SOCKET=" + Socket(), PERCH_TRAIN_PATH, "--data-dir",
+                       (mnt_ / "shards").string(), "--data-shards", "train-{000000..000003}.tar",
+                       "--epoch-samples", "24", "--classes", "3", "--loader-only", "--epochs", "2",
+                       "--workers", "2", "--shard-streams", "2", "--image-size", "32"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("is on a perch mount"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("loader-only: 48 images"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" 0 skipped"), std::string::npos) << r.output;
+  auto s = CtlJson({"stats", "--json"});
+  EXPECT_EQ(s["prefetch"]["hinted_files"], 8u) << s.dump();  // two epochs of 4 shards
+  EXPECT_EQ(s["misses"], 4u) << s.dump();                    // each shard fetched once
 }
 
 }  // namespace

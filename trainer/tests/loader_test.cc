@@ -91,8 +91,13 @@ TEST_F(LoaderTest, ResumingMidEpochContinuesExactly) {
 
 TEST_F(LoaderTest, EpochsReshuffleAndCoverEverySample) {
   Loader loader(*data_, Options(2));
-  std::vector<int64_t> o0 = loader.EpochOrder(0);
-  std::vector<int64_t> o1 = loader.EpochOrder(1);
+  // With no sampler in the options, the loader reads DistributedSampler's order, 1 replica.
+  auto order = [&](uint64_t seed, int64_t epoch) {
+    return DistributedSampler(static_cast<int64_t>(data_->size()), seed, 1, 0, 1, 1)
+        .EpochOrder(epoch);
+  };
+  std::vector<int64_t> o0 = order(42, 0);
+  std::vector<int64_t> o1 = order(42, 1);
   EXPECT_NE(o0, o1);
   EXPECT_EQ(std::set<int64_t>(o0.begin(), o0.end()).size(), 21u);
   EXPECT_EQ(std::set<int64_t>(o1.begin(), o1.end()).size(), 21u);
@@ -110,9 +115,7 @@ TEST_F(LoaderTest, EpochsReshuffleAndCoverEverySample) {
     EXPECT_EQ(labels[i], data_->samples()[o0[i]].label);
   }
   // A different seed gives a different order.
-  LoaderOptions other = Options(2);
-  other.seed = 43;
-  EXPECT_NE(Loader(*data_, other).EpochOrder(0), o0);
+  EXPECT_NE(order(43, 0), o0);
 }
 
 TEST(LoaderCorruptTest, BadFilesAreSkippedAndCounted) {
