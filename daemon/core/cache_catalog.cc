@@ -78,6 +78,7 @@ bool ParseBlockIndex(std::string_view hex, uint64_t* index) {
 Status CacheCatalog::Load() {
   uint64_t total = 0, max_seq = 0;
   size_t blocks = 0, bad = 0;
+  size_t described = 0, described_with_blocks = 0;  // objects with an "o/" record
   ObjectIds ids;
   std::map<Id, CatalogEntry> objects;
   std::set<ObjectPath> pins;
@@ -102,6 +103,7 @@ Status CacheCatalog::Load() {
       return true;
     }
     it->second.Describe(parsed->str(), etag, size);
+    described++;
     return true;
   });
   if (!s.ok()) return s;
@@ -143,6 +145,7 @@ Status CacheCatalog::Load() {
     }
     auto [rec, added] = e->second.Add(index);
     if (!added) return true;
+    if (e->second.blocks() == 1 && e->second.described()) described_with_blocks++;
     *rec = r;
     blocks++;
     total += r.length;
@@ -151,7 +154,7 @@ Status CacheCatalog::Load() {
   });
   if (!s.ok()) return s;
   if (bad > 0) spdlog::warn("cache: {} undecodable index records ignored", bad);
-  for (auto it = objects.begin(); it != objects.end();) {
+  for (auto it = objects.begin(); described_with_blocks < described && it != objects.end();) {
     if (!it->second.empty()) {
       ++it;
       continue;

@@ -12,7 +12,10 @@
 // index that was lost to corruption) are adopted from their headers, as the
 // oldest blocks, so that they count against the quota and can be evicted;
 // records whose file is gone (a crash inside an eviction) are dropped; the
-// store removes temp files of writes a killed process never finished.
+// store removes temp files of writes a killed process never finished. Files
+// of recorded blocks are known by their names, not opened (issue 14: a walk
+// of a million blocks read a million headers): a damaged one is found by
+// the read that checks its header, dropped and fetched again.
 //
 // Quota. The effective capacity is the configured one capped to what the
 // filesystem can hold: bytes cached + bytes free - a reserve (2 % of the

@@ -42,27 +42,32 @@ void CacheCatalog::ReconcileNow() {
   std::sort(known.begin(), known.end());  // ForEach lists an object's inline block first
   std::vector<bool> seen(known.size());
   uint64_t adopted = 0, adopted_bytes = 0;
-  auto scan = store_.ForEachBlock([&](const BlockKey& key, uint64_t length) {
+  // True (and seen) if block `key` has a record: the store then lists it by
+  // its file name only, without reading its header.
+  auto recorded = [&](const BlockKey& key) {
     std::optional<Id> found;
     {
       MutexLock l(mu_);
       found = ids_.Find(key.object_id);
     }
-    if (found) {
-      const RecordKey rkey{*found, key.index};
-      auto it = std::lower_bound(known.begin(), known.end(), rkey);
-      if (it != known.end() && *it == rkey) {
-        seen[it - known.begin()] = true;
-        return;
-      }
-    }
-    // A block being written now gets its record from Stored().
-    if (in_use_ && in_use_(key)) return;
-    if (Adopt(key, length)) {
-      adopted++;
-      adopted_bytes += length;
-    }
-  });
+    if (!found) return false;
+    const RecordKey rkey{*found, key.index};
+    auto it = std::lower_bound(known.begin(), known.end(), rkey);
+    if (it == known.end() || *it != rkey) return false;
+    seen[it - known.begin()] = true;
+    return true;
+  };
+  auto scan = store_.ForEachBlock(
+      [&](const BlockKey& key, uint64_t length) {
+        if (recorded(key)) return;
+        // A block being written now gets its record from Stored().
+        if (in_use_ && in_use_(key)) return;
+        if (Adopt(key, length)) {
+          adopted++;
+          adopted_bytes += length;
+        }
+      },
+      recorded);
   if (!scan.ok()) {
     spdlog::warn("cache: start-up walk of the block store failed: {}", scan.status().ToString());
     reconciled_ = true;

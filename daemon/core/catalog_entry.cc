@@ -1,6 +1,6 @@
 #include "daemon/core/catalog_entry.h"
 
-#include <string>
+#include <utility>
 
 namespace perch::core {
 
@@ -16,11 +16,7 @@ std::string_view CatalogEntry::etag() const {
 }
 
 void CatalogEntry::Describe(std::string_view path, std::string_view etag, uint64_t size) {
-  std::string names;
-  names.reserve(path.size() + 1 + etag.size());
-  names.append(path).push_back('\0');
-  names.append(etag);
-  names_ = PackedString(names);
+  names_ = PackedString(path, etag, true);
   size_ = size;
 }
 

@@ -53,7 +53,8 @@ class FileBlockStore : public core::BlockStore {
   // Temp files not named by this object are leftovers of a process that
   // died mid-write (removed); its own may be writes under way (kept).
   core::Result<core::BlockScan> ForEachBlock(
-      const std::function<void(const core::BlockKey&, uint64_t)>& fn) override;
+      const std::function<void(const core::BlockKey&, uint64_t)>& fn,
+      const std::function<bool(const core::BlockKey&)>& recorded) override;
 
   // The file that holds block `key` (exposed for tests and tools).
   std::string PathOf(const core::BlockKey& key) const;
@@ -70,6 +71,10 @@ class FileBlockStore : public core::BlockStore {
   // On success `*fd` is open and `*data_offset`/`*data_len` locate the data.
   core::Status OpenChecked(const core::BlockKey& key, int* fd, uint64_t* data_offset,
                            uint64_t* data_len);
+  // True if `entry` (file `name`) is a block file by its type and name and
+  // `recorded` says so of the key its name gives (ForEachBlock).
+  bool IsRecorded(const std::filesystem::directory_entry& entry, const std::string& name,
+                  const std::function<bool(const core::BlockKey&)>& recorded) const;
   bool Verified(const std::string& path, const FileId& id);
   void MarkVerified(const std::string& path, const FileId& id);
   void Forget(const std::string& path);
