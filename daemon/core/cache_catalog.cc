@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <vector>
 
@@ -58,125 +57,6 @@ std::string CacheCatalog::EncodeObject(const CatalogEntry& o) {
   codec::PutU64(&v, o.size());
   codec::PutString(&v, o.etag());
   return v;
-}
-
-namespace {
-
-// The block number of a "b/<id>/<16 hex digits>" key's last part.
-bool ParseBlockIndex(std::string_view hex, uint64_t* index) {
-  if (hex.empty() || hex.size() > 16) return false;
-  auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), *index, 16);
-  return ec == std::errc() && end == hex.data() + hex.size();
-}
-
-}  // namespace
-
-// Start-up cost (issue 14): one pass over the "o/" records and one over the
-// "b/" records, both in key order. Ids order like their keys, so each object
-// goes at the end of the map and each block finds its object by a cursor
-// moving forward, with no search; the path index is left to the first List.
-Status CacheCatalog::Load() {
-  uint64_t total = 0, max_seq = 0;
-  size_t blocks = 0, bad = 0;
-  size_t described = 0, described_with_blocks = 0;  // objects with an "o/" record
-  ObjectIds ids;
-  std::map<Id, CatalogEntry> objects;
-  std::set<ObjectPath> pins;
-  Status s = index_.Scan("o/", [&](std::string_view k, std::string_view v) {
-    codec::Reader reader(v);
-    std::string_view path, etag;
-    uint64_t size = 0;
-    if (!reader.GetView(&path) || !reader.GetU64(&size) || !reader.GetView(&etag)) {
-      ++bad;
-      return true;
-    }
-    auto parsed = ObjectPath::Parse(path);
-    if (!parsed.ok()) {
-      ++bad;
-      return true;
-    }
-    const Id id = ids.Intern(k.substr(2));
-    const size_t before = objects.size();
-    auto it = objects.try_emplace(objects.end(), id);
-    if (objects.size() == before) {
-      ids.Release(id);
-      return true;
-    }
-    it->second.Describe(parsed->str(), etag, size);
-    described++;
-    return true;
-  });
-  if (!s.ok()) return s;
-  s = index_.Scan("pin/", [&](std::string_view k, std::string_view) {
-    auto parsed = ObjectPath::Parse(k.substr(3));
-    if (parsed.ok()) {
-      pins.insert(*parsed);
-    } else {
-      ++bad;
-    }
-    return true;
-  });
-  if (!s.ok()) return s;
-  auto cursor = objects.begin();  // the first object not before the last block's
-  s = index_.Scan("b/", [&](std::string_view k, std::string_view v) {
-    std::string_view rest = k.substr(2);
-    size_t slash = rest.rfind('/');
-    Record r;
-    uint64_t index = 0;
-    codec::Reader reader(v);
-    if (slash == std::string_view::npos || !ParseBlockIndex(rest.substr(slash + 1), &index) ||
-        !reader.GetU64(&r.length) || !reader.GetU64(&r.seq)) {
-      ++bad;
-      return true;
-    }
-    const std::string_view id_str = rest.substr(0, slash);
-    ObjectEntry* e = nullptr;
-    if (auto id = ids.Find(id_str)) {
-      while (cursor != objects.end() && cursor->first < *id) ++cursor;
-      if (cursor != objects.end() && cursor->first == *id) {
-        e = &*cursor;
-      } else if (auto it = objects.find(*id); it != objects.end()) {
-        e = &*it;  // an interned id out of key order (ids that are not hex)
-      }
-    }
-    if (e == nullptr) {  // a block without an object record
-      const Id id = ids.Intern(id_str);
-      e = &*objects.try_emplace(cursor, id);
-    }
-    auto [rec, added] = e->second.Add(index);
-    if (!added) return true;
-    if (e->second.blocks() == 1 && e->second.described()) described_with_blocks++;
-    *rec = r;
-    blocks++;
-    total += r.length;
-    max_seq = std::max(max_seq, r.seq);
-    return true;
-  });
-  if (!s.ok()) return s;
-  if (bad > 0) spdlog::warn("cache: {} undecodable index records ignored", bad);
-  for (auto it = objects.begin(); described_with_blocks < described && it != objects.end();) {
-    if (!it->second.empty()) {
-      ++it;
-      continue;
-    }
-    ids.Release(it->first);  // its blocks went before it (a crash): forgotten
-    it = objects.erase(it);
-  }
-  {
-    MutexLock l(mu_);
-    ids_ = std::move(ids);
-    objects_ = std::move(objects);
-    blocks_ = blocks;
-    dirty_.clear();
-    by_path_.clear();
-    by_path_built_ = false;
-    pins_ = std::move(pins);
-    next_seq_ = max_seq + 1;
-    cached_bytes_ = total;
-  }
-  spdlog::info("cache: {} blocks, {} bytes of {} capacity", blocks, total, options_.capacity_bytes);
-  UpdateCapacity();  // not under mu_: eviction takes it
-  return Status::Ok();
 }
 
 CacheCatalog::ObjectEntry* CacheCatalog::FindLocked(const BlockKey& key) {
