@@ -4,6 +4,7 @@
 // session per mount, signals and orderly shutdown.
 #include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -15,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -262,6 +264,9 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
       !s.ok()) {
     rc = ExitFor(core::InternalError(s.message()));
   }
+  // The catalog's load freed as much as it kept (index blocks, keys, values):
+  // hand the free pages back rather than carry them as resident (issue 14).
+  malloc_trim(0);
   for (size_t i = 0; rc == 0 && i < feds->size(); ++i) {
     if (core::Status s = AddMount(cfg, loop, stack, *(*feds)[i]); !s.ok()) rc = ExitFor(s);
   }
@@ -398,6 +403,12 @@ int main(int argc, char** argv) {
   // Everything perchd creates (block files, the index, sockets' directories)
   // is private to it: cached paths of protected namespaces must not leak.
   ::umask(077);
+  // glibc gives each thread that allocates an arena of its own, up to 8 per
+  // core, and memory freed in one is not reused by another: at 1 M cached
+  // objects that kept ~100 MiB more resident during a warm (issue 14). Two
+  // arenas, before any thread exists; MALLOC_ARENA_MAX in the environment
+  // still decides when set.
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
   using perch::ConfigError;
   perch::DaemonConfig cfg;
   CLI::App app{

@@ -102,9 +102,15 @@ class BlockStore {
   // temp files of writes that a previous process never finished and files
   // whose header is unreadable. Slow (it walks the whole store): meant for
   // one background pass at start. Stores with nothing to walk list nothing.
+  // A block for which `recorded(key)` (if not null) is true, asked with the
+  // key its file's name gives, is counted but neither opened nor passed to
+  // `fn`: the caller's index already records it, and a read checks its
+  // header anyway (so a walk of a store the index knows reads directories
+  // only, not one header per block).
   virtual Result<BlockScan> ForEachBlock(
-      const std::function<void(const BlockKey&, uint64_t length)>& fn) {
-    (void)fn;
+      const std::function<void(const BlockKey&, uint64_t length)>& fn,
+      const std::function<bool(const BlockKey&)>& recorded) {
+    (void)fn, (void)recorded;
     return BlockScan{};
   }
 };

@@ -51,126 +51,61 @@ std::string CacheCatalog::Encode(const Record& r) {
   return v;
 }
 
-std::string CacheCatalog::EncodeObject(const ObjectInfo& o) {
+std::string CacheCatalog::EncodeObject(const CatalogEntry& o) {
   std::string v;
-  codec::PutString(&v, o.path.view());
-  codec::PutU64(&v, o.size);
-  codec::PutString(&v, o.etag.view());
+  codec::PutString(&v, o.path());
+  codec::PutU64(&v, o.size());
+  codec::PutString(&v, o.etag());
   return v;
 }
 
-Status CacheCatalog::Load() {
-  uint64_t total = 0, max_seq = 0;
-  ObjectIds ids;
-  std::map<RecordKey, Record> loaded;
-  std::map<Id, ObjectInfo> objects;
-  std::set<ObjectPath> pins;
-  size_t bad = 0;
-  Status s = index_.Scan("o/", [&](std::string_view k, std::string_view v) {
-    codec::Reader reader(v);
-    std::string path, etag;
-    ObjectInfo o;
-    if (!reader.GetString(&path) || !reader.GetU64(&o.size) || !reader.GetString(&etag)) {
-      ++bad;
-      return true;
-    }
-    auto parsed = ObjectPath::Parse(path);
-    if (!parsed.ok()) {
-      ++bad;
-      return true;
-    }
-    o.path = PackedString(parsed->str());
-    o.etag = PackedString(etag);
-    const Id id = ids.Intern(k.substr(2));
-    if (!objects.emplace(id, std::move(o)).second) ids.Release(id);
-    return true;
-  });
-  if (!s.ok()) return s;
-  s = index_.Scan("pin/", [&](std::string_view k, std::string_view) {
-    auto parsed = ObjectPath::Parse(k.substr(3));
-    if (parsed.ok()) {
-      pins.insert(*parsed);
-    } else {
-      ++bad;
-    }
-    return true;
-  });
-  if (!s.ok()) return s;
-  s = index_.Scan("b/", [&](std::string_view k, std::string_view v) {
-    std::string_view rest = k.substr(2);
-    size_t slash = rest.rfind('/');
-    Record r;
-    codec::Reader reader(v);
-    if (slash == std::string_view::npos || !reader.GetU64(&r.length) || !reader.GetU64(&r.seq)) {
-      ++bad;
-      return true;
-    }
-    RecordKey key{ids.Intern(rest.substr(0, slash)),
-                  std::strtoull(std::string(rest.substr(slash + 1)).c_str(), nullptr, 16)};
-    if (!loaded.emplace(key, r).second) {
-      ids.Release(key.id);
-      return true;
-    }
-    total += r.length;
-    max_seq = std::max(max_seq, r.seq);
-    if (auto o = objects.find(key.id); o != objects.end()) {
-      o->second.cached_bytes += r.length;
-      o->second.blocks++;
-    }
-    return true;
-  });
-  if (!s.ok()) return s;
-  if (bad > 0) spdlog::warn("cache: {} undecodable index records ignored", bad);
-  size_t count = loaded.size();
-  for (auto it = objects.begin(); it != objects.end();) {
-    if (it->second.blocks > 0) {
-      ++it;
-      continue;
-    }
-    ids.Release(it->first);  // its blocks went before it (a crash): forgotten
-    it = objects.erase(it);
-  }
-  {
-    MutexLock l(mu_);
-    ids_ = std::move(ids);
-    records_ = std::move(loaded);
-    objects_ = std::move(objects);
-    by_path_.clear();
-    for (const ObjectEntry& e : objects_) by_path_.insert(&e);
-    pins_ = std::move(pins);
-    next_seq_ = max_seq + 1;
-    cached_bytes_ = total;
-  }
-  spdlog::info("cache: {} blocks, {} bytes of {} capacity", count, total, options_.capacity_bytes);
-  UpdateCapacity();  // not under mu_: eviction takes it
-  return Status::Ok();
+CacheCatalog::ObjectEntry* CacheCatalog::FindLocked(const BlockKey& key) {
+  return const_cast<ObjectEntry*>(std::as_const(*this).FindLocked(key));
 }
 
-std::optional<CacheCatalog::RecordKey> CacheCatalog::FindLocked(const BlockKey& key) const {
+const CacheCatalog::ObjectEntry* CacheCatalog::FindLocked(const BlockKey& key) const {
   auto id = ids_.Find(key.object_id);
-  if (!id) return std::nullopt;
-  return RecordKey{*id, key.index};
+  if (!id) return nullptr;
+  auto it = objects_.find(*id);
+  return it == objects_.end() ? nullptr : &*it;
+}
+
+const CacheCatalog::Record* CacheCatalog::FindBlockLocked(const BlockKey& key) const {
+  const ObjectEntry* e = FindLocked(key);
+  return e == nullptr ? nullptr : e->second.Find(key.index);
+}
+
+const CacheCatalog::Record* CacheCatalog::FindBlockLocked(const RecordKey& key) const {
+  auto it = objects_.find(key.id);
+  return it == objects_.end() ? nullptr : it->second.Find(key.index);
 }
 
 BlockKey CacheCatalog::BlockKeyLocked(const RecordKey& key) const {
   return BlockKey{ids_.Name(key.id), key.index};
 }
 
-std::pair<std::map<CacheCatalog::RecordKey, CacheCatalog::Record>::iterator, bool>
-CacheCatalog::EmplaceLocked(const BlockKey& key, Record r) {
-  if (auto found = FindLocked(key)) {
-    if (auto it = records_.find(*found); it != records_.end()) return {it, false};
-  }
-  const RecordKey k{ids_.Intern(key.object_id), key.index};
-  return records_.emplace(k, r);
+CacheCatalog::ObjectEntry& CacheCatalog::ObjectForLocked(const BlockKey& key) {
+  if (ObjectEntry* e = FindLocked(key)) return *e;
+  return *objects_.try_emplace(ids_.Intern(key.object_id)).first;
 }
 
-void CacheCatalog::CountBlockLocked(const Id& id, uint64_t length) {
-  cached_bytes_ += length;
-  if (auto o = objects_.find(id); o != objects_.end()) {
-    o->second.cached_bytes += length;
-    o->second.blocks++;
+std::pair<CacheCatalog::Record*, bool> CacheCatalog::AddBlockLocked(ObjectEntry& object,
+                                                                    uint64_t index) {
+  auto added = object.second.Add(index);
+  if (added.second) blocks_++;
+  return added;
+}
+
+void CacheCatalog::IndexPathsLocked() const {
+  if (by_path_built_) return;
+  std::vector<const ObjectEntry*> sorted;
+  sorted.reserve(objects_.size());
+  for (const ObjectEntry& e : objects_) {
+    if (e.second.described()) sorted.push_back(&e);
   }
+  std::sort(sorted.begin(), sorted.end(), ByPath());
+  for (const ObjectEntry* e : sorted) by_path_.insert(by_path_.end(), e);
+  by_path_built_ = true;
 }
 
 void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
@@ -178,31 +113,19 @@ void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath
   std::vector<Index::Write> batch;
   {
     MutexLock l(mu_);
-    auto [it, inserted] = EmplaceLocked(key, Record{});
-    const Id id = it->first.id;
-    const uint64_t old_length = it->second.length;
-    if (!inserted) cached_bytes_ -= old_length;
-    auto obj = objects_.find(id);
-    if (obj == objects_.end()) {
-      obj = objects_
-                .emplace(ids_.Intern(key.object_id),
-                         ObjectInfo{PackedString(path.str()), PackedString(version.etag),
-                                    version.size, 0, 0})
-                .first;
-      by_path_.insert(&*obj);
-      batch.push_back({ObjectKey(key.object_id), EncodeObject(obj->second)});
-      obj->second.blocks = 1;  // this block, also when it was adopted before
-    } else if (inserted) {
-      obj->second.blocks++;
-    } else {
-      obj->second.cached_bytes -= std::min(obj->second.cached_bytes, old_length);
+    ObjectEntry& obj = ObjectForLocked(key);
+    if (!obj.second.described()) {  // new, or its blocks were adopted without a record
+      obj.second.Describe(path.str(), version.etag, version.size);
+      if (by_path_built_) by_path_.insert(&obj);
+      batch.push_back({ObjectKey(key.object_id), EncodeObject(obj.second)});
     }
-    obj->second.cached_bytes += length;
-    it->second.length = length;
-    it->second.seq = next_seq_++;
+    auto [rec, added] = AddBlockLocked(obj, key.index);
+    if (!added) cached_bytes_ -= rec->length;
+    rec->length = length;
+    rec->seq = next_seq_++;
     cached_bytes_ += length;
-    dirty_.erase(it->first);
-    batch.push_back({Key(key), Encode(it->second)});
+    dirty_.erase(RecordKey{obj.first, key.index});
+    batch.push_back({Key(key), Encode(*rec)});
   }
   Status s = index_.Apply(batch);
   uint64_t more = 0;
@@ -219,13 +142,15 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
   {
     MutexLock l(mu_);
     // A block file without a record (crash between rename and record) is adopted.
-    auto [it, inserted] = EmplaceLocked(key, Record{length, 0});
-    if (inserted) {
-      CountBlockLocked(it->first.id, length);
+    ObjectEntry& obj = ObjectForLocked(key);
+    auto [rec, added] = AddBlockLocked(obj, key.index);
+    if (added) {
+      rec->length = length;
+      cached_bytes_ += length;
       adopted = true;
     }
-    it->second.seq = next_seq_++;
-    dirty_.insert(it->first);
+    rec->seq = next_seq_++;
+    dirty_.insert(RecordKey{obj.first, key.index});
     flush = dirty_.size() >= options_.flush_every;
   }
   if (adopted) MaybeScheduleEviction();
@@ -234,25 +159,22 @@ void CacheCatalog::Touched(const BlockKey& key, uint64_t length) {
 
 bool CacheCatalog::Forget(const BlockKey& key, std::vector<Index::Write>* batch) {
   MutexLock l(mu_);
-  auto found = FindLocked(key);
-  if (!found) return false;
-  auto it = records_.find(*found);
-  if (it == records_.end()) return false;
-  cached_bytes_ -= it->second.length;
-  if (auto o = objects_.find(found->id); o != objects_.end()) {
-    o->second.cached_bytes -= std::min(o->second.cached_bytes, it->second.length);
-    if (o->second.blocks <= 1) {
-      by_path_.erase(&*o);
-      objects_.erase(o);
-      ids_.Release(found->id);
+  ObjectEntry* obj = FindLocked(key);
+  if (obj == nullptr) return false;
+  auto removed = obj->second.Remove(key.index);
+  if (!removed) return false;
+  blocks_--;
+  cached_bytes_ -= removed->length;
+  dirty_.erase(RecordKey{obj->first, key.index});
+  if (obj->second.empty()) {
+    if (obj->second.described()) {
+      if (by_path_built_) by_path_.erase(obj);
       batch->push_back({ObjectKey(key.object_id), std::nullopt});
-    } else {
-      o->second.blocks--;
     }
+    const Id id = obj->first;
+    objects_.erase(id);
+    ids_.Release(id);
   }
-  records_.erase(it);
-  dirty_.erase(*found);
-  ids_.Release(found->id);
   batch->push_back({Key(key), std::nullopt});
   return true;
 }
@@ -302,8 +224,7 @@ std::vector<ObjectPath> CacheCatalog::Pins() const {
 
 bool CacheCatalog::Contains(const BlockKey& key) const {
   MutexLock l(mu_);
-  auto found = FindLocked(key);
-  return found && records_.count(*found) > 0;
+  return FindBlockLocked(key) != nullptr;
 }
 
 bool CacheCatalog::MayContain(const BlockKey& key) const {
@@ -312,10 +233,8 @@ bool CacheCatalog::MayContain(const BlockKey& key) const {
 
 uint64_t CacheCatalog::CachedBytes(const std::string& object_id) const {
   MutexLock l(mu_);
-  auto id = ids_.Find(object_id);
-  if (!id) return 0;
-  auto it = objects_.find(*id);
-  return it == objects_.end() ? 0 : it->second.cached_bytes;
+  const ObjectEntry* obj = FindLocked(BlockKey{object_id, 0});
+  return obj == nullptr ? 0 : obj->second.cached_bytes();
 }
 
 uint64_t CacheCatalog::pinned_bytes() const {
@@ -323,7 +242,7 @@ uint64_t CacheCatalog::pinned_bytes() const {
   uint64_t total = 0;
   if (pins_.empty()) return 0;
   for (const auto& [id, o] : objects_) {
-    if (IsPinnedLocked(o.path.view())) total += o.cached_bytes;
+    if (o.described() && IsPinnedLocked(o.path())) total += o.cached_bytes();
   }
   return total;
 }
@@ -332,12 +251,13 @@ std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std
                                              size_t limit) const {
   std::vector<CachedObject> out;
   MutexLock l(mu_);
+  IndexPathsLocked();
   // Paths under `prefix` sort at or after it (every path below starts with it).
   const std::string start = std::max(after, prefix.str());
   std::string_view last;  // all objects of one path go in one page
   for (auto it = by_path_.lower_bound(std::string_view(start)); it != by_path_.end(); ++it) {
-    const ObjectInfo& o = (*it)->second;
-    const std::string_view path = o.path.view();
+    const CatalogEntry& o = (*it)->second;
+    const std::string_view path = o.path();
     if (path == after) continue;
     if (out.size() >= limit && path != last) break;
     if (!Under(path, prefix)) {
@@ -349,8 +269,8 @@ std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std
     auto parsed = ObjectPath::Parse(path);  // checked when it was stored or loaded
     if (!parsed.ok()) continue;
     last = path;
-    out.push_back(CachedObject{*std::move(parsed), ids_.Name((*it)->first), o.size, o.cached_bytes,
-                               o.blocks, IsPinnedLocked(path)});
+    out.push_back(CachedObject{*std::move(parsed), ids_.Name((*it)->first), o.size(),
+                               o.cached_bytes(), o.blocks(), IsPinnedLocked(path)});
   }
   return out;
 }
@@ -366,10 +286,9 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
     uint64_t length = 0;
     {
       MutexLock l(mu_);
-      auto found = FindLocked(key);
-      auto it = found ? records_.find(*found) : records_.end();
-      if (it == records_.end()) continue;  // went meanwhile
-      length = it->second.length;
+      const Record* rec = FindBlockLocked(key);
+      if (rec == nullptr) continue;  // went meanwhile
+      length = rec->length;
     }
     Status s = store_.Remove(key);  // the file first, then the record
     if (!s.ok()) {
@@ -399,15 +318,13 @@ Result<EvictResult> CacheCatalog::Evict(const ObjectPath& prefix) {
   {
     MutexLock l(mu_);
     for (const auto& [id, o] : objects_) {
-      if (!Under(o.path.view(), prefix)) continue;
-      if (IsPinnedLocked(o.path.view())) {
+      if (!o.described() || !Under(o.path(), prefix)) continue;
+      if (IsPinnedLocked(o.path())) {
         result.pinned_objects++;
         continue;
       }
-      for (auto it = records_.lower_bound(RecordKey{id, 0});
-           it != records_.end() && it->first.id == id; ++it) {
-        keys.push_back(BlockKeyLocked(it->first));
-      }
+      const std::string name = ids_.Name(id);
+      o.ForEach([&](uint64_t index, const Record&) { keys.push_back(BlockKey{name, index}); });
     }
   }
   RemoveBlocks(keys, &result);
@@ -421,8 +338,9 @@ Status CacheCatalog::Flush() {
   {
     MutexLock l(mu_);
     for (const RecordKey& k : dirty_) {
-      auto it = records_.find(k);
-      if (it != records_.end()) batch.push_back({Key(BlockKeyLocked(k)), Encode(it->second)});
+      if (const Record* rec = FindBlockLocked(k)) {
+        batch.push_back({Key(BlockKeyLocked(k)), Encode(*rec)});
+      }
     }
     dirty_.clear();
   }
@@ -432,7 +350,7 @@ Status CacheCatalog::Flush() {
 
 size_t CacheCatalog::blocks() const {
   MutexLock l(mu_);
-  return records_.size();
+  return blocks_;
 }
 
 void CacheCatalog::MaybeScheduleEviction() {
@@ -463,13 +381,12 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   std::vector<std::pair<uint64_t, RecordKey>> lru;
   {
     MutexLock l(mu_);
-    lru.reserve(records_.size());
-    for (const auto& [k, r] : records_) {
-      if (!pins_.empty()) {
-        auto o = objects_.find(k.id);
-        if (o != objects_.end() && IsPinnedLocked(o->second.path.view())) continue;
-      }
-      lru.emplace_back(r.seq, k);
+    lru.reserve(blocks_);
+    for (const auto& [id, o] : objects_) {
+      if (!pins_.empty() && o.described() && IsPinnedLocked(o.path())) continue;
+      o.ForEach([&](uint64_t index, const Record& r) {
+        lru.emplace_back(r.seq, RecordKey{id, index});
+      });
     }
   }
   std::sort(lru.begin(), lru.end());
@@ -483,14 +400,14 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
     BlockKey key;
     {
       MutexLock l(mu_);
-      if (records_.count(rkey) == 0) continue;  // went meanwhile (its id may be reused)
+      if (FindBlockLocked(rkey) == nullptr) continue;  // went meanwhile (its id may be reused)
       key = BlockKeyLocked(rkey);
     }
     if (in_use_ && in_use_(key)) continue;  // not under mu_: a leaf lock calls nothing
     MutexLock l(mu_);
-    auto it = records_.find(rkey);
-    if (it == records_.end()) continue;
-    planned += it->second.length;
+    const Record* rec = FindBlockLocked(rkey);
+    if (rec == nullptr) continue;
+    planned += rec->length;
     victims.push_back(std::move(key));
   }
   EvictResult result;

@@ -12,7 +12,10 @@
 // index that was lost to corruption) are adopted from their headers, as the
 // oldest blocks, so that they count against the quota and can be evicted;
 // records whose file is gone (a crash inside an eviction) are dropped; the
-// store removes temp files of writes a killed process never finished.
+// store removes temp files of writes a killed process never finished. Files
+// of recorded blocks are known by their names, not opened (issue 14: a walk
+// of a million blocks read a million headers): a damaged one is found by
+// the read that checks its header, dropped and fetched again.
 //
 // Quota. The effective capacity is the configured one capped to what the
 // filesystem can hold: bytes cached + bytes free - a reserve (2 % of the
@@ -56,6 +59,7 @@
 #include <vector>
 
 #include "daemon/core/block_store.h"
+#include "daemon/core/catalog_entry.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/index.h"
 #include "daemon/core/mutex.h"
@@ -208,38 +212,24 @@ class CacheCatalog : public BlockListener {
 
  private:
   using Id = ObjectIds::Key;
-  // A block as the catalog keeps it in memory: no heap string (see Memory).
+  using Record = CatalogEntry::Block;
+  // A block by its compact id (for the dirty set and the passes that list blocks).
   struct RecordKey {
     Id id;
     uint64_t index = 0;
     friend bool operator==(const RecordKey&, const RecordKey&) = default;
     friend auto operator<=>(const RecordKey&, const RecordKey&) = default;
   };
-  struct Record {
-    uint64_t length = 0;
-    uint64_t seq = 0;
-  };
-  struct ObjectInfo {
-    PackedString path;  // its catalog path (valid: checked when stored or loaded)
-    PackedString etag;
-    uint64_t size = 0;
-    uint64_t cached_bytes = 0;
-    uint64_t blocks = 0;
-  };
-  using ObjectEntry = std::pair<const Id, ObjectInfo>;  // a node of objects_
+  using ObjectEntry = std::pair<const Id, CatalogEntry>;  // a node of objects_
   // Orders objects_' nodes by (path, id) and finds them by path.
   struct ByPath {
     using is_transparent = void;
     bool operator()(const ObjectEntry* a, const ObjectEntry* b) const {
-      if (int c = a->second.path.view().compare(b->second.path.view()); c != 0) return c < 0;
+      if (int c = a->second.path().compare(b->second.path()); c != 0) return c < 0;
       return a->first < b->first;
     }
-    bool operator()(const ObjectEntry* a, std::string_view b) const {
-      return a->second.path.view() < b;
-    }
-    bool operator()(std::string_view a, const ObjectEntry* b) const {
-      return a < b->second.path.view();
-    }
+    bool operator()(const ObjectEntry* a, std::string_view b) const { return a->second.path() < b; }
+    bool operator()(std::string_view a, const ObjectEntry* b) const { return a < b->second.path(); }
   };
   // True if `path` is `prefix` or below it (ObjectPath::HasPrefix on a view).
   static bool Under(std::string_view path, const ObjectPath& prefix);
@@ -247,16 +237,21 @@ class CacheCatalog : public BlockListener {
   static std::string ObjectKey(const std::string& object_id);
   static std::string PinKey(const ObjectPath& path);
   static std::string Encode(const Record& r);
-  static std::string EncodeObject(const ObjectInfo& o);
-  // The block `key` names, if the catalog knows its id.
-  std::optional<RecordKey> FindLocked(const BlockKey& key) const PERCH_REQUIRES(mu_);
+  static std::string EncodeObject(const CatalogEntry& o);
+  // The object of block `key`, null if the catalog has none.
+  ObjectEntry* FindLocked(const BlockKey& key) PERCH_REQUIRES(mu_);
+  const ObjectEntry* FindLocked(const BlockKey& key) const PERCH_REQUIRES(mu_);
+  // The record of block `key`, null if none.
+  const Record* FindBlockLocked(const BlockKey& key) const PERCH_REQUIRES(mu_);
+  const Record* FindBlockLocked(const RecordKey& key) const PERCH_REQUIRES(mu_);
   BlockKey BlockKeyLocked(const RecordKey& key) const PERCH_REQUIRES(mu_);
-  // Inserts a record (interning its id) or finds the one there.
-  std::pair<std::map<RecordKey, Record>::iterator, bool> EmplaceLocked(const BlockKey& key,
-                                                                       Record r)
-      PERCH_REQUIRES(mu_);
-  // Adds block `key` of `length` bytes to its object's counts.
-  void CountBlockLocked(const Id& id, uint64_t length) PERCH_REQUIRES(mu_);
+  // The object of block `key`, added (its id interned, undescribed) if absent.
+  ObjectEntry& ObjectForLocked(const BlockKey& key) PERCH_REQUIRES(mu_);
+  // Adds block `key` (zeroed) if absent; second: whether it was added
+  // (then counted in blocks_).
+  std::pair<Record*, bool> AddBlockLocked(ObjectEntry& object, uint64_t index) PERCH_REQUIRES(mu_);
+  // Builds by_path_ if it is not yet (the first List after a start).
+  void IndexPathsLocked() const PERCH_REQUIRES(mu_);
   void MaybeScheduleEviction();
   // Removes `key`'s in-memory record and appends the index deletes it needs
   // (the block record; the object record with its last block) to `batch`.
@@ -287,17 +282,20 @@ class CacheCatalog : public BlockListener {
   std::atomic<bool> eviction_scheduled_{false};
   std::atomic<int> eviction_retries_{0};  // passes in a row that freed nothing
 
-  // Memory (issue 14): per cached small object one records_ node (80
-  // bytes), one objects_ node (112) and its path (one heap block), one
-  // by_path_ node (48); ids are ObjectIds keys (no heap), the path index
-  // points at objects_' nodes. CacheCatalogTest.MemoryPerCachedObject... checks it.
+  // Memory (issue 14): per cached small object one objects_ node (112
+  // bytes with malloc's overhead: id, CatalogEntry with its block inline) and
+  // one heap block with its path and ETag; ids are ObjectIds keys (no heap).
+  // The path index (48 bytes an object) is built by the first List, not at
+  // start. CacheCatalogTest.MemoryPerCachedObject... checks it.
   mutable Mutex mu_;
   ObjectIds ids_ PERCH_GUARDED_BY(mu_);
-  std::map<RecordKey, Record> records_ PERCH_GUARDED_BY(mu_);
+  std::map<Id, CatalogEntry> objects_ PERCH_GUARDED_BY(mu_);
+  size_t blocks_ PERCH_GUARDED_BY(mu_) = 0;  // blocks of all objects_
   std::set<RecordKey> dirty_ PERCH_GUARDED_BY(mu_);
-  std::map<Id, ObjectInfo> objects_ PERCH_GUARDED_BY(mu_);
-  // Every node of objects_ (map nodes do not move), in path order.
-  std::set<const ObjectEntry*, ByPath> by_path_ PERCH_GUARDED_BY(mu_);
+  // The described nodes of objects_ (map nodes do not move), in path order,
+  // once by_path_built_; until then empty.
+  mutable std::set<const ObjectEntry*, ByPath> by_path_ PERCH_GUARDED_BY(mu_);
+  mutable bool by_path_built_ PERCH_GUARDED_BY(mu_) = false;
   std::set<ObjectPath> pins_ PERCH_GUARDED_BY(mu_);
   uint64_t next_seq_ PERCH_GUARDED_BY(mu_) = 1;
   std::string last_store_error_ PERCH_GUARDED_BY(mu_);

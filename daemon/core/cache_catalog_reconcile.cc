@@ -15,9 +15,10 @@ bool CacheCatalog::Adopt(const BlockKey& key, uint64_t length) {
   Record r{length, 0};  // seq 0: its last use is unknown, so it goes first
   {
     MutexLock l(mu_);
-    auto [it, inserted] = EmplaceLocked(key, r);
-    if (!inserted) return false;
-    CountBlockLocked(it->first.id, length);
+    auto [rec, added] = AddBlockLocked(ObjectForLocked(key), key.index);
+    if (!added) return false;
+    *rec = r;
+    cached_bytes_ += length;
   }
   index_.Apply({{Key(key), Encode(r)}})
       .IgnoreError();  // without it, the next start adopts it again
@@ -33,31 +34,40 @@ void CacheCatalog::ReconcileNow() {
   std::vector<RecordKey> known;
   {
     MutexLock l(mu_);
-    known.reserve(records_.size());
-    for (const auto& [k, r] : records_) known.push_back(k);
+    known.reserve(blocks_);
+    for (const auto& [id, o] : objects_) {
+      o.ForEach([&](uint64_t index, const Record&) { known.push_back(RecordKey{id, index}); });
+    }
   }
+  std::sort(known.begin(), known.end());  // ForEach lists an object's inline block first
   std::vector<bool> seen(known.size());
   uint64_t adopted = 0, adopted_bytes = 0;
-  auto scan = store_.ForEachBlock([&](const BlockKey& key, uint64_t length) {
-    std::optional<RecordKey> found;
+  // True (and seen) if block `key` has a record: the store then lists it by
+  // its file name only, without reading its header.
+  auto recorded = [&](const BlockKey& key) {
+    std::optional<Id> found;
     {
       MutexLock l(mu_);
-      found = FindLocked(key);
+      found = ids_.Find(key.object_id);
     }
-    if (found) {
-      auto it = std::lower_bound(known.begin(), known.end(), *found);
-      if (it != known.end() && *it == *found) {
-        seen[it - known.begin()] = true;
-        return;
-      }
-    }
-    // A block being written now gets its record from Stored().
-    if (in_use_ && in_use_(key)) return;
-    if (Adopt(key, length)) {
-      adopted++;
-      adopted_bytes += length;
-    }
-  });
+    if (!found) return false;
+    const RecordKey rkey{*found, key.index};
+    auto it = std::lower_bound(known.begin(), known.end(), rkey);
+    if (it == known.end() || *it != rkey) return false;
+    seen[it - known.begin()] = true;
+    return true;
+  };
+  auto scan = store_.ForEachBlock(
+      [&](const BlockKey& key, uint64_t length) {
+        if (recorded(key)) return;
+        // A block being written now gets its record from Stored().
+        if (in_use_ && in_use_(key)) return;
+        if (Adopt(key, length)) {
+          adopted++;
+          adopted_bytes += length;
+        }
+      },
+      recorded);
   if (!scan.ok()) {
     spdlog::warn("cache: start-up walk of the block store failed: {}", scan.status().ToString());
     reconciled_ = true;
@@ -71,7 +81,7 @@ void CacheCatalog::ReconcileNow() {
     BlockKey key;
     {
       MutexLock l(mu_);
-      if (records_.count(known[i]) == 0) continue;  // went meanwhile
+      if (FindBlockLocked(known[i]) == nullptr) continue;  // went meanwhile
       key = BlockKeyLocked(known[i]);
     }
     if (in_use_ && in_use_(key)) continue;

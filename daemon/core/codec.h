@@ -37,6 +37,14 @@ class Reader {
     in_.remove_prefix(n);
     return true;
   }
+  // As GetString, without a copy: `*s` points into the input.
+  bool GetView(std::string_view* s) {
+    uint64_t n = 0;
+    if (!GetU64(&n) || n > in_.size()) return false;
+    *s = in_.substr(0, n);
+    in_.remove_prefix(n);
+    return true;
+  }
   bool done() const { return in_.empty(); }
 
  private:

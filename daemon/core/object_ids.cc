@@ -1,24 +1,36 @@
 #include "daemon/core/object_ids.h"
 
+#include <array>
 #include <cstring>
 
 namespace perch::core {
 
+namespace {
+
+// The value of each lowercase hex digit, 0xff for every other byte (uppercase
+// too: it would not print back the same).
+constexpr std::array<uint8_t, 256> kHexValue = [] {
+  std::array<uint8_t, 256> t{};
+  t.fill(0xff);
+  for (int c = 0; c < 10; ++c) t['0' + c] = static_cast<uint8_t>(c);
+  for (int c = 0; c < 6; ++c) t['a' + c] = static_cast<uint8_t>(10 + c);
+  return t;
+}();
+
+}  // namespace
+
+// Runs for every record at start (issue 14): a table lookup per digit, one
+// test for a bad digit per id.
 bool ObjectIds::ParseHex(std::string_view id, Key* key) {
   if (id.size() != 32) return false;
   uint64_t half[2] = {0, 0};
+  uint8_t bad = 0;
   for (size_t i = 0; i < 32; ++i) {
-    const char c = id[i];
-    uint64_t v;
-    if (c >= '0' && c <= '9') {
-      v = static_cast<uint64_t>(c - '0');
-    } else if (c >= 'a' && c <= 'f') {
-      v = static_cast<uint64_t>(c - 'a' + 10);
-    } else {
-      return false;  // uppercase too: it would not print back the same
-    }
-    half[i / 16] = (half[i / 16] << 4) | v;
+    const uint8_t v = kHexValue[static_cast<unsigned char>(id[i])];
+    bad |= v;
+    half[i / 16] = (half[i / 16] << 4) | (v & 0xf);
   }
+  if (bad & 0xf0) return false;
   *key = Key{half[0], half[1], 0};
   return true;
 }
@@ -73,12 +85,20 @@ std::string ObjectIds::Name(const Key& key) const {
   return out;
 }
 
-PackedString::PackedString(std::string_view s) {
-  if (s.empty()) return;
-  const uint32_t n = static_cast<uint32_t>(s.size());
+PackedString::PackedString(std::string_view s) : PackedString(s, std::string_view(), false) {}
+
+PackedString::PackedString(std::string_view a, std::string_view b, bool nul_between) {
+  const size_t total = a.size() + b.size() + (nul_between ? 1 : 0);
+  if (total == 0) return;
+  const uint32_t n = static_cast<uint32_t>(total);
   p_ = std::make_unique_for_overwrite<char[]>(sizeof(n) + n);
-  std::memcpy(p_.get(), &n, sizeof(n));
-  std::memcpy(p_.get() + sizeof(n), s.data(), n);
+  char* out = p_.get();
+  std::memcpy(out, &n, sizeof(n));
+  out += sizeof(n);
+  std::memcpy(out, a.data(), a.size());
+  out += a.size();
+  if (nul_between) *out++ = '\0';
+  if (!b.empty()) std::memcpy(out, b.data(), b.size());
 }
 
 std::string_view PackedString::view() const {

@@ -69,6 +69,8 @@ class PackedString {
  public:
   PackedString() = default;
   explicit PackedString(std::string_view s);
+  // `a` then `b`, with a NUL between them if `nul_between`, in one block.
+  PackedString(std::string_view a, std::string_view b, bool nul_between);
   PackedString(PackedString&&) noexcept = default;
   PackedString& operator=(PackedString&&) noexcept = default;
   std::string_view view() const;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "daemon/core/limits.h"
@@ -111,15 +112,36 @@ void WarmJob::NoteError(const std::string& path, const Status& s) {
 void WarmJob::Walk() {
   // Breadth-first over the roots; each directory listing may block on the
   // federation (bounded by the filesystem's op timeout).
-  std::deque<std::pair<ObjectPath, bool>> todo;  // (path, descend into directories)
-  for (const ObjectPath& p : roots_) todo.emplace_back(p, true);
-  while (!todo.empty()) {
+  if (!walk_started_) {
+    walk_started_ = true;
+    for (const ObjectPath& p : roots_) walk_todo_.emplace_back(p, true);
+  }
+  bool cancelled = false;
+  while (!cancelled) {
+    // The rest of the directory being listed (a paused walk goes on here).
+    while (walk_next_ < walk_entries_.size()) {
+      const DirEntry& e = walk_entries_[walk_next_++];
+      auto child = walk_dir_.Child(e.name);
+      if (!child.ok()) continue;
+      if (e.attr.is_dir) {
+        walk_todo_.emplace_back(*child, recursive_);
+        continue;
+      }
+      if (!AddFile(*child, e.attr)) {
+        cancelled = true;
+        break;
+      }
+      if (PauseIfQueueFull()) return;
+    }
+    std::vector<DirEntry>().swap(walk_entries_);
+    walk_next_ = 0;
+    if (cancelled || walk_todo_.empty()) break;
     {
       MutexLock l(mu_);
       if (progress_.cancelled) break;
     }
-    auto [path, descend] = todo.front();
-    todo.pop_front();
+    auto [path, descend] = walk_todo_.front();
+    walk_todo_.pop_front();
     auto attr = fs_.GetAttr(path);
     if (!attr.ok()) {
       MutexLock l(mu_);
@@ -129,6 +151,7 @@ void WarmJob::Walk() {
     }
     if (!attr->is_dir) {
       AddFile(path, *attr);
+      if (PauseIfQueueFull()) return;
       continue;
     }
     if (!descend) continue;
@@ -139,22 +162,27 @@ void WarmJob::Walk() {
       progress_.files_failed++;
       continue;
     }
-    for (const DirEntry& e : *entries) {
-      auto child = path.Child(e.name);
-      if (!child.ok()) continue;
-      if (e.attr.is_dir) {
-        todo.emplace_back(*child, recursive_);
-      } else if (!AddFile(*child, e.attr)) {
-        break;  // cancelled
-      }
-    }
+    walk_dir_ = path;
+    walk_entries_ = *std::move(entries);
   }
+  walk_todo_.clear();
   {
     MutexLock l(mu_);
     progress_.listing_done = true;
   }
   Notify();
   FinishIfDone();
+}
+
+bool WarmJob::PauseIfQueueFull() {
+  MutexLock l(mu_);
+  // Fetches are in flight whenever files wait (Pump fills the slots), so a
+  // completion's Pump comes to resume the walk.
+  if (progress_.cancelled || pending_.size() < std::max<size_t>(options_.max_files_queued, 1)) {
+    return false;
+  }
+  walk_paused_ = true;
+  return true;
 }
 
 bool WarmJob::AddFile(const ObjectPath& path, const FileAttr& attr) {
@@ -240,6 +268,15 @@ void WarmJob::Pump() {
         },
         FetchClass{Priority::kWarm, "warm#" + std::to_string(id_)});
   }
+  bool resume = false;
+  {
+    MutexLock l(mu_);
+    if (walk_paused_ && !progress_.cancelled && pending_.size() <= options_.max_files_queued / 2) {
+      walk_paused_ = false;
+      resume = true;
+    }
+  }
+  if (resume) executor_.Post([self] { self->Walk(); });
   if (skipped) FinishIfDone();
 }
 

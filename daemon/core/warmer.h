@@ -58,6 +58,10 @@ struct WarmerOptions {
   size_t max_blocks_in_flight = 64;  // per job
   std::chrono::milliseconds block_timeout{120000};
   size_t finished_jobs_kept = 8;  // for Jobs()
+  // The walk pauses while this many files wait for their fetches and goes on
+  // once half of them are issued (issue 14: a walk of 1 M files ran far ahead
+  // of the fetches and held them all, ~250 bytes each, at the warm's peak).
+  size_t max_files_queued = 4096;
   // How progress names the paths asked for (the federation path); null: the object path.
   std::function<std::string(const ObjectPath&)> path_name;
   // Called between taking a progress snapshot and delivering it (tests widen races here).
@@ -139,7 +143,11 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
           FileSystem& fs, BlockReader& reader, CacheCatalog& catalog, Executor& executor,
           const WarmerOptions& options);
 
-  void Walk();                                                 // runs on the executor
+  // Lists the roots and adds their files; runs on the executor, again after
+  // each pause, until the listing is done or the job is cancelled.
+  void Walk();
+  // True if the walk is to pause now (then walk_paused_ is set).
+  bool PauseIfQueueFull() PERCH_EXCLUDES(mu_);
   bool AddFile(const ObjectPath& path, const FileAttr& attr);  // false once cancelled
   // Issues fetches up to the limit, skipping cached blocks; runs on the
   // executor. Never holds mu_ across a catalog or reader call, and stops as
@@ -165,6 +173,14 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
   const WarmerOptions options_;
   const uint64_t id_;
 
+  // The walk's state between its runs, touched only by the one running Walk
+  // (the next run is posted by the Pump that clears walk_paused_).
+  std::deque<std::pair<ObjectPath, bool>> walk_todo_;  // (path, descend into directories)
+  ObjectPath walk_dir_;                                // the directory being listed
+  std::vector<DirEntry> walk_entries_;                 // its entries, from walk_next_ on
+  size_t walk_next_ = 0;
+  bool walk_started_ = false;
+
   // Lock order: notify_mu_ before mu_; on_update_ runs under notify_mu_ only.
   Mutex notify_mu_;
   mutable Mutex mu_;
@@ -172,6 +188,7 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
   std::vector<File> files_ PERCH_GUARDED_BY(mu_);
   std::deque<Cursor> pending_ PERCH_GUARDED_BY(mu_);
   size_t in_flight_ PERCH_GUARDED_BY(mu_) = 0;
+  bool walk_paused_ PERCH_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace perch::core

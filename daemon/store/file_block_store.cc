@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -309,8 +310,26 @@ Status FileBlockStore::Remove(const core::BlockKey& key) {
   return Status::Ok();
 }
 
+bool FileBlockStore::IsRecorded(const std::filesystem::directory_entry& entry,
+                                const std::string& name,
+                                const std::function<bool(const core::BlockKey&)>& recorded) const {
+  // The file type from the directory entry (no stat); a name of this
+  // store's form ("<id>.<index>" in the id's shard) gives the key.
+  std::error_code ec;
+  if (!entry.is_regular_file(ec) || name.starts_with(kTmpPrefix)) return false;
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos || dot == 0) return false;
+  core::BlockKey key{name.substr(0, dot), 0};
+  const char* first = name.data() + dot + 1;
+  const char* last = name.data() + name.size();
+  auto [end, err] = std::from_chars(first, last, key.index);
+  if (err != std::errc() || end != last || entry.path().native() != PathOf(key)) return false;
+  return recorded(key);
+}
+
 Result<core::BlockScan> FileBlockStore::ForEachBlock(
-    const std::function<void(const core::BlockKey&, uint64_t)>& fn) {
+    const std::function<void(const core::BlockKey&, uint64_t)>& fn,
+    const std::function<bool(const core::BlockKey&)>& recorded) {
   namespace fs = std::filesystem;
   core::BlockScan scan;
   std::error_code ec;
@@ -328,6 +347,10 @@ Result<core::BlockScan> FileBlockStore::ForEachBlock(
     for (fs::directory_iterator it(shard->path(), ec2); !ec2 && it != end; it.increment(ec2)) {
       const fs::path p = it->path();
       const std::string name = p.filename().string();
+      if (recorded && IsRecorded(*it, name, recorded)) {
+        scan.blocks++;
+        continue;
+      }
       struct stat st {};
       if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       const uint64_t size = static_cast<uint64_t>(st.st_size);

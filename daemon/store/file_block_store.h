@@ -67,7 +67,8 @@ class FileBlockStore : public core::BlockStore {
   // Temp files not named by this object are leftovers of a process that
   // died mid-write (removed); its own may be writes under way (kept).
   core::Result<core::BlockScan> ForEachBlock(
-      const std::function<void(const core::BlockKey&, uint64_t)>& fn) override;
+      const std::function<void(const core::BlockKey&, uint64_t)>& fn,
+      const std::function<bool(const core::BlockKey&)>& recorded) override;
 
   // The file that holds block `key` (exposed for tests and tools).
   std::string PathOf(const core::BlockKey& key) const;
@@ -88,6 +89,10 @@ class FileBlockStore : public core::BlockStore {
   // Block `key`'s open file: from open_, else opened and checked (header,
   // and CRC32C once per file) and kept in open_.
   core::Result<OpenBlock> OpenChecked(const core::BlockKey& key);
+  // True if `entry` (file `name`) is a block file by its type and name and
+  // `recorded` says so of the key its name gives (ForEachBlock).
+  bool IsRecorded(const std::filesystem::directory_entry& entry, const std::string& name,
+                  const std::function<bool(const core::BlockKey&)>& recorded) const;
   bool Verified(const FileId& id);
   void MarkVerified(const FileId& id);
   void Forget(uint64_t ino);

@@ -108,7 +108,11 @@ core::Status RocksDbIndex::Apply(const std::vector<Write>& batch) {
 
 core::Status RocksDbIndex::Scan(std::string_view prefix,
                                 const std::function<bool(std::string_view, std::string_view)>& fn) {
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  // A scan reads a whole key range once (the catalog's load at start): its
+  // blocks would only push the entries that lookups use out of the block cache.
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   rocksdb::Slice p(prefix.data(), prefix.size());
   for (it->Seek(p); it->Valid() && it->key().starts_with(p); it->Next()) {
     if (!fn(std::string_view(it->key().data(), it->key().size()),

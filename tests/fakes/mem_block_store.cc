@@ -61,7 +61,8 @@ size_t MemBlockStore::Size() {
 }
 
 core::Result<core::BlockScan> MemBlockStore::ForEachBlock(
-    const std::function<void(const core::BlockKey&, uint64_t)>& fn) {
+    const std::function<void(const core::BlockKey&, uint64_t)>& fn,
+    const std::function<bool(const core::BlockKey&)>& recorded) {
   std::map<core::BlockKey, uint64_t> copy;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -70,7 +71,7 @@ core::Result<core::BlockScan> MemBlockStore::ForEachBlock(
   core::BlockScan scan;
   for (const auto& [k, n] : copy) {
     scan.blocks++;
-    fn(k, n);
+    if (!recorded || !recorded(k)) fn(k, n);
   }
   return scan;
 }

@@ -21,8 +21,10 @@ class MemBlockStore : public core::BlockStore {
   core::Status Write(const core::BlockKey& key, std::string_view data) override;
   core::Status Remove(const core::BlockKey& key) override;
 
+  // As FileBlockStore: blocks `recorded` names are counted, not passed to `fn`.
   core::Result<core::BlockScan> ForEachBlock(
-      const std::function<void(const core::BlockKey&, uint64_t)>& fn) override;
+      const std::function<void(const core::BlockKey&, uint64_t)>& fn,
+      const std::function<bool(const core::BlockKey&)>& recorded) override;
 
   void SetFull(bool full);
   // Writes that would take the stored bytes past `bytes` fail with kNoSpace

@@ -22,6 +22,7 @@ namespace {
 
 using testing::Data;
 using testing::FakeOrigin;
+using testing::InlineExecutor;
 using testing::P;
 using testing::StackFixture;
 
@@ -162,6 +163,44 @@ class ThreadPerTaskExecutor : public Executor {
   std::mutex mu_;
   std::vector<std::thread> threads_;
 };
+
+// Issue 14: the walk stays at most `max_files_queued` files ahead of the
+// fetches (it pauses, and a completion resumes it), so a warm of a million
+// files never holds them all; it still finds and fetches every file.
+TEST_F(WarmerTest, WarmWalkPausesWhileFilesWaitForFetches) {
+  // The listing is known, so only the block fetches wait.
+  ASSERT_TRUE(fs_->GetAttr(P("/big")).ok());
+  ASSERT_TRUE(fs_->ReadDir(P("/big")).ok());
+  InlineExecutor jobs;
+  WarmerOptions opts;
+  opts.max_blocks_in_flight = 1;
+  opts.max_files_queued = 2;
+  Warmer warmer(*fs_, *reader_, *catalog_, jobs, opts);
+  origin_.Hold(true);
+  auto job = warmer.Start({P("/big")}, true, nullptr);
+  uint64_t max_ahead = 0;
+  for (int i = 0; i < 20 && !job->finished(); ++i) {
+    WarmProgress p = job->Progress();
+    // Found but not yet done: one in flight and at most two waiting.
+    max_ahead = std::max(max_ahead, p.files_total - p.files_done);
+    EXPECT_FALSE(p.listing_done && p.files_total < 6u);
+    origin_.ReleaseOne();
+  }
+  origin_.Hold(false);
+  origin_.Release();
+  ASSERT_TRUE(job->finished());
+  WarmProgress p = job->Progress();
+  EXPECT_TRUE(p.listing_done);
+  EXPECT_EQ(p.files_total, 6u);
+  EXPECT_EQ(p.files_done, 6u);
+  EXPECT_EQ(max_ahead, 3u);
+  for (int i = 0; i < 6; ++i) {
+    const ObjectPath path = P("/big/x" + std::to_string(i));
+    auto attr = fs_->GetAttr(path);
+    ASSERT_TRUE(attr.ok());
+    EXPECT_TRUE(catalog_->Contains(BlockKey{fs_->ObjectId(path, *attr), 0})) << path.str();
+  }
+}
 
 // Regression: progress snapshots taken on two threads were delivered out of
 // order, so a warm stream could end on an unfinished snapshot and never

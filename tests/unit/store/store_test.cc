@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include "daemon/store/cache_dir_lock.h"
 #include "daemon/store/file_block_store.h"
@@ -238,7 +239,7 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   const fs::path mine = shard / (store.TempPrefix() + "456");
   { std::ofstream(mine, std::ios::binary) << std::string(10, 'y'); }
   std::map<BlockKey, uint64_t> seen;
-  auto scan = store.ForEachBlock([&](const BlockKey& k, uint64_t n) { seen[k] = n; });
+  auto scan = store.ForEachBlock([&](const BlockKey& k, uint64_t n) { seen[k] = n; }, nullptr);
   ASSERT_TRUE(scan.ok()) << scan.status().ToString();
   EXPECT_EQ(seen, (std::map<BlockKey, uint64_t>{{BlockKey{"aa11", 0}, 5000}}));
   EXPECT_EQ(scan->blocks, 1u);
@@ -248,6 +249,36 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   EXPECT_FALSE(fs::exists(store.PathOf(BlockKey{"aa11", 1})));
   EXPECT_TRUE(fs::exists(mine));
   EXPECT_EQ(*store.Read(BlockKey{"aa11", 0}, 0, 5000), Data(5000));
+}
+
+// Issue 14: blocks the index records are listed by their names alone (the
+// start-up walk of a million blocks reads directories, not a million
+// headers); files it does not record still have their headers checked.
+TEST_F(StoreTest, ForEachBlockOpensOnlyBlocksTheIndexDoesNotRecord) {
+  fs::path root = dir_ / "cache";
+  FileBlockStore store(root.string());
+  ASSERT_TRUE(store.Write(BlockKey{"bb11", 0}, Data(100)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{"bb11", 12}, Data(200)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{"cc22", 3}, Data(300)).ok());
+  // Recorded but damaged: not opened by the walk (a read finds it corrupt).
+  fs::resize_file(store.PathOf(BlockKey{"cc22", 3}), 10);
+  // Not a block's name: never asked about, checked and removed.
+  const fs::path shard = fs::path(store.PathOf(BlockKey{"bb11", 0})).parent_path();
+  { std::ofstream(shard / "bb11.012", std::ios::binary) << "PERCHBLK"; }
+  std::set<BlockKey> asked;
+  std::map<BlockKey, uint64_t> seen;
+  auto scan = store.ForEachBlock([&](const BlockKey& k, uint64_t n) { seen[k] = n; },
+                                 [&](const BlockKey& k) {
+                                   asked.insert(k);
+                                   return k.object_id == "cc22" || k.index == 0;
+                                 });
+  ASSERT_TRUE(scan.ok()) << scan.status().ToString();
+  EXPECT_EQ(asked, (std::set<BlockKey>{{"bb11", 0}, {"bb11", 12}, {"cc22", 3}}));
+  EXPECT_EQ(seen, (std::map<BlockKey, uint64_t>{{BlockKey{"bb11", 12}, 200}}));
+  EXPECT_EQ(scan->blocks, 3u);
+  EXPECT_EQ(scan->leftovers_removed, 1u);
+  EXPECT_TRUE(fs::exists(store.PathOf(BlockKey{"cc22", 3})));
+  EXPECT_EQ(store.Read(BlockKey{"cc22", 3}, 0, 300).status().code(), StatusCode::kCorrupt);
 }
 
 TEST_F(StoreTest, BlockDirectoriesAndFilesArePrivate) {
