@@ -60,7 +60,10 @@ std::string CacheCatalog::EncodeObject(const CatalogEntry& o) {
 }
 
 CacheCatalog::ObjectEntry* CacheCatalog::FindLocked(const BlockKey& key) {
-  return const_cast<ObjectEntry*>(std::as_const(*this).FindLocked(key));
+  auto id = ids_.Find(key.object_id);
+  if (!id) return nullptr;
+  auto it = objects_.find(*id);
+  return it == objects_.end() ? nullptr : &*it;
 }
 
 const CacheCatalog::ObjectEntry* CacheCatalog::FindLocked(const BlockKey& key) const {
@@ -382,10 +385,11 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   {
     MutexLock l(mu_);
     lru.reserve(blocks_);
-    for (const auto& [id, o] : objects_) {
+    for (const auto& entry : objects_) {
+      const auto& o = entry.second;
       if (!pins_.empty() && o.described() && IsPinnedLocked(o.path())) continue;
       o.ForEach([&](uint64_t index, const Record& r) {
-        lru.emplace_back(r.seq, RecordKey{id, index});
+        lru.emplace_back(r.seq, RecordKey{entry.first, index});
       });
     }
   }

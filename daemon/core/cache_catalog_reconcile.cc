@@ -35,8 +35,10 @@ void CacheCatalog::ReconcileNow() {
   {
     MutexLock l(mu_);
     known.reserve(blocks_);
-    for (const auto& [id, o] : objects_) {
-      o.ForEach([&](uint64_t index, const Record&) { known.push_back(RecordKey{id, index}); });
+    for (const auto& entry : objects_) {
+      entry.second.ForEach([&](uint64_t index, const Record&) {
+        known.push_back(RecordKey{entry.first, index});
+      });
     }
   }
   std::sort(known.begin(), known.end());  // ForEach lists an object's inline block first
