@@ -12,31 +12,18 @@
 #include <stdexcept>
 #include <thread>
 
+#include "trainer/transforms.h"
+
 namespace perch::trainer {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-class SplitMix {
- public:
-  explicit SplitMix(uint64_t seed) : s_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double Uniform(double lo, double hi) {
-    return lo + (hi - lo) * static_cast<double>(Next() >> 11) * 0x1.0p-53;
-  }
-  int Int(int lo, int hi) {
-    return lo + static_cast<int>(Next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-
- private:
-  uint64_t s_;
-};
+// Uniform integer in [lo, hi] from the trainer's SplitMix64 (transforms.h).
+int UniformInt(Rng& r, int lo, int hi) {
+  return lo + static_cast<int>(r.Below(static_cast<uint64_t>(hi - lo + 1)));
+}
 
 // HSV (all in [0, 1]) to RGB in [0, 255].
 void HsvToRgb(double h, double s, double v, double rgb[3]) {
@@ -82,7 +69,7 @@ std::string SynsetName(int label) {
 
 void RenderImage(int label, int classes, uint64_t seed, int width, int height,
                  std::vector<uint8_t>* rgb) {
-  SplitMix rng(seed);
+  Rng rng(seed);
   rgb->resize(static_cast<size_t>(width) * height * 3);
   // Class features. The golden-ratio hue walk spreads neighbouring labels around the wheel.
   const double hue = std::fmod(label * 0.6180339887, 1.0);
@@ -185,10 +172,10 @@ SynthResult SynthesizeTree(const SynthOptions& o) {
       const fs::path dir = fs::path(o.out) / split / SynsetName(c);
       fs::create_directories(dir);
       for (int i = 0; i < count; ++i) {
-        SplitMix s(o.seed * 0x100000001b3ULL + (split == "val" ? 0x5bd1e995ULL : 0));
+        Rng s(o.seed * 0x100000001b3ULL + (split == "val" ? 0x5bd1e995ULL : 0));
         uint64_t seed = s.Next() ^ (static_cast<uint64_t>(c) << 32) ^ static_cast<uint64_t>(i);
         jobs.push_back(Job{(dir / (SynsetName(c) + "_" + std::to_string(i) + ".JPEG")).string(), c,
-                           SplitMix(seed).Next()});
+                           Rng(seed).Next()});
       }
     }
   }
@@ -200,10 +187,11 @@ SynthResult SynthesizeTree(const SynthOptions& o) {
   auto work = [&] {
     std::vector<uint8_t> rgb, jpeg;
     for (size_t j; (j = next.fetch_add(1)) < jobs.size() && !failed;) {
-      SplitMix r(jobs[j].seed);
+      Rng r(jobs[j].seed);
       // ImageNet's typical shapes: the long side 400-600 px, the short side 2/3-7/8 of it
       // (500x375 and 500x333 are the most common), landscape three times as often as portrait.
-      const int long_side = r.Int(o.max_side >= o.min_side ? o.min_side : o.max_side, o.max_side);
+      const int long_side =
+          UniformInt(r, o.max_side >= o.min_side ? o.min_side : o.max_side, o.max_side);
       const int short_side = std::max(8, static_cast<int>(long_side * r.Uniform(0.66, 0.875)));
       const bool portrait = r.Uniform(0, 1) < 0.25;
       const int w = portrait ? short_side : long_side;
