@@ -99,6 +99,11 @@ class WorkerExecutor : public Executor {
   void PostAfter(std::chrono::milliseconds, std::function<void()> task) override {
     Post(std::move(task));
   }
+  // Returns once every task posted so far (and what they posted) has run.
+  void Drain() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return tasks_.empty() && !running_; });
+  }
 
  private:
   void Run() {
@@ -110,18 +115,51 @@ class WorkerExecutor : public Executor {
         if (stop_) return;
         task = std::move(tasks_.front());
         tasks_.pop_front();
+        running_ = true;
       }
       task();
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        running_ = false;
+      }
+      cv_.notify_all();
     }
   }
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stop_ = false;
+  bool running_ = false;
   std::thread thread_;
 };
 
 constexpr uint64_t kPiB = 1ULL << 50;
+
+// A warm job's progress as its listener hears it: tests wait for a condition
+// on it (woken by each update) instead of polling the job.
+class ProgressWaiter {
+ public:
+  Warmer::UpdateFn Listener() {
+    return [this](const WarmProgress& p) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        last_ = p;
+      }
+      cv_.notify_all();
+    };
+  }
+  // True once `done(progress)` holds, false after `timeout`.
+  bool WaitFor(const std::function<bool(const WarmProgress&)>& done,
+               std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, timeout, [&] { return done(last_); });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  WarmProgress last_;
+};
 
 class BoundsTest : public ::testing::Test {
  protected:
@@ -239,10 +277,10 @@ TEST_F(BoundsTest, WarmOfAPetabyteFileStopsAtItsFirstFailedBlock) {
   origin_.FailReads(true);
   WorkerExecutor jobs;
   Warmer warmer(*fs_, *reader_, *catalog_, jobs, WarmerOptions{});
-  auto job = warmer.Start({P("/d")}, true, nullptr);
-  auto until = Clock::now() + std::chrono::seconds(10);
-  while (!job->finished() && Clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ProgressWaiter waiter;
+  auto job = warmer.Start({P("/d")}, true, waiter.Listener());
+  ASSERT_TRUE(
+      waiter.WaitFor([](const WarmProgress& p) { return p.finished; }, std::chrono::seconds(10)));
   ASSERT_TRUE(job->finished());
   WarmProgress p = job->Progress();
   EXPECT_EQ(p.files_total, 3u);  // pib, small, y...y
@@ -256,11 +294,10 @@ TEST_F(BoundsTest, WarmOfAPetabyteFileIsLazyAndCancelsPromptly) {
   Build(PrefetchOptions{});
   WorkerExecutor jobs;
   Warmer warmer(*fs_, *reader_, *catalog_, jobs, WarmerOptions{});
-  auto job = warmer.Start({P("/d/pib")}, false, nullptr);
-  auto until = Clock::now() + std::chrono::seconds(10);
-  while (job->Progress().bytes_done < 20000 && Clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ProgressWaiter waiter;
+  auto job = warmer.Start({P("/d/pib")}, false, waiter.Listener());
+  ASSERT_TRUE(waiter.WaitFor([](const WarmProgress& p) { return p.bytes_done >= 20000; },
+                             std::chrono::seconds(10)));
   WarmProgress p = job->Progress();
   EXPECT_TRUE(p.listing_done);  // AddFile did not try to queue 2^40 blocks
   EXPECT_EQ(p.bytes_total, kPiB);
@@ -268,13 +305,12 @@ TEST_F(BoundsTest, WarmOfAPetabyteFileIsLazyAndCancelsPromptly) {
   EXPECT_FALSE(p.finished);
   const auto cancel_at = Clock::now();
   job->Cancel();
-  while (!job->finished() && Clock::now() < cancel_at + std::chrono::seconds(5)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(
+      waiter.WaitFor([](const WarmProgress& p) { return p.finished; }, std::chrono::seconds(5)));
   ASSERT_TRUE(job->finished());
   EXPECT_LT(Clock::now() - cancel_at, std::chrono::seconds(1));
   const int reads = origin_.huge_reads;
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  jobs.Drain();                          // every task the job had posted has run
   EXPECT_EQ(origin_.huge_reads, reads);  // nothing issued after the end
   EXPECT_TRUE(job->Progress().cancelled);
 }
