@@ -119,7 +119,8 @@ std::chrono::milliseconds ParseDuration(const std::string& text, const std::stri
 namespace {
 
 // Applies a parsed TOML table; `path` names it in messages.
-void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c);
+void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c,
+                std::vector<std::string>* keys = nullptr);
 
 ConfigError ParseFailure(const std::string& path, const toml::parse_error& e) {
   const auto& where = e.source().begin;
@@ -147,6 +148,13 @@ void ApplyConfigString(std::string_view text, const std::string& name, DaemonCon
     throw ParseFailure(name, e);
   }
   ApplyTable(t, name, c);
+}
+
+std::vector<std::string> ConfigKeys() {
+  DaemonConfig c;
+  std::vector<std::string> keys;
+  ApplyTable(toml::table{}, "(keys)", &c, &keys);
+  return keys;
 }
 
 namespace {
@@ -222,6 +230,8 @@ class TableReader {
     known_.insert(key);
     return t_[key];
   }
+  // The keys named so far, sorted.
+  std::vector<std::string> Known() const { return {known_.begin(), known_.end()}; }
   // Throws for the first key no Read named.
   void Finish() const {
     for (const auto& [k, v] : t_) {
@@ -256,7 +266,8 @@ void ApplyMounts(TableReader& r, const toml::table& t, const std::string& path, 
     c->mounts.push_back(ParseMount(*mounts->get(i), path, i + 1));
 }
 
-void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) {
+void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c,
+                std::vector<std::string>* keys) {
   TableReader r(t, path);
   r.Str("federation", &c->federation_url);
   r.Str("mountpoint", &c->mountpoint);
@@ -292,6 +303,7 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c) 
   if (auto n = r.Node("tokens")) ParseTokens(*n.node(), path, "tokens", &c->namespace_tokens);
   ApplyMounts(r, t, path, c);
   r.Finish();
+  if (keys != nullptr) *keys = r.Known();
 }
 
 }  // namespace

@@ -86,6 +86,10 @@ void ApplyConfigString(std::string_view text, const std::string& name, DaemonCon
 // The mounts to serve: `mounts`, or the one-mount form as a list of one.
 std::vector<MountConfig> MountsOf(const DaemonConfig& config);
 
+// Every top-level key a configuration file may hold, sorted: the TOML reader's
+// own list ("mount" and "tokens" are tables).
+std::vector<std::string> ConfigKeys();
+
 // Checks cross-field rules (each mount complete, mountpoints and federations
 // distinct, watermarks, block size bounds, control and metrics
 // addresses on loopback unless allowed). Throws ConfigError.

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 
 namespace perch {
 namespace {
@@ -206,6 +208,32 @@ TEST(ConfigExampleTest, ShippedExampleParses) {
   EXPECT_EQ(c.federation_url, "osdf:///");
   EXPECT_EQ(c.cache_size, 50ULL << 30);
   EXPECT_NO_THROW(Validate(c));
+}
+
+// The example names every top-level key the reader takes (set, or commented out as
+// "# key = ..."), and nothing else: a key added to the reader without a line in the example,
+// or a line left for a key that went, fails here.
+TEST(ConfigExampleTest, ShippedExampleNamesEveryKeyAndNoOther) {
+  std::ifstream in(PERCH_SOURCE_DIR "/systemd/perchd.toml.example");
+  ASSERT_TRUE(in);
+  const std::regex key_line(R"(^#?\s*([a-z_]+)\s*=)");
+  const std::regex table_line(R"(^#?\s*\[+\s*([a-z_]+)\s*\]+)");
+  std::set<std::string> in_example;
+  bool top_level = true;  // keys after the first table header belong to that table
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, table_line)) {
+      in_example.insert(m[1]);
+      top_level = false;
+    } else if (top_level && std::regex_search(line, m, key_line)) {
+      in_example.insert(m[1]);
+    }
+  }
+  const std::vector<std::string> keys = ConfigKeys();
+  const std::set<std::string> known(keys.begin(), keys.end());
+  for (const std::string& k : known) EXPECT_TRUE(in_example.count(k)) << "example lacks " << k;
+  for (const std::string& k : in_example) EXPECT_TRUE(known.count(k)) << "example names " << k;
+  EXPECT_GE(known.size(), 30u);  // the reader's list, not an empty one
 }
 
 }  // namespace
