@@ -83,6 +83,23 @@ settle() {
   done
   echo "settle: fewer than $1 blocks stored after 60 s" >&2
 }
+# under_tracer CACHE_DIR TRACER...: one cold pass of the small files while
+# `TRACER... -p <perchd>` watches perchd (stopped with SIGINT once the blocks are stored).
+under_tracer() {
+  local cache=$1 tracer
+  shift
+  bench_mount "$cache" "$M"
+  drop
+  "$@" -p "$PERCHD_PID" &
+  tracer=$!
+  PIDS+=("$tracer")
+  sleep 1
+  "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+  settle "$SMALL_FILES"
+  kill -INT "$tracer"
+  wait "$tracer" 2>/dev/null || true
+  bench_umount "$M"
+}
 # SMALL_READER DIR: reads every small file under DIR with $READERS parallel cats.
 SMALL_READER=(bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' small)
 
@@ -229,17 +246,7 @@ fi
 # tmpfs, so that perch's own work is not hidden under the filesystem's).
 if [[ ${PERF:-1} == 1 ]] && command -v perf >/dev/null; then
   echo "== perch cold under perf record" >&2
-  bench_mount "$SHM/cache" "$M"
-  drop
-  perf record -q -F 1999 --call-graph dwarf,16384 -p "$PERCHD_PID" -o "$WORK/perf.data" &
-  PERF_PID=$!
-  PIDS+=("$PERF_PID")
-  sleep 1
-  "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
-  settle "$SMALL_FILES"
-  kill -INT "$PERF_PID"
-  wait "$PERF_PID" 2>/dev/null || true
-  bench_umount "$M"
+  under_tracer "$SHM/cache" perf record -q -F 1999 --call-graph dwarf,16384 -o "$WORK/perf.data"
   rm -rf "$SHM/cache"
   PROFILE=$WORK/profile.txt
   {
@@ -327,17 +334,7 @@ rm -rf "$SHM/cache" "$SHM/large.bin"
 if [[ $STRACE == 1 ]]; then
   echo "== perch cold under strace -c -f (system calls per cold file)" >&2
   rm -rf "$WORK/cache"
-  bench_mount "$WORK/cache" "$M"
-  drop
-  strace -c -f -p "$PERCHD_PID" -o "$WORK/strace.txt" &
-  STRACE_PID=$!
-  PIDS+=("$STRACE_PID")
-  sleep 1
-  "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
-  settle "$SMALL_FILES"
-  kill -INT "$STRACE_PID"
-  wait "$STRACE_PID" 2>/dev/null || true
-  bench_umount "$M"
+  under_tracer "$WORK/cache" strace -c -f -o "$WORK/strace.txt"
   {
     echo
     echo "perchd system calls per cold small file (strace -c -f over one cold pass of $SMALL_FILES files; calls, errors):"
