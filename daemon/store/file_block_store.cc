@@ -288,7 +288,7 @@ FileBlockStore::FileId FileBlockStore::IdOf(const struct stat& st) {
 bool FileBlockStore::Verified(const FileId& id) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = verified_.find(id.ino);
-  return it != verified_.end() && it->second.size == id.size && it->second.mtime_ns == id.mtime_ns;
+  return it != verified_.end() && it->second == FileStamp{id.size, id.mtime_ns};
 }
 
 void FileBlockStore::MarkVerified(const FileId& id) {

@@ -79,11 +79,11 @@ class FileBlockStore : public core::BlockStore {
   struct FileId {
     uint64_t ino = 0, size = 0;
     int64_t mtime_ns = 0;
-    friend bool operator==(const FileId&, const FileId&) = default;
   };
   struct FileStamp {
     uint64_t size = 0;
     int64_t mtime_ns = 0;
+    friend bool operator==(const FileStamp&, const FileStamp&) = default;
   };
   static FileId IdOf(const struct stat& st);
   // Block `key`'s open file: from open_, else opened and checked (header,
