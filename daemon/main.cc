@@ -251,6 +251,15 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   if (!index.ok())
     return ExitFor(core::InternalError("cannot open the cache index: " + index.status().message()));
   store::FileBlockStore blocks(cfg.cache_dir);
+  // Before any block is written: which earlier blocks may skip the CRC pass.
+  if (auto trust = blocks.BeginRun(); !trust.ok()) {
+    return ExitFor(core::InternalError("cannot record this run in the cache directory: " +
+                                       trust.status().message()));
+  } else {
+    spdlog::info("cache: run {}; {}", trust->run,
+                 trust->inherited ? "blocks of earlier runs are trusted (clean end or same boot)"
+                                  : "blocks of earlier runs get a CRC check on first read");
+  }
   http::CurlLoop::Options loop_opts;
   loop_opts.max_in_flight = cfg.max_requests_in_flight;
   loop_opts.ca_file = cfg.ca_file;
@@ -347,6 +356,12 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   jobs.Join();
   stack.Close();
   disk.Join();
+  // Nothing writes blocks any more: make them durable and say so, so that the
+  // next start trusts them without reading them all again.
+  if (core::Status s = blocks.EndRun(); !s.ok()) {
+    spdlog::warn("cache: no clean end recorded ({}); the next start checks every block",
+                 s.message());
+  }
   if (rc == 0 && !run.ok()) rc = ExitFor(core::InternalError(run.message()));
   return rc;
 }

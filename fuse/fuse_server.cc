@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -269,16 +271,13 @@ struct FuseServer::Ops {
       core::ScopedLatency timer(self->LatencyOf(Op::kRead));
       ObjectPath path;  // no handle (no-open): the file is named by its inode
       if (fi->fh == 0 && !self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
-      // A hit inside one block: hand the kernel the block file (spliced when
-      // the kernel allows it) instead of copying the bytes through us.
-      if (auto slice = fi->fh != 0
-                           ? self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)
-                           : self->fs_.ReadSlicePath(path, static_cast<uint64_t>(off), size)) {
-        struct fuse_bufvec bv = FUSE_BUFVEC_INIT(slice->length());
-        bv.buf[0].flags = static_cast<enum fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-        bv.buf[0].fd = slice->fd();
-        bv.buf[0].pos = static_cast<off_t>(slice->file_offset());
-        fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+      // A hit: hand the kernel the block files (spliced when the kernel
+      // allows it, one file after the other for a read that spans blocks)
+      // instead of copying the bytes through us.
+      if (auto slices = fi->fh != 0
+                            ? self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)
+                            : self->fs_.ReadSlicePath(path, static_cast<uint64_t>(off), size)) {
+        ReplySlices(req, *slices);
         return;
       }
       auto bytes = fi->fh != 0 ? self->fs_.Read(fi->fh, static_cast<uint64_t>(off), size)
@@ -286,6 +285,24 @@ struct FuseServer::Ops {
       if (!bytes.ok()) return ReplyStatus(req, "read", bytes.status());
       fuse_reply_buf(req, bytes->data(), bytes->size());
     })
+  }
+
+  // Replies with the bytes of `slices`, in order, moved from their files.
+  static void ReplySlices(fuse_req_t req, const std::vector<core::BlockSlice>& slices) {
+    // fuse_bufvec ends in a one-element array: room for the others after it.
+    const size_t n = std::max<size_t>(slices.size(), 1);
+    std::vector<std::byte> storage(sizeof(fuse_bufvec) + (n - 1) * sizeof(fuse_buf));
+    auto* bv = new (storage.data()) fuse_bufvec{};
+    bv->count = slices.size();
+    for (size_t i = 0; i < slices.size(); ++i) {
+      fuse_buf& b = bv->buf[i];
+      b = fuse_buf{};
+      b.size = slices[i].length();
+      b.flags = static_cast<enum fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      b.fd = slices[i].fd();
+      b.pos = static_cast<off_t>(slices[i].file_offset());
+    }
+    fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
   }
 
   static void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {

@@ -17,18 +17,21 @@ namespace perch::fuse {
 
 // The largest read request whose reply libfuse can splice. It moves a reply
 // (a 16-byte header and the data) through a per-thread pipe that it grows to
-// the data plus three pages and the header; a process without
+// the data and the header plus a page for the header and for each source
+// buffer and one more (libfuse's fuse_send_data_iov), so four pages for a read
+// spliced from two block files (one that spans a block boundary); a process without
 // CAP_SYS_RESOURCE cannot grow a pipe past fs.pipe-max-size (1 MiB by
 // default), and libfuse then copies every such reply through memory (a pread
 // into a buffer and a writev: two copies per byte, measured at ~0.4 s of CPU
 // per GB). So `wanted` is cut to what the largest pipe this process may have
-// holds: 1008 KiB under the default limit.
+// holds: 1004 KiB under the default limit.
 uint32_t SpliceableMaxIo(uint32_t wanted) {
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   constexpr uint64_t kOutHeader = 16;  // struct fuse_out_header
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return wanted;
-  long got = ::fcntl(p[0], F_SETPIPE_SZ, static_cast<int>(wanted + 3 * page + kOutHeader));
+  constexpr uint64_t kPages = 4;  // header page, two source files, libfuse's spare
+  long got = ::fcntl(p[0], F_SETPIPE_SZ, static_cast<int>(wanted + kPages * page + kOutHeader));
   if (got < 0) {
     uint64_t limit = 0;
     std::ifstream("/proc/sys/fs/pipe-max-size") >> limit;
@@ -36,8 +39,8 @@ uint32_t SpliceableMaxIo(uint32_t wanted) {
   }
   ::close(p[0]);
   ::close(p[1]);
-  if (got < 0 || static_cast<uint64_t>(got) < 3 * page + kOutHeader + 64 * 1024) return wanted;
-  const uint64_t fits = (static_cast<uint64_t>(got) - 3 * page - kOutHeader) / page * page;
+  if (got < 0 || static_cast<uint64_t>(got) < kPages * page + kOutHeader + 64 * 1024) return wanted;
+  const uint64_t fits = (static_cast<uint64_t>(got) - kPages * page - kOutHeader) / page * page;
   return static_cast<uint32_t>(std::min<uint64_t>(wanted, fits));
 }
 

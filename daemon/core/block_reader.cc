@@ -115,24 +115,34 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
   }
 }
 
-std::optional<BlockSlice> BlockReader::TrySlice(const ObjectPath& path,
-                                                const ObjectVersion& version,
-                                                const std::string& object_id, ByteRange range) {
+std::optional<std::vector<BlockSlice>> BlockReader::TrySlice(const ObjectPath& path,
+                                                             const ObjectVersion& version,
+                                                             const std::string& object_id,
+                                                             ByteRange range) {
   const uint64_t bs = options_.block_size;
   if (range.length == 0 || range.offset >= version.size) return std::nullopt;
   range.length = std::min(range.length, version.size - range.offset);
-  uint64_t b = range.offset / bs;
-  if ((range.end() - 1) / bs != b) return std::nullopt;  // spans blocks
-  uint64_t block_len = std::min(bs, version.size - b * bs);
-  BlockKey key{object_id, b};
-  if (listener_ != nullptr && !listener_->MayContain(key)) return std::nullopt;  // Read fetches it
-  auto slice = store_.Slice(key, range.offset - b * bs, range.length);
-  if (!slice.ok() && slice.status().code() == StatusCode::kCorrupt)
-    NoteCorrupt(key, slice.status());
-  if (!slice.ok() || slice->length() != range.length) return std::nullopt;  // Read fetches it
+  std::vector<BlockSlice> slices;
+  slices.reserve(static_cast<size_t>((range.end() - 1) / bs - range.offset / bs + 1));
+  for (uint64_t at = range.offset; at < range.end();) {
+    const uint64_t b = at / bs;
+    const uint64_t n = std::min(range.end(), (b + 1) * bs) - at;
+    BlockKey key{object_id, b};
+    if (listener_ != nullptr && !listener_->MayContain(key)) return std::nullopt;  // Read fetches
+    auto slice = store_.Slice(key, at - b * bs, n);
+    if (!slice.ok() && slice.status().code() == StatusCode::kCorrupt)
+      NoteCorrupt(key, slice.status());
+    if (!slice.ok() || slice->length() != n) return std::nullopt;  // Read fetches it
+    slices.push_back(*std::move(slice));
+    at += n;
+  }
   CountHit(path, range.length);
-  if (listener_) listener_->Touched(key, block_len);
-  return std::move(*slice);
+  if (listener_) {
+    for (uint64_t b = range.offset / bs; b <= (range.end() - 1) / bs; ++b) {
+      listener_->Touched(BlockKey{object_id, b}, std::min(bs, version.size - b * bs));
+    }
+  }
+  return slices;
 }
 
 std::string BlockReader::NamespaceOf(const ObjectPath& path) {

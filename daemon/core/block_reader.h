@@ -90,11 +90,13 @@ class BlockReader {
   // waits for; true if withdrawn.
   bool CancelPrefetch(const BlockKey& key);
 
-  // A zero-copy hit: if `range` lies in one block that the store holds as a
-  // file, the open file and the range's position in it; nullopt otherwise
-  // (the caller then uses Read). Counts as a hit.
-  std::optional<BlockSlice> TrySlice(const ObjectPath& path, const ObjectVersion& version,
-                                     const std::string& object_id, ByteRange range);
+  // A zero-copy hit: if every block `range` touches is held by the store as
+  // a file, the open files and the range's position in each, in order (one
+  // slice per block; a reply splices them one after the other); nullopt
+  // otherwise (the caller then uses Read). Counts as a hit.
+  std::optional<std::vector<BlockSlice>> TrySlice(const ObjectPath& path,
+                                                  const ObjectVersion& version,
+                                                  const std::string& object_id, ByteRange range);
 
   const BlockReaderStats& stats() const { return stats_; }
   // The same counts per namespace: the first path segment below the mount

@@ -96,7 +96,8 @@ void FileSystem::NoteResult(const std::string& object_id, const Status& s) {
                                s.where(), s.retryable())};
 }
 
-std::optional<BlockSlice> FileSystem::ReadSlice(uint64_t handle, uint64_t offset, uint64_t size) {
+std::optional<std::vector<BlockSlice>> FileSystem::ReadSlice(uint64_t handle, uint64_t offset,
+                                                             uint64_t size) {
   OpenFile f;
   {
     MutexLock l(mu_);
@@ -162,8 +163,8 @@ Result<Bytes> FileSystem::ReadPath(const ObjectPath& path, uint64_t offset, uint
   }
 }
 
-std::optional<BlockSlice> FileSystem::ReadSlicePath(const ObjectPath& path, uint64_t offset,
-                                                    uint64_t size) {
+std::optional<std::vector<BlockSlice>> FileSystem::ReadSlicePath(const ObjectPath& path,
+                                                                 uint64_t offset, uint64_t size) {
   auto h = ImplicitHandle(path);
   if (!h.ok()) return std::nullopt;
   return ReadSlice(*h, offset, size);

@@ -66,16 +66,18 @@ class FileSystem {
   Result<uint64_t> Open(const ObjectPath& path);
   // Reads up to `size` bytes at `offset` of open file `handle` (short at EOF).
   Result<Bytes> Read(uint64_t handle, uint64_t offset, uint64_t size);
-  // Zero-copy variant of Read for cache hits within one block: the open block
-  // file and the bytes' position in it, or nullopt (use Read).
-  std::optional<BlockSlice> ReadSlice(uint64_t handle, uint64_t offset, uint64_t size);
+  // Zero-copy variant of Read for cache hits: the open block files and the
+  // bytes' position in each, one slice per block in order (a range within
+  // one block is one slice), or nullopt (use Read).
+  std::optional<std::vector<BlockSlice>> ReadSlice(uint64_t handle, uint64_t offset, uint64_t size);
   void Release(uint64_t handle);
 
   // Read and ReadSlice for a kernel that opens files without asking us (FUSE
   // no-open): the file is opened on its first read and stays open until it
   // is among the least recently read of `implicit_open_limit` files.
   Result<Bytes> ReadPath(const ObjectPath& path, uint64_t offset, uint64_t size);
-  std::optional<BlockSlice> ReadSlicePath(const ObjectPath& path, uint64_t offset, uint64_t size);
+  std::optional<std::vector<BlockSlice>> ReadSlicePath(const ObjectPath& path, uint64_t offset,
+                                                       uint64_t size);
 
   // The store id of `path` at version `attr`.
   std::string ObjectId(const ObjectPath& path, const FileAttr& attr) const;

@@ -329,8 +329,10 @@ class Connection {
         if (!SendAll(fd_, head, static_cast<size_t>(len))) return core::CancelledError("client");
       }
       bool ok = false;
-      if (auto slice = fs.ReadSlice(handle, offset, n); slice && slice->length() == n) {
-        ok = SendFile(fd_, slice->fd(), slice->file_offset(), n);
+      // n lies within one block: one slice.
+      if (auto slices = fs.ReadSlice(handle, offset, n);
+          slices && slices->size() == 1 && slices->front().length() == n) {
+        ok = SendFile(fd_, slices->front().fd(), slices->front().file_offset(), n);
       } else {
         auto bytes = fs.Read(handle, offset, n);
         if (!bytes.ok()) return bytes.status();

@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "daemon/core/codec.h"
@@ -24,7 +26,10 @@ using core::Result;
 using core::Status;
 
 constexpr char kMagic[8] = {'P', 'E', 'R', 'C', 'H', 'B', 'L', 'K'};
-constexpr uint64_t kFormat = 1;
+// Format 2 adds the writing run's number after the object id (see
+// "Trusted runs" in the header); format 1 files are still read (untrusted).
+constexpr uint64_t kFormat = 2;
+constexpr uint64_t kFormatNoRun = 1;
 constexpr char kTmpPrefix[] = ".tmp.";
 constexpr size_t kFixedHeader =
     8 + 6 * 8;  // magic + format, header_len, index, length, crc, id_len
@@ -93,9 +98,9 @@ uint32_t Crc32c(std::string_view data) {
          0xFFFFFFFFu;
 }
 
-std::string Header(const core::BlockKey& key, uint64_t length, uint32_t crc) {
+std::string Header(const core::BlockKey& key, uint64_t length, uint32_t crc, uint64_t run) {
   std::string h(kMagic, sizeof(kMagic));
-  size_t header_len = kFixedHeader + key.object_id.size();
+  size_t header_len = kFixedHeader + key.object_id.size() + 8;
   header_len = (header_len + 63) / 64 * 64;
   core::codec::PutU64(&h, kFormat);
   core::codec::PutU64(&h, header_len);
@@ -103,6 +108,7 @@ std::string Header(const core::BlockKey& key, uint64_t length, uint32_t crc) {
   core::codec::PutU64(&h, length);
   core::codec::PutU64(&h, crc);
   core::codec::PutString(&h, key.object_id);
+  core::codec::PutU64(&h, run);
   h.resize(header_len, '\0');
   return h;
 }
@@ -116,9 +122,10 @@ struct Fd {
 
 }  // namespace
 
-FileBlockStore::FileBlockStore(std::string root, size_t open_files)
+FileBlockStore::FileBlockStore(std::string root, size_t open_files, std::string boot_id_file)
     : root_(std::move(root)),
       tmp_prefix_(kTmpPrefix + std::to_string(std::random_device{}()) + "."),
+      boot_id_file_(std::move(boot_id_file)),
       open_(open_files) {}
 
 std::string FileBlockStore::PathOf(const core::BlockKey& key) const {
@@ -131,6 +138,7 @@ namespace {
 // What a block file's header says. Empty `why` when it is well formed.
 struct ParsedHeader {
   uint64_t header_len = 0, index = 0, data_len = 0, crc = 0;
+  uint64_t run = 0;  // the run that wrote it; 0 in format 1
   std::string id;
   std::string why;     // "" when the header checks out
   int read_errno = 0;  // nonzero: the file could not be read (not a corruption)
@@ -156,18 +164,23 @@ ParsedHeader ParseHeader(int fd, uint64_t file_size) {
   r.GetU64(&h.data_len);
   r.GetU64(&h.crc);
   r.GetU64(&id_len);
-  if (format != kFormat) {
+  const uint64_t run_len = format == kFormat ? 8 : 0;
+  if (format != kFormat && format != kFormatNoRun) {
     h.why = "unknown format " + std::to_string(format);
-  } else if (id_len > 4096 || h.header_len < kFixedHeader + id_len || h.header_len > 4096) {
+  } else if (id_len > 4096 || h.header_len < kFixedHeader + id_len + run_len ||
+             h.header_len > 4096) {
     h.why = "bad header length";
   } else if (h.data_len > file_size || file_size != h.header_len + h.data_len) {
     h.why = "size " + std::to_string(file_size) + " does not match its header";
   } else {
-    h.id.assign(id_len, '\0');
-    if (!PreadAll(fd, h.id.data(), id_len, static_cast<off_t>(kFixedHeader))) {
+    std::string rest(id_len + run_len, '\0');
+    if (!PreadAll(fd, rest.data(), rest.size(), static_cast<off_t>(kFixedHeader))) {
       h.read_errno = errno;
       h.why = "truncated header";
+      return h;
     }
+    h.id = rest.substr(0, id_len);
+    if (run_len > 0) core::codec::Reader(std::string_view(rest).substr(id_len)).GetU64(&h.run);
   }
   return h;
 }
@@ -196,7 +209,7 @@ Result<OpenBlock> FileBlockStore::OpenChecked(const core::BlockKey& key) {
   if (!h.why.empty()) return corrupt(h.why);
   if (h.index != key.index || h.id != key.object_id) return corrupt("header names another block");
   const FileId fid = IdOf(st);
-  if (!Verified(fid)) {
+  if (!Trusted(h.run) && !Verified(fid)) {
     // First use of this file by this process: check the whole block.
     uint32_t crc = 0;
     if (!FileCrc32c(f.fd, h.header_len, h.data_len, &crc)) {
@@ -260,7 +273,7 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   }
   if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
   // No fsync: see the header (a block torn by a power cut fails its check).
-  std::string header = Header(key, data.size(), Crc32c(data));
+  std::string header = Header(key, data.size(), Crc32c(data), run_);
   if (!WriteAll(f.fd, header, data)) {
     int err = errno;
     ::unlink(tmp.c_str());
@@ -379,6 +392,138 @@ Result<core::BlockScan> FileBlockStore::ForEachBlock(
   }
   if (ec) return ErrnoStatus("list", blocks.string(), ec.value());
   return scan;
+}
+
+}  // namespace perch::store
+
+namespace perch::store {
+
+namespace {
+
+constexpr char kRunMagic[8] = {'P', 'E', 'R', 'C', 'H', 'R', 'U', 'N'};
+constexpr uint64_t kRunFormat = 1;
+
+// The run file (README "On-disk format"): magic, format, this boot's id,
+// whether the run ended cleanly, its number, the first trusted run.
+struct RunRecord {
+  std::string boot_id;
+  bool clean = false;
+  uint64_t run = 0, trusted_from = 0;
+};
+
+std::string EncodeRun(const RunRecord& r) {
+  std::string out(kRunMagic, sizeof(kRunMagic));
+  core::codec::PutU64(&out, kRunFormat);
+  core::codec::PutString(&out, r.boot_id);
+  core::codec::PutU64(&out, r.clean ? 1 : 0);
+  core::codec::PutU64(&out, r.run);
+  core::codec::PutU64(&out, r.trusted_from);
+  return out;
+}
+
+std::optional<RunRecord> DecodeRun(std::string_view in) {
+  if (in.size() < sizeof(kRunMagic) || in.size() > 4096 ||
+      std::memcmp(in.data(), kRunMagic, sizeof(kRunMagic)) != 0) {
+    return std::nullopt;
+  }
+  core::codec::Reader r(in.substr(sizeof(kRunMagic)));
+  RunRecord rec;
+  uint64_t format = 0, clean = 0;
+  if (!r.GetU64(&format) || format != kRunFormat || !r.GetString(&rec.boot_id) ||
+      !r.GetU64(&clean) || !r.GetU64(&rec.run) || !r.GetU64(&rec.trusted_from) || clean > 1 ||
+      rec.run == 0 || rec.trusted_from > rec.run) {
+    return std::nullopt;
+  }
+  rec.clean = clean == 1;
+  return rec;
+}
+
+std::string ReadSmallFile(const std::string& path, int* err) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) {
+    *err = errno;
+    return "";
+  }
+  std::string out(4097, '\0');
+  ssize_t n = ::pread(f.fd, out.data(), out.size(), 0);
+  *err = n < 0 ? errno : 0;
+  out.resize(n < 0 ? 0 : static_cast<size_t>(n));
+  return out;
+}
+
+uint64_t NowNs() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+Status FileBlockStore::WriteRunFile(const std::string& contents) {
+  const std::string path = root_ + "/run";
+  const std::string tmp = root_ + "/" + tmp_prefix_ + "run";
+  Fd f;
+  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
+  if (!WriteAll(f.fd, contents, {}) || ::fsync(f.fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("write", tmp, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("rename", path, err);
+  }
+  Fd dir;
+  dir.fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir.fd < 0 || ::fsync(dir.fd) != 0) return ErrnoStatus("sync", root_, errno);
+  return Status::Ok();
+}
+
+Result<FileBlockStore::RunTrust> FileBlockStore::BeginRun() {
+  int err = 0;
+  const std::string boot = ReadSmallFile(boot_id_file_, &err);
+  const std::string raw = ReadSmallFile(root_ + "/run", &err);
+  if (err != 0 && err != ENOENT) return ErrnoStatus("read", root_ + "/run", err);
+  std::optional<RunRecord> prev = DecodeRun(raw);
+  RunRecord now;
+  now.boot_id = boot;
+  now.run = std::max(prev ? prev->run + 1 : 1, NowNs());
+  RunTrust trust;
+  if (prev && (prev->clean || (!boot.empty() && prev->boot_id == boot))) {
+    // Everything the earlier runs wrote is on disk as written: synced by a
+    // clean end, or still the kernel's (same boot: no crash since).
+    now.trusted_from = prev->trusted_from;
+    trust.inherited = true;
+  } else {
+    now.trusted_from = now.run;  // an OS crash, a first run or an unreadable record
+  }
+  trust.run = now.run;
+  trust.trusted_from = now.trusted_from;
+  // Written (durably) before any block of this run: were this run to end in
+  // an OS crash, the next one must not find an older clean record.
+  if (Status s = WriteRunFile(EncodeRun(now)); !s.ok()) return s;
+  boot_id_ = boot;
+  trusted_from_.store(now.trusted_from, std::memory_order_relaxed);
+  run_.store(now.run, std::memory_order_release);
+  return trust;
+}
+
+Status FileBlockStore::EndRun() {
+  const uint64_t run = run_.load(std::memory_order_acquire);
+  if (run == 0) return Status::Ok();  // never begun: nothing to vouch for
+  Fd dir;
+  dir.fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir.fd < 0) return ErrnoStatus("open", root_, errno);
+  if (::syncfs(dir.fd) != 0) return ErrnoStatus("sync", root_, errno);
+  RunRecord rec{boot_id_, true, run, trusted_from_.load(std::memory_order_relaxed)};
+  return WriteRunFile(EncodeRun(rec));
+}
+
+bool FileBlockStore::Trusted(uint64_t file_run) const {
+  return file_run != 0 && file_run >= trusted_from_.load(std::memory_order_relaxed);
 }
 
 }  // namespace perch::store

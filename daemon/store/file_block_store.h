@@ -30,6 +30,22 @@
 // (about 40 bytes each); an entry outliving its file (evicted) names an inode
 // that a new file matches only with the same size and nanosecond mtime.
 //
+// Trusted runs. Reading every block once after each start to check its CRC
+// costs a read of the whole cache (and, for a block served by splice, more
+// CPU than serving it). The check guards against one thing only: a block
+// torn by an OS crash or power cut, since nothing is fsynced. So each run of
+// the daemon has a number, written into the headers of the blocks it writes,
+// and `<root>/run` records the current run (BeginRun, durably, before any
+// write): its number, the boot it ran in, whether it ended cleanly (EndRun:
+// syncfs, then the record) and the first run whose blocks are trusted. A run
+// that follows a clean end, or an unclean end in the same boot (the daemon
+// was killed: the kernel still holds every byte it wrote), keeps the trusted
+// range; any other start (another boot after an unclean end, no readable
+// record) trusts only its own blocks. A block of a trusted run is served
+// after its header check without the CRC pass; all others are checked as
+// above. Blocks written by a store that was never begun carry run 0 and are
+// never trusted.
+//
 // Up to `open_files` block files stay open (OpenBlockCache): a block read
 // again, or read right after it was written, is served through the open
 // descriptor with no open, stat or header read; removing a block lets its
@@ -40,6 +56,7 @@
 // under mu_ (a leaf lock, never held across I/O).
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -55,8 +72,23 @@ namespace perch::store {
 
 class FileBlockStore : public core::BlockStore {
  public:
-  explicit FileBlockStore(std::string root, size_t open_files = kDefaultOpenFiles);
+  explicit FileBlockStore(std::string root, size_t open_files = kDefaultOpenFiles,
+                          std::string boot_id_file = "/proc/sys/kernel/random/boot_id");
   static constexpr size_t kDefaultOpenFiles = 128;
+
+  // What BeginRun decided.
+  struct RunTrust {
+    uint64_t run = 0;           // this run's number
+    uint64_t trusted_from = 0;  // blocks of runs >= this are served without a CRC pass
+    bool inherited = false;     // false: only this run's own blocks are trusted
+  };
+  // Reads the previous run's record and durably records this run (see
+  // "Trusted runs"). Call once, before the first Write; an error (the cache
+  // directory cannot be written) leaves nothing trusted.
+  core::Result<RunTrust> BeginRun();
+  // Makes everything written so far durable (syncfs) and records a clean
+  // end. Call after the last Write; a no-op if BeginRun was not called.
+  core::Status EndRun();
 
   core::Result<core::Bytes> Read(const core::BlockKey& key, uint64_t offset,
                                  uint64_t length) override;
@@ -94,11 +126,17 @@ class FileBlockStore : public core::BlockStore {
   bool IsRecorded(const std::filesystem::directory_entry& entry, const std::string& name,
                   const std::function<bool(const core::BlockKey&)>& recorded) const;
   bool Verified(const FileId& id);
+  bool Trusted(uint64_t file_run) const;
+  core::Status WriteRunFile(const std::string& contents);
   void MarkVerified(const FileId& id);
   void Forget(uint64_t ino);
 
   const std::string root_;
   const std::string tmp_prefix_;  // ".tmp.<random per object>.": whose temp files are whose
+  const std::string boot_id_file_;
+  std::string boot_id_;  // set by BeginRun, before any write
+  std::atomic<uint64_t> run_{0};
+  std::atomic<uint64_t> trusted_from_{~uint64_t{0}};
   OpenBlockCache open_;
   std::mutex mu_;
   std::unordered_map<uint64_t, FileStamp> verified_;  // by inode; Protected by mu_
