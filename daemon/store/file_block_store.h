@@ -19,14 +19,15 @@
 // read of every file after a start checks its CRC32C. Dropping the fsync
 // takes a journal commit per block off the cold path.
 //
-// Read checks the header every time, and the CRC32C of the whole block the
-// first time a given file (inode, mtime, size) is read by this process; a
+// Read checks the header every time, and, unless the block's run is trusted
+// (below), the CRC32C of the whole block the first time a given file (inode,
+// mtime, size) is read by this process; a
 // verified file is remembered, so a 4 MiB block read in 128 KiB pieces is
 // checksummed once, not 32 times. A file this process wrote counts as verified
 // (its bytes are the ones just checksummed; a power cut empties the set), so a
 // cold block is not read back whole to be checked again. Any mismatch removes
 // the file and reports kCorrupt. (A file that rots on disk after verification
-// is caught at the next start.) The set is keyed by inode, at most 2^18 files
+// is caught only after an unclean stop.) The set is keyed by inode, at most 2^18 files
 // (about 40 bytes each); an entry outliving its file (evicted) names an inode
 // that a new file matches only with the same size and nanosecond mtime.
 //
