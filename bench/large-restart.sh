@@ -14,7 +14,12 @@ source bench/lib.sh
 bench_setup large-restart curl bc
 SHM=$WORK/shm
 mkdir -p "$SHM"
-trap 'fusermount3 -u -z "$WORK/perch" 2>/dev/null; umount -l "$SHM" 2>/dev/null; bench_cleanup' EXIT INT TERM
+large_cleanup() {  # the mount on the tmpfs, the tmpfs, then what bench_setup made
+  fusermount3 -u -z "$WORK/perch" 2>/dev/null || true
+  if mountpoint -q "$SHM"; then umount -l "$SHM" || true; fi
+  bench_cleanup
+}
+trap large_cleanup EXIT INT TERM
 LARGE_MB=${LARGE_MB:-1024}
 ROUNDS=${ROUNDS:-2}
 bench_data 10 "$LARGE_MB"
