@@ -6,10 +6,10 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 
 #include "daemon/store/file_block_store.h"
+#include "tests/fakes/test_values.h"
 
 namespace perch::store {
 namespace {
@@ -18,12 +18,7 @@ namespace fs = std::filesystem;
 using core::BlockKey;
 using core::StatusCode;
 
-std::string Data(size_t n) {
-  std::mt19937 rng(static_cast<unsigned>(n));
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using testing::Data;
 
 void Overwrite(const std::string& path, uint64_t at, std::string_view bytes) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -72,7 +67,7 @@ class TrustedRunsTest : public ::testing::Test {
   }
 
   const BlockKey kKey{"c0ffee", 2};
-  const std::string data_ = Data(70000);
+  const std::string data_ = Data(70000, 1);
   fs::path dir_;
 };
 
@@ -121,7 +116,7 @@ TEST_F(TrustedRunsTest, ARunThatCrashesAfterACleanOneLosesTheTrust) {
   {
     FileBlockStore store = Store();
     EXPECT_TRUE(Begin(store).inherited);
-    ASSERT_TRUE(store.Write(BlockKey{"beef", 0}, Data(100)).ok());
+    ASSERT_TRUE(store.Write(BlockKey{"beef", 0}, Data(100, 2)).ok());
   }  // the OS crashes here: no EndRun
   SetBoot("boot-2");
   EXPECT_FALSE(NextRunServesIt());
