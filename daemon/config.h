@@ -57,6 +57,7 @@ struct DaemonConfig {
   std::chrono::seconds negative_ttl{30};
   bool prefetch = true;                    // read-ahead, directory prefetch, hints
   bool fuse_no_open = true;                // let the kernel open files itself when it can
+  bool fuse_passthrough = true;            // the kernel reads complete cached large objects itself
   uint64_t fuse_read_ahead = 1ULL << 20;   // the mount's kernel read-ahead; 0 = kernel default
   uint64_t readahead = 64ULL << 20;        // largest read-ahead window per open file
   size_t prefetch_dir_max_entries = 4096;  // larger directories are not prefetched

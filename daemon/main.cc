@@ -152,6 +152,7 @@ core::Result<fuse::FuseOptions> FuseOptionsOf(const DaemonConfig& cfg, core::Cac
   o.max_threads = cfg.fuse_threads;
   o.metrics = &ops;
   o.no_open = cfg.fuse_no_open;
+  o.passthrough = cfg.fuse_passthrough;
   o.read_ahead = cfg.fuse_read_ahead;
   if (!cfg.protected_group.empty()) {
     struct group* g = ::getgrnam(cfg.protected_group.c_str());
@@ -250,7 +251,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   auto index = store::RocksDbIndex::Open((std::filesystem::path(cfg.cache_dir) / "index").string());
   if (!index.ok())
     return ExitFor(core::InternalError("cannot open the cache index: " + index.status().message()));
-  store::FileBlockStore blocks(cfg.cache_dir);
+  store::FileBlockStore blocks(cfg.cache_dir, cfg.block_size);
   // Before any block is written: which earlier blocks may skip the CRC pass.
   if (auto trust = blocks.BeginRun(); !trust.ok()) {
     return ExitFor(core::InternalError("cannot record this run in the cache directory: " +

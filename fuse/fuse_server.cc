@@ -103,9 +103,16 @@ struct FuseServer::Ops {
     // With no-open, an ENOSYS answer to the first open tells the kernel to
     // open every later file itself (no OPEN, no RELEASE, keep_cache implied);
     // reads then come with no handle and are served by path.
-    self->no_open_ = self->options_.no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
-    spdlog::info("fuse: protocol {}.{}, max_read {} KiB", conn->proto_major, conn->proto_minor,
-                 self->options_.max_io / 1024);
+    // Passthrough is decided per open, so opens must be asked.
+    const bool direct = self->options_.passthrough && self->passthrough_.offered();
+    if (direct) self->passthrough_.Want();
+    self->no_open_ =
+        !direct && self->options_.no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
+    spdlog::info("fuse: protocol {}.{}, max_read {} KiB, {}", conn->proto_major, conn->proto_minor,
+                 self->options_.max_io / 1024,
+                 direct                       ? "passthrough for complete cached objects"
+                 : self->options_.passthrough ? "no passthrough (the kernel offers none)"
+                                              : "passthrough off");
   }
 
   static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -258,9 +265,14 @@ struct FuseServer::Ops {
                           : (ReplyStatus(req, "open", h.status()), 0));
       }
       fi->fh = *h;
-      fi->keep_cache = 1;  // immutable objects: the page cache stays valid
       fi->noflush = 1;
-      if (fuse_reply_open(req, fi) != 0) self->fs_.Release(*h);
+      // Immutable objects: the page cache stays valid (keep_cache), unless
+      // the kernel reads the cache's file itself (it then has that file's).
+      fi->keep_cache = self->OpenDirect(ino, *h) ? 0 : 1;
+      if (fuse_reply_open(req, fi) != 0) {
+        self->Released(ino, *h);
+        self->fs_.Release(*h);
+      }
     })
   }
 
@@ -305,8 +317,11 @@ struct FuseServer::Ops {
     fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
   }
 
-  static void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-    if (fi->fh != 0) Self(req)->fs_.Release(fi->fh);
+  static void Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+    if (fi->fh != 0) {
+      Self(req)->Released(ino, fi->fh);
+      Self(req)->fs_.Release(fi->fh);
+    }
     fuse_reply_err(req, 0);
   }
 
@@ -548,7 +563,83 @@ Status FuseServer::Mount(const std::string& mountpoint) {
   }
   mounted_ = true;
   mountpoint_ = mountpoint;
+  if (options_.passthrough) {
+    // The backing-file ioctls need CAP_SYS_ADMIN: only root asks the kernel.
+    if (::geteuid() != 0) {
+      options_.passthrough = false;
+    } else if (Status s =
+                   Passthrough::Install(se_,
+                                        [](void* userdata) {
+                                          return &static_cast<FuseServer*>(userdata)->passthrough_;
+                                        });
+               !s.ok()) {
+      spdlog::warn("fuse: no passthrough: {}", s.message());
+      options_.passthrough = false;
+    }
+  }
   return Status::Ok();
+}
+
+bool FuseServer::OpenDirect(uint64_t ino, uint64_t fh) {
+  if (!passthrough_.agreed()) return false;
+  auto settle = [&](OpenModes& modes, bool direct) {
+    (direct ? modes.direct_opens : modes.cached_opens)++;
+    open_direct_[fh] = direct;
+    if (direct) passthrough_.Direct(fh, modes.backing_id);
+    return direct;
+  };
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = open_modes_.find(ino);
+    if (it != open_modes_.end()) return settle(it->second, it->second.direct_opens > 0);
+  }
+  // No open file yet: the whole object, if cached, becomes the inode's
+  // backing file (disk I/O and an ioctl: not under mu_).
+  auto file = fs_.WholeFile(fh);
+  int32_t id = 0;
+  if (file.ok()) {
+    auto opened = passthrough_.OpenBacking(fuse_session_fd(se_), (*file)->fd());
+    if (opened.ok()) {
+      id = *opened;
+    } else {
+      spdlog::warn("fuse: {}", opened.status().message());  // then reads come to us, as before
+    }
+  }
+  std::shared_ptr<const core::BlockFd> unused;  // let go after the unlock
+  std::lock_guard<std::mutex> l(mu_);
+  auto [it, first] = open_modes_.try_emplace(ino);
+  OpenModes& modes = it->second;
+  if (id > 0 && first) {
+    modes.backing_id = id;
+    modes.backing = *std::move(file);
+    return settle(modes, true);
+  }
+  // Another open of the inode settled its mode meanwhile (or nothing to pass).
+  if (id > 0) passthrough_.CloseBacking(fuse_session_fd(se_), id);
+  if (file.ok()) unused = *std::move(file);
+  return settle(modes, modes.direct_opens > 0);
+}
+
+void FuseServer::Released(uint64_t ino, uint64_t fh) {
+  std::shared_ptr<const core::BlockFd> backing;  // let go after the unlock
+  std::lock_guard<std::mutex> l(mu_);
+  auto open = open_direct_.find(fh);
+  if (open == open_direct_.end()) return;
+  const bool direct = open->second;
+  open_direct_.erase(open);
+  passthrough_.Undo(fh);  // a reply never sent
+  auto it = open_modes_.find(ino);
+  if (it == open_modes_.end()) return;
+  OpenModes& modes = it->second;
+  uint32_t& count = direct ? modes.direct_opens : modes.cached_opens;
+  if (count > 0) count--;
+  if (direct && modes.direct_opens == 0) {
+    // The kernel let go of the inode's backing file before it sent this release.
+    passthrough_.CloseBacking(fuse_session_fd(se_), modes.backing_id);
+    modes.backing_id = 0;
+    backing = std::move(modes.backing);
+  }
+  if (modes.direct_opens == 0 && modes.cached_opens == 0) open_modes_.erase(it);
 }
 
 Status FuseServer::Run() {

@@ -32,6 +32,7 @@
 
 #include "daemon/core/filesystem.h"
 #include "daemon/core/metrics.h"
+#include "fuse/passthrough.h"
 
 struct fuse_session;
 
@@ -46,6 +47,12 @@ struct FuseOptions {
   // Let the kernel open files without asking us (FUSE no-open, when offered):
   // two fewer requests per file read, page cache kept across opens.
   bool no_open = true;
+  // Let the kernel read a complete cached object of more than one block
+  // straight from the cache's file (FUSE passthrough: Linux 6.9+, perchd as
+  // root): no READ request, no copy through perchd, the page cache and
+  // read-ahead of that file. Used when the kernel offers it; the mount then
+  // answers opens (no_open is off) to say, per open, which files pass through.
+  bool passthrough = true;
   uint32_t max_io = 1 << 20;  // largest read request (kernel max_pages permitting)
   // The kernel's read-ahead for the mount (its bdi's read_ahead_kb), set as
   // root once the mount serves; 0 keeps the kernel's default (128 KiB).
@@ -109,6 +116,19 @@ class FuseServer {
     core::ObjectPath path;
     uint64_t lookups = 0;
   };
+  // The kernel wants every open of an inode in one mode: while files are
+  // open through the page cache (cached) none may pass through, and while
+  // some pass through (direct) all must, to the same backing file. Kept for
+  // inodes with open files only (an Inode stays small: a `find` remembers
+  // millions).
+  struct OpenModes {
+    uint32_t cached_opens = 0, direct_opens = 0;
+    int32_t backing_id = 0;                        // while direct_opens > 0
+    std::shared_ptr<const core::BlockFd> backing;  // the file the kernel reads
+  };
+  // How open file `fh` of inode `ino` is served (Open) and let go (Release).
+  bool OpenDirect(uint64_t ino, uint64_t fh);
+  void Released(uint64_t ino, uint64_t fh);
 
   uint64_t Remember(const core::ObjectPath& path);  // +1 lookup
   void Forget(uint64_t ino, uint64_t n);
@@ -120,7 +140,10 @@ class FuseServer {
   struct fuse_session* se_ = nullptr;
   std::string mountpoint_;
   std::atomic<bool> mounted_{false};
-  std::atomic<bool> no_open_{false};  // set in init when the kernel offers it
+  std::atomic<bool> no_open_{false};                // set in init when the kernel offers it
+  Passthrough passthrough_;                         // hooks installed only if options_.passthrough
+  std::unordered_map<uint64_t, bool> open_direct_;  // fh -> passes through; Protected by mu_
+  std::unordered_map<uint64_t, OpenModes> open_modes_;  // by inode; Protected by mu_
   bool handlers_ = false;
 
   std::mutex mu_;

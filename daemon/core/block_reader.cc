@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "daemon/core/limits.h"
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
@@ -166,7 +167,37 @@ void BlockReader::NoteCorrupt(const BlockKey& key, const Status& why) {
   if (listener_) listener_->Dropped(key);
 }
 
+Result<std::shared_ptr<const BlockFd>> BlockReader::WholeFile(const ObjectVersion& version,
+                                                              const std::string& object_id) {
+  const uint64_t bs = options_.block_size;
+  const uint64_t blocks = BlockCount(version.size, bs);
+  if (listener_ != nullptr) {  // nothing to open for an object not all cached
+    for (uint64_t b = 0; b < blocks; ++b) {
+      if (!listener_->MayContain(BlockKey{object_id, b}))
+        return NotFoundError("not all cached", FailureSite::kLocal);
+    }
+  }
+  // Each block checked as a read of it would be (one that fails is dropped
+  // and told, and the object is not whole).
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const BlockKey key{object_id, b};
+    auto slice = store_.Slice(key, 0, 0);
+    if (slice.ok()) continue;
+    if (slice.status().code() == StatusCode::kCorrupt) NoteCorrupt(key, slice.status());
+    return slice.status();
+  }
+  auto file = store_.WholeFile(object_id, version.size);
+  if (!file.ok()) return file.status();
+  stats_.whole_files++;
+  if (listener_) {
+    for (uint64_t b = 0; b < blocks; ++b)
+      listener_->Touched(BlockKey{object_id, b}, std::min(bs, version.size - b * bs));
+  }
+  return file;
+}
+
 bool BlockReader::InUse(const BlockKey& key) {
+  if (store_.Held(key.object_id)) return true;  // before mu_: never held across the store
   MutexLock l(mu_);
   return reading_.count(key) > 0 || inflight_.count(key) > 0 || unwritten_.count(key) > 0;
 }

@@ -62,6 +62,7 @@ struct BlockReaderStats {
   std::atomic<uint64_t> bytes_from_network{0};
   std::atomic<uint64_t> corrupt_blocks{0};  // dropped after a failed check, refetched
   std::atomic<uint64_t> store_errors{0};    // blocks served but not cached
+  std::atomic<uint64_t> whole_files{0};     // complete objects handed out by WholeFile
 };
 
 class BlockReader {
@@ -97,6 +98,14 @@ class BlockReader {
   std::optional<std::vector<BlockSlice>> TrySlice(const ObjectPath& path,
                                                   const ObjectVersion& version,
                                                   const std::string& object_id, ByteRange range);
+
+  // The store's file of the complete object (BlockStore::WholeFile), for a
+  // reader that reads it without us (FUSE passthrough): its blocks stay in
+  // use until the file is let go. An open of it counts as a use of every
+  // block (the evictor's LRU sees no read the kernel serves itself).
+  // kNotFound unless every block is cached.
+  Result<std::shared_ptr<const BlockFd>> WholeFile(const ObjectVersion& version,
+                                                   const std::string& object_id);
 
   const BlockReaderStats& stats() const { return stats_; }
   // The same counts per namespace: the first path segment below the mount

@@ -97,6 +97,25 @@ class BlockStore {
     return InvalidArgumentError("this block store has no files to splice from");
   }
 
+  // The file that holds exactly the `size` bytes of object `object_id`, each
+  // at its offset in the object, opened read-only: what a kernel can read
+  // directly (FUSE passthrough). kNotFound unless every block is present and
+  // has passed its check (a block not yet checked is checked now, which reads
+  // it); stores that keep no such file answer kInvalidArgument. While the
+  // file is held its blocks stay (Held), so what the kernel reads is there.
+  virtual Result<std::shared_ptr<const BlockFd>> WholeFile(const std::string& object_id,
+                                                           uint64_t size) {
+    (void)object_id, (void)size;
+    return InvalidArgumentError("this block store keeps no object in one file");
+  }
+
+  // True while a file WholeFile gave for `object_id` is held: its blocks are
+  // in use (Remove refuses them) until the last holder lets the file go.
+  virtual bool Held(const std::string& object_id) {
+    (void)object_id;
+    return false;
+  }
+
   // Calls `fn(key, length)` for every complete block in the store, checking
   // each one's header (not its checksum), and removes what is not a block:
   // temp files of writes that a previous process never finished and files

@@ -50,6 +50,17 @@ Result<uint64_t> FileSystem::Open(const ObjectPath& path) {
   return h;
 }
 
+Result<std::shared_ptr<const BlockFd>> FileSystem::WholeFile(uint64_t handle) {
+  OpenFile f;
+  {
+    MutexLock l(mu_);
+    auto it = open_.find(handle);
+    if (it == open_.end()) return InvalidArgumentError("unknown file handle");
+    f = it->second;
+  }
+  return reader_.WholeFile(ObjectVersion{f.attr.size, f.attr.etag}, f.object_id);
+}
+
 Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) {
   OpenFile f;
   {

@@ -71,6 +71,10 @@ class FileSystem {
   // one block is one slice), or nullopt (use Read).
   std::optional<std::vector<BlockSlice>> ReadSlice(uint64_t handle, uint64_t offset, uint64_t size);
   void Release(uint64_t handle);
+  // The cache's file of open file `handle`'s whole object, for the kernel to
+  // read without us (BlockReader::WholeFile); kNotFound unless all of it is
+  // cached. The caller holds it as long as the kernel may read it.
+  Result<std::shared_ptr<const BlockFd>> WholeFile(uint64_t handle);
 
   // Read and ReadSlice for a kernel that opens files without asking us (FUSE
   // no-open): the file is opened on its first read and stays open until it

@@ -150,6 +150,7 @@ StatsSnapshot NodeControl::Stats() const {
     s.shared_fetches += r.shared_fetches.load();
     s.corrupt_blocks += r.corrupt_blocks.load();
     s.store_errors += r.store_errors.load();
+    s.whole_files += r.whole_files.load();
     m->reader().namespace_stats().ForEach([&](const std::string& name, const ReadCounters& c) {
       s.namespaces.push_back({m->spec().federation_id,
                               m->FederationPath(PERCH_CHECKED(ObjectPath::Parse(name))), c.Take()});

@@ -75,6 +75,7 @@ struct StatsSnapshot {
   uint64_t shared_fetches = 0;
   uint64_t corrupt_blocks = 0;
   uint64_t store_errors = 0;
+  uint64_t whole_files = 0;
   std::vector<NamespaceCounters> namespaces;  // add up to totals
   uint64_t cached_bytes = 0;
   uint64_t capacity_bytes = 0;
@@ -107,6 +108,7 @@ struct StatsSnapshot {
     fn("shared_fetches", s.shared_fetches);
     fn("corrupt_blocks", s.corrupt_blocks);
     fn("store_errors", s.store_errors);
+    fn("whole_files", s.whole_files);
     fn("cached_bytes", s.cached_bytes);
     fn("capacity_bytes", s.capacity_bytes);
     fn("pinned_bytes", s.pinned_bytes);

@@ -1,11 +1,26 @@
-// FileBlockStore: a core::BlockStore of one regular file per block.
+// FileBlockStore: a core::BlockStore of regular files.
 //
-//   <root>/blocks/<first two hex chars of object_id>/<object_id>.<index>
+// An object of one block (a block 0 shorter than `block_size`: every small
+// file) is one file:
 //
-// Each file is a 64-byte-aligned header followed by the block's bytes (README
-// "On-disk format"): magic "PERCHBLK", format version, header length, block
-// index, data length, CRC32C of the data, the object id. Blocks are regular
-// files so that a hit can later be spliced or passed through to the kernel.
+//   <root>/blocks/<first two hex chars of object_id>/<object_id>.0
+//
+// a 64-byte-aligned header followed by the block's bytes (README "On-disk
+// format"): magic "PERCHBLK", format version, header length, block index,
+// data length, CRC32C of the data, the object id, the run. Any other block
+// (of an object of more than one block) lives in the object's file, at its
+// offset in the object, with an entry in the object's map (object_map.h):
+//
+//   <root>/objects/<first two hex chars of object_id>/<object_id>{,.map}
+//
+// so that a complete object is one file the kernel can read directly (FUSE
+// passthrough, WholeFile). Blocks of more than one block written by earlier
+// versions as `<object_id>.<index>` under blocks/ are still read and removed.
+// A block is written to its object file, then its map entry (pwrite each; a
+// reader sees the block once its entry is there); removing it clears the
+// entry, then punches the block's bytes out of the file; removing the last
+// one removes both files. One mutex per object (striped) orders writes and
+// removals of an object's blocks; reads take it only to open the files.
 //
 // Directories are created 0700 and files 0600: the cache is private to the
 // daemon (paths of protected namespaces must not leak to other users).
@@ -19,17 +34,18 @@
 // read of every file after a start checks its CRC32C. Dropping the fsync
 // takes a journal commit per block off the cold path.
 //
-// Read checks the header every time, and, unless the block's run is trusted
-// (below), the CRC32C of the whole block the first time a given file (inode,
-// mtime, size) is read by this process; a
-// verified file is remembered, so a 4 MiB block read in 128 KiB pieces is
-// checksummed once, not 32 times. A file this process wrote counts as verified
-// (its bytes are the ones just checksummed; a power cut empties the set), so a
-// cold block is not read back whole to be checked again. Any mismatch removes
-// the file and reports kCorrupt. (A file that rots on disk after verification
-// is caught only after an unclean stop.) The set is keyed by inode, at most 2^18 files
-// (about 40 bytes each); an entry outliving its file (evicted) names an inode
-// that a new file matches only with the same size and nanosecond mtime.
+// Read checks the header (or map entry) every time a file is opened, and,
+// unless the block's run is trusted (below), the CRC32C of the whole block
+// the first time a given block (file inode, mtime and size; in an object
+// file: inode, index, length and CRC) is read by this process; a verified
+// block is remembered, so a 4 MiB block read in 128 KiB pieces is
+// checksummed once, not 32 times. A block this process wrote counts as
+// verified (its bytes are the ones just checksummed; a power cut empties the
+// set), so a cold block is not read back whole to be checked again. Any
+// mismatch removes the block and reports kCorrupt. (A block that rots on disk
+// after verification is caught only after an unclean stop.) The set holds at
+// most 2^18 blocks (about 40 bytes each); an entry outliving its block
+// (evicted) names an inode that a new one matches only with the same stamp.
 //
 // Trusted runs. Reading every block once after each start to check its CRC
 // costs a read of the whole cache (and, for a block served by splice, more
@@ -57,6 +73,7 @@
 // under mu_ (a leaf lock, never held across I/O).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -67,14 +84,19 @@
 struct stat;
 
 #include "daemon/core/block_store.h"
+#include "daemon/store/object_map.h"
 #include "daemon/store/open_block_cache.h"
 
 namespace perch::store {
 
 class FileBlockStore : public core::BlockStore {
  public:
-  explicit FileBlockStore(std::string root, size_t open_files = kDefaultOpenFiles,
+  // `block_size`: the readers' (core::BlockReaderOptions); an object file
+  // written with another is a miss (removed on first use).
+  explicit FileBlockStore(std::string root, uint64_t block_size = kDefaultBlockSize,
+                          size_t open_files = kDefaultOpenFiles,
                           std::string boot_id_file = "/proc/sys/kernel/random/boot_id");
+  static constexpr uint64_t kDefaultBlockSize = 4 << 20;
   static constexpr size_t kDefaultOpenFiles = 128;
 
   // What BeginRun decided.
@@ -97,14 +119,24 @@ class FileBlockStore : public core::BlockStore {
   core::Status Remove(const core::BlockKey& key) override;
   core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset,
                                        uint64_t length) override;
+  core::Result<std::shared_ptr<const core::BlockFd>> WholeFile(const std::string& object_id,
+                                                               uint64_t size) override;
+  bool Held(const std::string& object_id) override;
   // Temp files not named by this object are leftovers of a process that
   // died mid-write (removed); its own may be writes under way (kept).
   core::Result<core::BlockScan> ForEachBlock(
       const std::function<void(const core::BlockKey&, uint64_t)>& fn,
       const std::function<bool(const core::BlockKey&)>& recorded) override;
 
-  // The file that holds block `key` (exposed for tests and tools).
+  // The file that holds block `key` of a one-block object, or of a larger
+  // one written by an earlier version (exposed for tests and tools).
   std::string PathOf(const core::BlockKey& key) const;
+  // The data file of object `object_id` (its map: + ".map").
+  std::string ObjectPathOf(const std::string& object_id) const;
+  // True if block `key` of `length` bytes goes to its object's file.
+  bool InObjectFile(const core::BlockKey& key, uint64_t length) const {
+    return key.index > 0 || length >= block_size_;
+  }
   // How this object's temp files start (exposed for tests).
   const std::string& TempPrefix() const { return tmp_prefix_; }
 
@@ -115,8 +147,21 @@ class FileBlockStore : public core::BlockStore {
   };
   struct FileStamp {
     uint64_t size = 0;
-    int64_t mtime_ns = 0;
+    int64_t mtime_ns = 0;  // of a block file; an object file's block: its CRC32C
     friend bool operator==(const FileStamp&, const FileStamp&) = default;
+  };
+  // What was checked: a block file (index 0) or one block of an object file.
+  struct CheckedKey {
+    uint64_t ino = 0, index = 0;
+    friend bool operator==(const CheckedKey&, const CheckedKey&) = default;
+  };
+  struct CheckedHash {
+    size_t operator()(const CheckedKey& k) const { return k.ino * 0x9E3779B97F4A7C15ULL ^ k.index; }
+  };
+  // The two open files of an object (objects_).
+  struct ObjectFiles {
+    std::shared_ptr<const core::BlockFd> data, map;  // both read-write
+    uint64_t ino = 0;                                // the data file's
   };
   static FileId IdOf(const struct stat& st);
   // Block `key`'s open file: from open_, else opened and checked (header,
@@ -126,21 +171,53 @@ class FileBlockStore : public core::BlockStore {
   // `recorded` says so of the key its name gives (ForEachBlock).
   bool IsRecorded(const std::filesystem::directory_entry& entry, const std::string& name,
                   const std::function<bool(const core::BlockKey&)>& recorded) const;
-  bool Verified(const FileId& id);
+  bool Verified(const CheckedKey& key, const FileStamp& stamp);
   bool Trusted(uint64_t file_run) const;
   core::Status WriteRunFile(const std::string& contents);
-  void MarkVerified(const FileId& id);
-  void Forget(uint64_t ino);
+  void MarkVerified(const CheckedKey& key, const FileStamp& stamp);
+  void Forget(const CheckedKey& key);
+
+  // Object files. The caller holds ObjectMutex(object_id) for all but the
+  // lookup in objects_.
+  std::mutex& ObjectMutex(const std::string& object_id);
+  // The object's open files; kNotFound if it has none (and !create). Files
+  // whose map header is wrong (damage, another block size) are removed: a
+  // miss, or new files when `create`.
+  core::Result<ObjectFiles> OpenObject(const std::string& object_id, bool create);
+  // Block `key` from its object file: entry read, data checked as in OpenChecked.
+  core::Result<OpenBlock> OpenObjectBlock(const core::BlockKey& key);
+  core::Status WriteObjectBlock(const core::BlockKey& key, std::string_view data);
+  core::Status RemoveObjectBlock(const core::BlockKey& key);
+  // Clears block `key`'s entry and punches out its bytes; removes both files
+  // if it was the last block. Holds ObjectMutex.
+  core::Status DropObjectBlock(const core::BlockKey& key, const ObjectFiles& files);
+  void RemoveObjectFiles(const std::string& object_id);
+  // Reads block `index`'s map entry; nullopt if damaged.
+  core::Result<std::optional<MapEntry>> ReadEntry(const ObjectFiles& files,
+                                                  const std::string& object_id, uint64_t index);
+  // Calls `fn(index, entry)` for the map entries [from, to) that the map
+  // holds (nullopt: damaged), in order, until `fn` returns false.
+  core::Status ForEachEntry(
+      const ObjectFiles& files, const std::string& object_id, uint64_t from, uint64_t to,
+      const std::function<bool(uint64_t, const std::optional<MapEntry>&)>& fn);
+  // ForEachBlock over objects/.
+  core::Status ForEachObjectBlock(const std::function<void(const core::BlockKey&, uint64_t)>& fn,
+                                  const std::function<bool(const core::BlockKey&)>& recorded,
+                                  core::BlockScan* scan);
 
   const std::string root_;
+  const uint64_t block_size_;
   const std::string tmp_prefix_;  // ".tmp.<random per object>.": whose temp files are whose
   const std::string boot_id_file_;
   std::string boot_id_;  // set by BeginRun, before any write
   std::atomic<uint64_t> run_{0};
   std::atomic<uint64_t> trusted_from_{~uint64_t{0}};
   OpenBlockCache open_;
+  OpenFileCache<std::string, ObjectFiles> objects_;
+  std::array<std::mutex, 64> object_mu_;  // ObjectMutex's stripes
   std::mutex mu_;
-  std::unordered_map<uint64_t, FileStamp> verified_;  // by inode; Protected by mu_
+  std::unordered_map<CheckedKey, FileStamp, CheckedHash> verified_;  // Protected by mu_
+  std::unordered_map<std::string, int> held_;  // WholeFile holders by object; Protected by mu_
 };
 
 }  // namespace perch::store

@@ -192,12 +192,18 @@ TEST_F(MountTest, QuotaSmallerThanTheTreeEvictsAndStaysCorrect) {
           << f.rel;
     }
   }
-  // Eviction runs in the background: the cache settles under its quota.
+  // Eviction runs in the background: the cache settles under its quota
+  // (block files, and object files, whose evicted blocks are holes).
   uint64_t on_disk = 0;
   for (int i = 0; i < 100; ++i) {
     on_disk = 0;
-    for (auto& e : fs::recursive_directory_iterator(cache_ / "blocks")) {
-      if (e.is_regular_file()) on_disk += e.file_size();
+    for (const char* dir : {"blocks", "objects"}) {
+      if (!fs::exists(cache_ / dir)) continue;
+      for (auto& e : fs::recursive_directory_iterator(cache_ / dir)) {
+        struct stat st {};
+        if (e.is_regular_file() && ::stat(e.path().c_str(), &st) == 0)
+          on_disk += static_cast<uint64_t>(st.st_blocks) * 512;
+      }
     }
     if (on_disk < (8u << 20)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -213,10 +219,13 @@ TEST_F(MountTest, CorruptCacheFileIsDetectedAndRefetched) {
     Mount(perchd);
     ASSERT_TRUE(ReadThrough(mnt_ / "block.bin") == want);
   }
-  // Flip one byte in the middle of every block file.
+  // Flip one byte in the middle of every block file and object file (a
+  // 4 MiB file is one full block: an object file, beside its map).
   size_t corrupted = 0;
-  for (auto& e : fs::recursive_directory_iterator(cache_ / "blocks")) {
-    if (!e.is_regular_file() || e.file_size() < 1000) continue;
+  for (auto& e : fs::recursive_directory_iterator(cache_)) {
+    const std::string top = fs::relative(e.path(), cache_).begin()->string();
+    if (top != "blocks" && top != "objects") continue;
+    if (!e.is_regular_file() || e.file_size() < 1000 || e.path().extension() == ".map") continue;
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(static_cast<std::streamoff>(e.file_size() / 2));
     char c;

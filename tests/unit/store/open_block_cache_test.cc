@@ -82,7 +82,7 @@ class StoreOpenFilesTest : public ::testing::Test {
 // A block read right after its write goes through the writer's descriptor:
 // the file is not opened again (here it cannot be: its name is gone).
 TEST_F(StoreOpenFilesTest, AWrittenBlockIsReadThroughTheDescriptorThatWroteIt) {
-  FileBlockStore store(dir_.string(), 4);
+  FileBlockStore store(dir_.string(), FileBlockStore::kDefaultBlockSize, 4);
   BlockKey key{"ab01", 0};
   ASSERT_TRUE(store.Write(key, "hello, block").ok());
   fs::rename(store.PathOf(key), dir_ / "elsewhere");
@@ -97,7 +97,7 @@ TEST_F(StoreOpenFilesTest, AWrittenBlockIsReadThroughTheDescriptorThatWroteIt) {
 }
 
 TEST_F(StoreOpenFilesTest, RemoveLetsGoOfTheFileButNotOfASliceInUse) {
-  FileBlockStore store(dir_.string(), 4);
+  FileBlockStore store(dir_.string(), FileBlockStore::kDefaultBlockSize, 4);
   BlockKey key{"ab02", 0};
   ASSERT_TRUE(store.Write(key, "0123456789").ok());
   auto s = store.Slice(key, 2, 3);
@@ -110,7 +110,7 @@ TEST_F(StoreOpenFilesTest, RemoveLetsGoOfTheFileButNotOfASliceInUse) {
 }
 
 TEST_F(StoreOpenFilesTest, BlocksBeyondTheLimitAreOpenedAgainAndChecked) {
-  FileBlockStore store(dir_.string(), 1);
+  FileBlockStore store(dir_.string(), FileBlockStore::kDefaultBlockSize, 1);
   ASSERT_TRUE(store.Write(BlockKey{"ab03", 0}, "first").ok());
   ASSERT_TRUE(store.Write(BlockKey{"ab03", 1}, "second").ok());  // closes block 0's file
   fs::remove(store.PathOf(BlockKey{"ab03", 0}));

@@ -56,7 +56,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, RoundTripAtManyOffsets) {
   FileBlockStore store(dir_.string());
   for (size_t n : {size_t{0}, size_t{1}, size_t{4097}, size_t{4} << 20}) {
-    BlockKey key{"ab12cd", n};
+    BlockKey key{"ab12cd" + std::to_string(n), 0};  // a block file, and at 4 MiB an object file
     std::string data = Data(n);
     ASSERT_TRUE(store.Write(key, data).ok());
     auto all = store.Read(key, 0, n + 10);
@@ -75,25 +75,27 @@ TEST_F(StoreTest, RoundTripAtManyOffsets) {
   }
   EXPECT_EQ(store.Read(BlockKey{"ab12cd", 99}, 0, 1).status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(store.Remove(BlockKey{"ab12cd", 99}).ok());
-  EXPECT_TRUE(store.Remove(BlockKey{"ab12cd", 1}).ok());
-  EXPECT_EQ(store.Read(BlockKey{"ab12cd", 1}, 0, 1).status().code(), StatusCode::kNotFound);
+  for (const char* id : {"ab12cd1", "ab12cd4194304"}) {
+    EXPECT_TRUE(store.Remove(BlockKey{id, 0}).ok());
+    EXPECT_EQ(store.Read(BlockKey{id, 0}, 0, 1).status().code(), StatusCode::kNotFound);
+  }
 }
 
 TEST_F(StoreTest, SliceLocatesTheBytesInTheBlockFile) {
   FileBlockStore store(dir_.string());
   std::string data = Data(100000);
-  ASSERT_TRUE(store.Write(BlockKey{"cc", 7}, data).ok());
-  auto slice = store.Slice(BlockKey{"cc", 7}, 4096, 1000);
+  ASSERT_TRUE(store.Write(BlockKey{"cc", 0}, data).ok());
+  auto slice = store.Slice(BlockKey{"cc", 0}, 4096, 1000);
   ASSERT_TRUE(slice.ok()) << slice.status().ToString();
   EXPECT_EQ(slice->length(), 1000u);
   std::string got(1000, '\0');
   ASSERT_EQ(pread(slice->fd(), got.data(), got.size(), static_cast<off_t>(slice->file_offset())),
             1000);
   EXPECT_EQ(got, data.substr(4096, 1000));
-  auto tail = store.Slice(BlockKey{"cc", 7}, 99990, 1000);  // clipped at the end of the block
+  auto tail = store.Slice(BlockKey{"cc", 0}, 99990, 1000);  // clipped at the end of the block
   ASSERT_TRUE(tail.ok());
   EXPECT_EQ(tail->length(), 10u);
-  EXPECT_EQ(store.Slice(BlockKey{"cc", 9}, 0, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store.Slice(BlockKey{"cc9", 0}, 0, 1).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(StoreTest, CorruptionIsDetectedAndTheFileRemoved) {
@@ -110,7 +112,7 @@ TEST_F(StoreTest, CorruptionIsDetectedAndTheFileRemoved) {
       {"tiny", [](const std::string& p) { fs::resize_file(p, 10); }, "shorter than its header"},
   };
   for (const Case& c : cases) {
-    BlockKey key{"ffee", 3};
+    BlockKey key{"ffee", 0};
     ASSERT_TRUE(FileBlockStore(dir_.string()).Write(key, Data(10000)).ok());
     // Damaged while no perchd ran (a process counts what it wrote itself as checked).
     FileBlockStore store(dir_.string());
@@ -129,16 +131,18 @@ TEST_F(StoreTest, CorruptionIsDetectedAndTheFileRemoved) {
 TEST_F(StoreTest, ABlockOfAnEarlierProcessIsCheckedWholeAndServed) {
   const std::string data = Data((4 << 20) + 123);
   BlockKey key{"ffef", 0};
-  ASSERT_TRUE(FileBlockStore(dir_.string()).Write(key, data).ok());
+  constexpr uint64_t kBig = 8 << 20;  // one block file, not an object file
+  ASSERT_TRUE(FileBlockStore(dir_.string(), kBig).Write(key, data).ok());
   {
-    FileBlockStore store(dir_.string());
+    FileBlockStore store(dir_.string(), kBig);
     auto r = store.Read(key, (4 << 20) + 100, 23);
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(*r, data.substr((4 << 20) + 100));
   }
   FlipByte(FileBlockStore(dir_.string()).PathOf(key),
            fs::file_size(FileBlockStore(dir_.string()).PathOf(key)) - 1);
-  EXPECT_EQ(FileBlockStore(dir_.string()).Read(key, 0, 1).status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(FileBlockStore(dir_.string(), kBig).Read(key, 0, 1).status().code(),
+            StatusCode::kCorrupt);
 }
 
 TEST_F(StoreTest, ABlockUnderAnotherKeysNameIsRejected) {
@@ -161,7 +165,7 @@ TEST_F(StoreTest, FullDiskIsNoSpaceAndLeavesNothing) {
   EXPECT_EQ(s.code(), StatusCode::kNoSpace) << s.ToString();
   size_t files = 0;
   for (auto& e : fs::recursive_directory_iterator(dir_)) files += e.is_regular_file();
-  EXPECT_EQ(files, 1u);  // no temp file left behind
+  EXPECT_EQ(files, 1u);  // no temp file or half-made object file left behind
 }
 
 TEST_F(StoreTest, RocksDbIndexBatchesScansAndReopens) {
@@ -213,7 +217,7 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   {
     FileBlockStore before(root.string());
     ASSERT_TRUE(before.Write(BlockKey{"aa11", 0}, Data(5000)).ok());
-    ASSERT_TRUE(before.Write(BlockKey{"aa11", 1}, Data(300)).ok());
+    ASSERT_TRUE(before.Write(BlockKey{"aa12", 0}, Data(300)).ok());
     before_tmp = before.TempPrefix();
   }
   FileBlockStore probe(root.string());
@@ -222,7 +226,7 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   // a block file under another block's name.
   { std::ofstream(shard / (before_tmp + "123"), std::ios::binary) << std::string(777, 'x'); }
   fs::copy_file(probe.PathOf(BlockKey{"aa11", 0}), shard / "aa11.7");
-  fs::resize_file(probe.PathOf(BlockKey{"aa11", 1}), 100);
+  fs::resize_file(probe.PathOf(BlockKey{"aa12", 0}), 100);
   // Hostile headers: huge id and data lengths, and a file of only a magic.
   for (uint64_t huge : std::initializer_list<uint64_t>{~0ULL, 1ULL << 40, 4097}) {
     std::string h = "PERCHBLK";
@@ -246,7 +250,7 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   EXPECT_EQ(scan->leftovers_removed, 7u);
   EXPECT_FALSE(fs::exists(shard / (before_tmp + "123")));
   EXPECT_FALSE(fs::exists(shard / "aa11.7"));
-  EXPECT_FALSE(fs::exists(store.PathOf(BlockKey{"aa11", 1})));
+  EXPECT_FALSE(fs::exists(store.PathOf(BlockKey{"aa12", 0})));
   EXPECT_TRUE(fs::exists(mine));
   EXPECT_EQ(*store.Read(BlockKey{"aa11", 0}, 0, 5000), Data(5000));
 }
@@ -258,10 +262,10 @@ TEST_F(StoreTest, ForEachBlockOpensOnlyBlocksTheIndexDoesNotRecord) {
   fs::path root = dir_ / "cache";
   FileBlockStore store(root.string());
   ASSERT_TRUE(store.Write(BlockKey{"bb11", 0}, Data(100)).ok());
-  ASSERT_TRUE(store.Write(BlockKey{"bb11", 12}, Data(200)).ok());
-  ASSERT_TRUE(store.Write(BlockKey{"cc22", 3}, Data(300)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{"bb12", 0}, Data(200)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{"cc22", 0}, Data(300)).ok());
   // Recorded but damaged: not opened by the walk (a read finds it corrupt).
-  fs::resize_file(store.PathOf(BlockKey{"cc22", 3}), 10);
+  fs::resize_file(store.PathOf(BlockKey{"cc22", 0}), 10);
   // Not a block's name: never asked about, checked and removed.
   const fs::path shard = fs::path(store.PathOf(BlockKey{"bb11", 0})).parent_path();
   { std::ofstream(shard / "bb11.012", std::ios::binary) << "PERCHBLK"; }
@@ -270,15 +274,15 @@ TEST_F(StoreTest, ForEachBlockOpensOnlyBlocksTheIndexDoesNotRecord) {
   auto scan = store.ForEachBlock([&](const BlockKey& k, uint64_t n) { seen[k] = n; },
                                  [&](const BlockKey& k) {
                                    asked.insert(k);
-                                   return k.object_id == "cc22" || k.index == 0;
+                                   return k.object_id != "bb12";
                                  });
   ASSERT_TRUE(scan.ok()) << scan.status().ToString();
-  EXPECT_EQ(asked, (std::set<BlockKey>{{"bb11", 0}, {"bb11", 12}, {"cc22", 3}}));
-  EXPECT_EQ(seen, (std::map<BlockKey, uint64_t>{{BlockKey{"bb11", 12}, 200}}));
+  EXPECT_EQ(asked, (std::set<BlockKey>{{"bb11", 0}, {"bb12", 0}, {"cc22", 0}}));
+  EXPECT_EQ(seen, (std::map<BlockKey, uint64_t>{{BlockKey{"bb12", 0}, 200}}));
   EXPECT_EQ(scan->blocks, 3u);
   EXPECT_EQ(scan->leftovers_removed, 1u);
-  EXPECT_TRUE(fs::exists(store.PathOf(BlockKey{"cc22", 3})));
-  EXPECT_EQ(store.Read(BlockKey{"cc22", 3}, 0, 300).status().code(), StatusCode::kCorrupt);
+  EXPECT_TRUE(fs::exists(store.PathOf(BlockKey{"cc22", 0})));
+  EXPECT_EQ(store.Read(BlockKey{"cc22", 0}, 0, 300).status().code(), StatusCode::kCorrupt);
 }
 
 TEST_F(StoreTest, BlockDirectoriesAndFilesArePrivate) {

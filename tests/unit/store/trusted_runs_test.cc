@@ -37,7 +37,10 @@ class TrustedRunsTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   void SetBoot(const std::string& id) { std::ofstream(dir_ / "boot_id") << id << "\n"; }
-  FileBlockStore Store() { return FileBlockStore(dir_.string(), 16, (dir_ / "boot_id").string()); }
+  FileBlockStore Store() {
+    return FileBlockStore(dir_.string(), FileBlockStore::kDefaultBlockSize, 16,
+                          (dir_ / "boot_id").string());
+  }
   FileBlockStore::RunTrust Begin(FileBlockStore& store) {
     auto t = store.BeginRun();
     EXPECT_TRUE(t.ok()) << t.status().message();
@@ -66,7 +69,7 @@ class TrustedRunsTest : public ::testing::Test {
     return false;
   }
 
-  const BlockKey kKey{"c0ffee", 2};
+  const BlockKey kKey{"c0ffee", 0};  // a block file (object files: object_file_test.cc)
   const std::string data_ = Data(70000, 1);
   fs::path dir_;
 };
