@@ -106,8 +106,9 @@ struct FuseServer::Ops {
     // Passthrough is decided per open, so opens must be asked.
     const bool direct = self->options_.passthrough && self->passthrough_.offered();
     if (direct) self->passthrough_.Want();
-    self->no_open_ =
-        !direct && self->options_.no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
+    const bool no_open = self->options_.no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
+    self->no_open_ = !direct && no_open;
+    self->deciding_ = direct && no_open;
     spdlog::info("fuse: protocol {}.{}, max_read {} KiB, {}", conn->proto_major, conn->proto_minor,
                  self->options_.max_io / 1024,
                  direct                       ? "passthrough for complete cached objects"
@@ -582,6 +583,29 @@ Status FuseServer::Mount(const std::string& mountpoint) {
 
 bool FuseServer::OpenDirect(uint64_t ino, uint64_t fh) {
   if (!passthrough_.agreed()) return false;
+  const bool direct = OpenDirectly(ino, fh);
+  if (deciding_.load(std::memory_order_relaxed)) Decide();
+  return direct;
+}
+
+void FuseServer::Decide() {
+  const uint64_t opens = opens_.load(), large = large_opens_.load();
+  if (opens < options_.decide_after || !deciding_.exchange(false)) return;
+  if (large * 100 >= opens) {
+    spdlog::info(
+        "fuse: {} of the first {} opened files are a block or larger: opens stay "
+        "answered (passthrough)",
+        large, opens);
+    return;
+  }
+  spdlog::info(
+      "fuse: {} of the first {} opened files are a block or larger: a small-file "
+      "workload; no-open from now on (two fewer requests per file, no passthrough)",
+      large, opens);
+  no_open_ = true;  // the next open answers ENOSYS: the kernel then opens files itself
+}
+
+bool FuseServer::OpenDirectly(uint64_t ino, uint64_t fh) {
   auto settle = [&](OpenModes& modes, bool direct) {
     (direct ? modes.direct_opens : modes.cached_opens)++;
     open_direct_[fh] = direct;
@@ -596,6 +620,10 @@ bool FuseServer::OpenDirect(uint64_t ino, uint64_t fh) {
   // No open file yet: the whole object, if cached, becomes the inode's
   // backing file (disk I/O and an ioctl: not under mu_).
   auto file = fs_.WholeFile(fh);
+  if (deciding_.load(std::memory_order_relaxed)) {
+    opens_++;
+    if (file.ok() || file.status().code() != StatusCode::kInvalidArgument) large_opens_++;
+  }
   int32_t id = 0;
   if (file.ok()) {
     auto opened = passthrough_.OpenBacking(fuse_session_fd(se_), (*file)->fd());

@@ -47,12 +47,17 @@ struct FuseOptions {
   // Let the kernel open files without asking us (FUSE no-open, when offered):
   // two fewer requests per file read, page cache kept across opens.
   bool no_open = true;
-  // Let the kernel read a complete cached object of more than one block
+  // Let the kernel read a complete cached object of at least a block
   // straight from the cache's file (FUSE passthrough: Linux 6.9+, perchd as
   // root): no READ request, no copy through perchd, the page cache and
-  // read-ahead of that file. Used when the kernel offers it; the mount then
-  // answers opens (no_open is off) to say, per open, which files pass through.
+  // read-ahead of that file. Used when the kernel offers it. It needs opens
+  // answered (to say, per open, which files pass through), which costs small
+  // files two requests each. With no_open too, the mount decides once: after
+  // `decide_after` opens, if fewer than 1 in 100 were of objects a block or
+  // larger (a small-file workload), it answers no more opens (no-open from
+  // then on, no passthrough); else it keeps answering them.
   bool passthrough = true;
+  uint32_t decide_after = 1024;
   uint32_t max_io = 1 << 20;  // largest read request (kernel max_pages permitting)
   // The kernel's read-ahead for the mount (its bdi's read_ahead_kb), set as
   // root once the mount serves; 0 keeps the kernel's default (128 KiB).
@@ -128,6 +133,8 @@ class FuseServer {
   };
   // How open file `fh` of inode `ino` is served (Open) and let go (Release).
   bool OpenDirect(uint64_t ino, uint64_t fh);
+  bool OpenDirectly(uint64_t ino, uint64_t fh);
+  void Decide();  // no-open or not, once decide_after opens are counted
   void Released(uint64_t ino, uint64_t fh);
 
   uint64_t Remember(const core::ObjectPath& path);  // +1 lookup
@@ -140,9 +147,11 @@ class FuseServer {
   struct fuse_session* se_ = nullptr;
   std::string mountpoint_;
   std::atomic<bool> mounted_{false};
-  std::atomic<bool> no_open_{false};                // set in init when the kernel offers it
-  Passthrough passthrough_;                         // hooks installed only if options_.passthrough
-  std::unordered_map<uint64_t, bool> open_direct_;  // fh -> passes through; Protected by mu_
+  std::atomic<bool> no_open_{false};   // set in init when the kernel offers it, or on deciding
+  std::atomic<bool> deciding_{false};  // passthrough and no-open both wanted: not yet decided
+  std::atomic<uint64_t> opens_{0}, large_opens_{0};  // counted while deciding_
+  Passthrough passthrough_;                          // hooks installed only if options_.passthrough
+  std::unordered_map<uint64_t, bool> open_direct_;   // fh -> passes through; Protected by mu_
   std::unordered_map<uint64_t, OpenModes> open_modes_;  // by inode; Protected by mu_
   bool handlers_ = false;
 

@@ -171,6 +171,7 @@ Result<std::shared_ptr<const BlockFd>> BlockReader::WholeFile(const ObjectVersio
                                                               const std::string& object_id) {
   const uint64_t bs = options_.block_size;
   const uint64_t blocks = BlockCount(version.size, bs);
+  if (version.size < bs) return InvalidArgumentError("shorter than a block: a block file");
   if (listener_ != nullptr) {  // nothing to open for an object not all cached
     for (uint64_t b = 0; b < blocks; ++b) {
       if (!listener_->MayContain(BlockKey{object_id, b}))

@@ -103,7 +103,8 @@ class BlockReader {
   // reader that reads it without us (FUSE passthrough): its blocks stay in
   // use until the file is let go. An open of it counts as a use of every
   // block (the evictor's LRU sees no read the kernel serves itself).
-  // kNotFound unless every block is cached.
+  // kNotFound unless every block is cached; kInvalidArgument for an object
+  // shorter than a block (kept as a block file: never one file to read).
   Result<std::shared_ptr<const BlockFd>> WholeFile(const ObjectVersion& version,
                                                    const std::string& object_id);
 

@@ -101,7 +101,8 @@ class BlockStore {
   // at its offset in the object, opened read-only: what a kernel can read
   // directly (FUSE passthrough). kNotFound unless every block is present and
   // has passed its check (a block not yet checked is checked now, which reads
-  // it); stores that keep no such file answer kInvalidArgument. While the
+  // it); stores that keep no such file answer kInvalidArgument. (FileBlockStore
+  // keeps an object shorter than a block as a block file.) While the
   // file is held its blocks stay (Held), so what the kernel reads is there.
   virtual Result<std::shared_ptr<const BlockFd>> WholeFile(const std::string& object_id,
                                                            uint64_t size) {

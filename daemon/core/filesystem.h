@@ -73,7 +73,8 @@ class FileSystem {
   void Release(uint64_t handle);
   // The cache's file of open file `handle`'s whole object, for the kernel to
   // read without us (BlockReader::WholeFile); kNotFound unless all of it is
-  // cached. The caller holds it as long as the kernel may read it.
+  // cached, kInvalidArgument if it never is one file (shorter than a block).
+  // The caller holds it as long as the kernel may read it.
   Result<std::shared_ptr<const BlockFd>> WholeFile(uint64_t handle);
 
   // Read and ReadSlice for a kernel that opens files without asking us (FUSE

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "tests/integration/mounted_federation.h"
+#include "tests/integration/stats_json.h"
 
 namespace perch::testing {
 namespace {
@@ -26,9 +27,10 @@ constexpr uint64_t kMiB = 1 << 20;
 class PassthroughTest : public MountedFederation {
  protected:
   void SetUp() override {
-    StartFederation(
-        "passthrough",
-        {{"big.bin", 20 * kMiB + 12345}, {"block.bin", 4 * kMiB}, {"small.bin", 100000}});
+    std::vector<TreeFile> files = {
+        {"big.bin", 20 * kMiB + 12345}, {"block.bin", 4 * kMiB}, {"small.bin", 100000}};
+    for (int i = 0; i < 1100; ++i) files.push_back({"many/f" + std::to_string(i), 700});
+    StartFederation("passthrough", files);
     if (HasFatalFailure() || IsSkipped()) return;
     Mount({"--log-level", "info"});
     if (perchd_.Log().find("passthrough for complete cached objects") == std::string::npos) {
@@ -136,6 +138,33 @@ TEST_F(PassthroughTest, AnOpenWhileTheFileIsOpenCachedStaysCached) {
   std::string got;
   EXPECT_TRUE(ReadUntilDirect("big.bin", &got));
   EXPECT_TRUE(got == want);
+}
+
+TEST_F(PassthroughTest, ASmallFileWorkloadTurnsToNoOpenAfterTheFirstThousandOpens) {
+  // 1,024 opens of files shorter than a block, none of them large: from then
+  // on the kernel opens files itself (no OPEN, no RELEASE per file).
+  for (int i = 0; i < 1100; ++i) {
+    const std::string rel = "many/f" + std::to_string(i);
+    ASSERT_EQ(ReadFile(rel), Original(rel)) << rel;
+  }
+  auto opens = [&] {
+    json op = Element(Stats()["fuse_ops"], "op", "open");
+    return op.is_null() ? uint64_t{0} : op["latency"]["count"].get<uint64_t>();
+  };
+  const uint64_t after_first = opens();
+  EXPECT_GE(after_first, 1024u);
+  EXPECT_LT(after_first, 1100u);
+  for (int i = 0; i < 1100; i += 7) {
+    const std::string rel = "many/f" + std::to_string(i);
+    ASSERT_EQ(ReadFile(rel), Original(rel)) << rel;
+  }
+  EXPECT_EQ(opens(), after_first);
+  EXPECT_NE(perchd_.Log().find("a small-file workload; no-open from now on"), std::string::npos)
+      << perchd_.Log();
+  // Large files are still served, through perchd now.
+  EXPECT_TRUE(ReadFile("big.bin") == Original("big.bin"));
+  EXPECT_TRUE(ReadFile("big.bin") == Original("big.bin"));
+  EXPECT_EQ(Num(Stats(), "whole_files"), 0u);
 }
 
 }  // namespace
