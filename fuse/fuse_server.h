@@ -57,7 +57,7 @@ struct FuseOptions {
   // larger (a small-file workload), it answers no more opens (no-open from
   // then on, no passthrough); else it keeps answering them.
   bool passthrough = true;
-  uint32_t decide_after = 1024;
+  uint32_t decide_after = 256;
   uint32_t max_io = 1 << 20;  // largest read request (kernel max_pages permitting)
   // The kernel's read-ahead for the mount (its bdi's read_ahead_kb), set as
   // root once the mount serves; 0 keeps the kernel's default (128 KiB).
