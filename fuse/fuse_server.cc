@@ -629,8 +629,8 @@ bool FuseServer::OpenDirectly(uint64_t ino, uint64_t fh) {
     auto opened = passthrough_.OpenBacking(fuse_session_fd(se_), (*file)->fd());
     if (opened.ok()) {
       id = *opened;
-    } else {
-      spdlog::warn("fuse: {}", opened.status().message());  // then reads come to us, as before
+    } else if (!backing_refused_.exchange(true)) {  // the same for every file: said once
+      spdlog::warn("fuse: {}; such files are read through perchd", opened.status().message());
     }
   }
   std::shared_ptr<const core::BlockFd> unused;  // let go after the unlock

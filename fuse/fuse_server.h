@@ -147,7 +147,8 @@ class FuseServer {
   struct fuse_session* se_ = nullptr;
   std::string mountpoint_;
   std::atomic<bool> mounted_{false};
-  std::atomic<bool> no_open_{false};   // set in init when the kernel offers it, or on deciding
+  std::atomic<bool> no_open_{false};  // set in init when the kernel offers it, or on deciding
+  std::atomic<bool> backing_refused_{false};  // the kernel refused a backing file (logged)
   std::atomic<bool> deciding_{false};  // passthrough and no-open both wanted: not yet decided
   std::atomic<uint64_t> opens_{0}, large_opens_{0};  // counted while deciding_
   Passthrough passthrough_;                          // hooks installed only if options_.passthrough

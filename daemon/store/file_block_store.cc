@@ -756,8 +756,11 @@ Status FileBlockStore::DropObjectBlock(const core::BlockKey& key, const ObjectFi
   // The bytes go too (the size stays: the file keeps its other blocks at
   // their offsets). A filesystem that cannot punch holes frees them when the
   // last block goes.
+  // Not while the kernel may read the file directly (WholeFile): it would
+  // read zeros there. The bytes then go with the file.
   const off_t offset = static_cast<off_t>(key.index * block_size_);
-  if (::fallocate(files.data->fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset,
+  if (!Held(key.object_id) &&
+      ::fallocate(files.data->fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset,
                   static_cast<off_t>(block_size_)) != 0 &&
       errno != EOPNOTSUPP) {
     spdlog::debug("cache: could not free block {} of {}: {}", key.index, path,
@@ -883,7 +886,8 @@ Status FileBlockStore::ForEachObjectBlock(
       std::string name = it->path().filename().string();
       const bool is_map = name.ends_with(".map");
       if (is_map) name.resize(name.size() - 4);
-      if (!it->is_regular_file(ec) ||
+      std::error_code file_ec;  // about this file only: the walk goes on
+      if (!it->is_regular_file(file_ec) ||
           ObjectPathOf(name) + (is_map ? ".map" : "") != it->path().native()) {
         continue;  // not a name this store gives
       }
@@ -891,11 +895,11 @@ Status FileBlockStore::ForEachObjectBlock(
         std::lock_guard<std::mutex> l(ObjectMutex(name));
         // A data file needs its map (written after it, removed before it):
         // without one it is the leftover of a process killed in between.
-        if (!fs::exists(it->path().native() + ".map", ec)) {
-          const uint64_t size = it->file_size(ec);
+        if (!fs::exists(it->path().native() + ".map", file_ec) && !file_ec) {
+          const uint64_t size = it->file_size(file_ec);
           if (::unlink(it->path().c_str()) == 0) {
             scan->leftovers_removed++;
-            scan->leftover_bytes += ec ? 0 : size;
+            scan->leftover_bytes += file_ec ? 0 : size;
           }
         }
         continue;

@@ -131,6 +131,27 @@ TEST_F(ObjectFileTest, WholeFileIsTheCompleteObjectOnly) {
   EXPECT_EQ(Block(store, 2), object_.substr(2 * kBs, kBs));
 }
 
+TEST_F(ObjectFileTest, AWholeFileHeldKeepsItsBlocksUntilLetGo) {
+  FileBlockStore store = Store();
+  WriteAll(store, object_);
+  auto whole = store.WholeFile(kId, object_.size());
+  ASSERT_TRUE(whole.ok());
+  auto again = store.WholeFile(kId, object_.size());  // a second holder
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(store.Held(kId));
+  EXPECT_EQ(store.Remove(BlockKey{kId, 1}).code(), StatusCode::kUnavailable);
+  whole->reset();
+  EXPECT_EQ(store.Remove(BlockKey{kId, 1}).code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(ReadFd((*again)->fd()) == object_);
+  again->reset();
+  EXPECT_FALSE(store.Held(kId));
+  EXPECT_TRUE(store.Remove(BlockKey{kId, 1}).ok());
+  EXPECT_EQ(store.Read(BlockKey{kId, 1}, 0, 1).status().code(), StatusCode::kNotFound);
+  // A failed WholeFile holds nothing.
+  EXPECT_FALSE(store.WholeFile(kId, object_.size()).ok());
+  EXPECT_FALSE(store.Held(kId));
+}
+
 TEST_F(ObjectFileTest, RemovingTheLastBlockRemovesBothFiles) {
   FileBlockStore store = Store();
   WriteAll(store, object_);

@@ -1,0 +1,129 @@
+// Passthrough's I/O hooks over a pipe standing in for /dev/fuse: the bytes
+// it reads and writes are the kernel's UAPI layouts (fuse_in_header,
+// fuse_init_in/out, fuse_open_out), patched only where they must be.
+#include "fuse/passthrough.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace perch::fuse {
+namespace {
+
+constexpr uint32_t kInit = 26, kOpen = 14, kRead = 15;
+
+template <typename T>
+void Put(std::string* s, size_t at, T v) {
+  if (s->size() < at + sizeof(v)) s->resize(at + sizeof(v), '\0');
+  std::memcpy(s->data() + at, &v, sizeof(v));
+}
+template <typename T>
+T Get(const std::string& s, size_t at) {
+  T v;
+  std::memcpy(&v, s.data() + at, sizeof(v));
+  return v;
+}
+
+class PassthroughHooksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::pipe(in_), 0);
+    ASSERT_EQ(::pipe(out_), 0);
+  }
+  void TearDown() override {
+    for (int fd : {in_[0], in_[1], out_[0], out_[1]}) ::close(fd);
+  }
+  // A request as the kernel writes it: fuse_in_header (40 bytes) + `body`.
+  void Request(uint32_t opcode, uint64_t unique, const std::string& body = "") {
+    std::string r;
+    Put<uint32_t>(&r, 0, static_cast<uint32_t>(40 + body.size()));
+    Put<uint32_t>(&r, 4, opcode);
+    Put<uint64_t>(&r, 8, unique);
+    r.resize(40, '\0');
+    r += body;
+    ASSERT_EQ(::write(in_[1], r.data(), r.size()), static_cast<ssize_t>(r.size()));
+    char buf[4096];
+    ASSERT_EQ(pt_.Read(in_[0], buf, sizeof(buf)), static_cast<ssize_t>(r.size()));
+  }
+  // A reply as libfuse writes it (fuse_out_header + `arg`); what reached the "device".
+  std::string Reply(uint64_t unique, std::string arg, int32_t error = 0) {
+    std::string h;
+    Put<uint32_t>(&h, 0, static_cast<uint32_t>(16 + arg.size()));
+    Put<int32_t>(&h, 4, error);
+    Put<uint64_t>(&h, 8, unique);
+    struct iovec iov[2] = {{h.data(), h.size()}, {arg.data(), arg.size()}};
+    EXPECT_EQ(pt_.Writev(out_[1], iov, 2), static_cast<ssize_t>(h.size() + arg.size()));
+    std::string got(h.size() + arg.size(), '\0');
+    EXPECT_EQ(::read(out_[0], got.data(), got.size()), static_cast<ssize_t>(got.size()));
+    return got.substr(16);
+  }
+  static std::string InitIn(bool offers) {
+    std::string b;
+    Put<uint32_t>(&b, 0, 7);
+    Put<uint32_t>(&b, 4, 45);
+    Put<uint32_t>(&b, 12, 1u << 30);                  // FUSE_INIT_EXT
+    Put<uint32_t>(&b, 16, offers ? 0x5fdu : 0x5ddu);  // flags2, bit 5: FUSE_PASSTHROUGH
+    b.resize(64, '\0');
+    return b;
+  }
+  static std::string OpenOut(uint64_t fh, uint32_t flags) {
+    std::string o;
+    Put<uint64_t>(&o, 0, fh);
+    Put<uint32_t>(&o, 8, flags);
+    Put<uint32_t>(&o, 12, 0);
+    return o;
+  }
+
+  int in_[2] = {-1, -1}, out_[2] = {-1, -1};
+  Passthrough pt_;
+};
+
+TEST_F(PassthroughHooksTest, InitReplyAsksForPassthroughOnlyWhenOfferedAndWanted) {
+  Request(kInit, 1, InitIn(true));
+  EXPECT_TRUE(pt_.offered());
+  pt_.Want();
+  std::string init_out(64, '\0');
+  Put<uint32_t>(&init_out, 12, 0x1234u);
+  const std::string sent = Reply(1, init_out);
+  EXPECT_EQ(Get<uint32_t>(sent, 12), 0x1234u | (1u << 30));
+  EXPECT_EQ(Get<uint32_t>(sent, 32) & (1u << 5), 1u << 5);
+  EXPECT_EQ(Get<uint32_t>(sent, 36), 1u);  // max_stack_depth
+  EXPECT_TRUE(pt_.agreed());
+}
+
+TEST_F(PassthroughHooksTest, AKernelWithoutPassthroughGetsAnUntouchedInitReply) {
+  Request(kInit, 1, InitIn(false));
+  EXPECT_FALSE(pt_.offered());
+  pt_.Want();
+  std::string init_out(64, '\0');
+  EXPECT_EQ(Reply(1, init_out), init_out);
+  EXPECT_FALSE(pt_.agreed());
+}
+
+TEST_F(PassthroughHooksTest, OnlyTheMarkedOpenReplyPassesThrough) {
+  constexpr uint32_t kKeepCache = 1u << 1, kNoFlush = 1u << 5, kPassthrough = 1u << 7;
+  Request(kOpen, 7);
+  Request(kOpen, 8);
+  Request(kRead, 9);
+  pt_.Direct(/*fh=*/70, /*id=*/3);
+  std::string a = Reply(7, OpenOut(70, kKeepCache | kNoFlush));
+  EXPECT_EQ(Get<uint32_t>(a, 8), kNoFlush | kPassthrough);  // no keep_cache with passthrough
+  EXPECT_EQ(Get<int32_t>(a, 12), 3);
+  // Another open (handle not marked) and a 16-byte read reply are left alone.
+  EXPECT_EQ(Reply(8, OpenOut(80, kKeepCache)), OpenOut(80, kKeepCache));
+  EXPECT_EQ(Reply(9, OpenOut(70, kKeepCache)), OpenOut(70, kKeepCache));
+  // A mark is used once; an error reply is never patched.
+  Request(kOpen, 10);
+  EXPECT_EQ(Reply(10, OpenOut(70, 0)), OpenOut(70, 0));
+  Request(kOpen, 11);
+  pt_.Direct(71, 4);
+  EXPECT_EQ(Reply(11, "", -2), "");
+  pt_.Undo(71);
+}
+
+}  // namespace
+}  // namespace perch::fuse
