@@ -822,13 +822,15 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
   // (it takes the object's lock, then looks), and one already under way
   // finishes before the check of its block, which then finds it gone. Let go
   // when the file's last holder lets the file go, or on the way out of here.
+  // (The holds outlive the store if a file does: a holder may let go last.)
   {
-    std::lock_guard<std::mutex> l(mu_);
-    held_[object_id]++;
+    std::lock_guard<std::mutex> l(held_->mu);
+    held_->count[object_id]++;
   }
-  std::shared_ptr<void> hold(nullptr, [this, object_id](void*) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (auto it = held_.find(object_id); it != held_.end() && --it->second == 0) held_.erase(it);
+  std::shared_ptr<void> hold(nullptr, [holds = held_, object_id](void*) {
+    std::lock_guard<std::mutex> l(holds->mu);
+    auto it = holds->count.find(object_id);
+    if (it != holds->count.end() && --it->second == 0) holds->count.erase(it);
   });
   // Every block present and checked (a first read after an untrusted start
   // checks each one now, as a read of it would).
@@ -868,8 +870,8 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
 }
 
 bool FileBlockStore::Held(const std::string& object_id) {
-  std::lock_guard<std::mutex> l(mu_);
-  return held_.count(object_id) > 0;
+  std::lock_guard<std::mutex> l(held_->mu);
+  return held_->count.count(object_id) > 0;
 }
 
 Status FileBlockStore::ForEachObjectBlock(

@@ -70,7 +70,9 @@
 // is checked whenever a block file is opened.
 //
 // Thread-safety: all methods are safe from any thread; the verified set is
-// under mu_ (a leaf lock, never held across I/O).
+// under mu_ and the holds under their own mutex (leaf locks, never held
+// across I/O); an object's mutex (ObjectMutex) is taken before either.
+// A file WholeFile gave may outlive the store.
 #pragma once
 
 #include <array>
@@ -217,7 +219,12 @@ class FileBlockStore : public core::BlockStore {
   std::array<std::mutex, 64> object_mu_;  // ObjectMutex's stripes
   std::mutex mu_;
   std::unordered_map<CheckedKey, FileStamp, CheckedHash> verified_;  // Protected by mu_
-  std::unordered_map<std::string, int> held_;  // WholeFile holders by object; Protected by mu_
+  // WholeFile's holders by object; shared with the files' deleters. A leaf lock.
+  struct Holds {
+    std::mutex mu;
+    std::unordered_map<std::string, int> count;  // Protected by mu
+  };
+  const std::shared_ptr<Holds> held_ = std::make_shared<Holds>();
 };
 
 }  // namespace perch::store

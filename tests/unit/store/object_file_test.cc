@@ -120,6 +120,7 @@ TEST_F(ObjectFileTest, WholeFileIsTheCompleteObjectOnly) {
   ASSERT_TRUE(store.Write(BlockKey{kId, 2}, std::string_view(object_).substr(2 * kBs, kBs)).ok());
   // Another size is another object: not this file.
   EXPECT_FALSE(store.WholeFile(kId, object_.size() + 1).ok());
+  // From a store of its own, which goes before the file does.
   auto whole = Store().WholeFile(kId, object_.size());
   ASSERT_TRUE(whole.ok()) << whole.status().message();
   EXPECT_EQ(::fcntl((*whole)->fd(), F_GETFL) & O_ACCMODE, O_RDONLY);
