@@ -72,7 +72,8 @@ bench_devfed() {
 bench_mount() {
   local cache=$1 mp=$2; shift 2
   mkdir -p "$mp"
-  "$BIN/perchd" --foreground --cache-dir "$cache" --cache-size 20G --control "unix:$WORK/ctl.sock" "$@" \
+  # shellcheck disable=SC2086  # PERCHD_ARGS: extra flags for every bench mount, split on spaces
+  "$BIN/perchd" --foreground --cache-dir "$cache" --cache-size 20G --control "unix:$WORK/ctl.sock" "$@" ${PERCHD_ARGS:-} \
     "$FED/bench" "$mp" 2>> "$WORK/perchd.log" &
   PERCHD_PID=$!
   for _ in $(seq 200); do mountpoint -q "$mp" && break; sleep 0.05; done

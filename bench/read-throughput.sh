@@ -49,7 +49,11 @@ bench_mount "$WORK/cache" "$WORK/perch"
 drop; s=$(read_small "$WORK/perch/imagenet"); l=$(read_large "$WORK/perch/large.bin"); record "perch cold" "$s" "$l"
 bench_umount "$WORK/perch"; bench_mount "$WORK/cache" "$WORK/perch"
 drop; s=$(read_small "$WORK/perch/imagenet"); drop; l=$(read_large "$WORK/perch/large.bin"); record "perch disk cache" "$s" "$l"
-s=$(read_small "$WORK/perch/imagenet"); l=$(read_large "$WORK/perch/large.bin"); record "perch page-cache warm" "$s" "$l"
+# Warm: each read once more first (the disk-cache pass dropped the small files' pages before its
+# large read), then measured.
+read_small "$WORK/perch/imagenet" >/dev/null; s=$(read_small "$WORK/perch/imagenet")
+read_large "$WORK/perch/large.bin" >/dev/null; l=$(read_large "$WORK/perch/large.bin")
+record "perch page-cache warm" "$s" "$l"
 bench_umount "$WORK/perch"
 
 echo "== xrootdfs" >&2
