@@ -178,17 +178,14 @@ Result<std::shared_ptr<const BlockFd>> BlockReader::WholeFile(const ObjectVersio
         return NotFoundError("not all cached", FailureSite::kLocal);
     }
   }
-  // Each block checked as a read of it would be (one that fails is dropped
-  // and told, and the object is not whole).
-  for (uint64_t b = 0; b < blocks; ++b) {
-    const BlockKey key{object_id, b};
-    auto slice = store_.Slice(key, 0, 0);
-    if (slice.ok()) continue;
-    if (slice.status().code() == StatusCode::kCorrupt) NoteCorrupt(key, slice.status());
-    return slice.status();
+  // The store checks each block as a read of it would; one that fails was
+  // dropped and is told, as a read's would be.
+  BlockKey failed{object_id, 0};
+  auto file = store_.WholeFile(object_id, version.size, &failed);
+  if (!file.ok()) {
+    if (file.status().code() == StatusCode::kCorrupt) NoteCorrupt(failed, file.status());
+    return file.status();
   }
-  auto file = store_.WholeFile(object_id, version.size);
-  if (!file.ok()) return file.status();
   stats_.whole_files++;
   if (listener_) {
     for (uint64_t b = 0; b < blocks; ++b)

@@ -104,9 +104,11 @@ class BlockStore {
   // it); stores that keep no such file answer kInvalidArgument. (FileBlockStore
   // keeps an object shorter than a block as a block file.) While the
   // file is held its blocks stay (Held), so what the kernel reads is there.
+  // `*failed` (if not null) is set to the block that was absent or failed.
   virtual Result<std::shared_ptr<const BlockFd>> WholeFile(const std::string& object_id,
-                                                           uint64_t size) {
-    (void)object_id, (void)size;
+                                                           uint64_t size,
+                                                           BlockKey* failed = nullptr) {
+    (void)object_id, (void)size, (void)failed;
     return InvalidArgumentError("this block store keeps no object in one file");
   }
 

@@ -661,44 +661,54 @@ Result<std::optional<MapEntry>> FileBlockStore::ReadEntry(const ObjectFiles& fil
   return DecodeMapEntry(std::string_view(buf, static_cast<size_t>(n)));
 }
 
-Result<OpenBlock> FileBlockStore::OpenObjectBlock(const core::BlockKey& key) {
+Status FileBlockStore::CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
+                                        const std::optional<MapEntry>& entry, uint64_t file_size) {
   const std::string path = ObjectPathOf(key.object_id);
-  auto absent = [&] {
-    return core::NotFoundError("no block " + std::to_string(key.index) + " in " + path,
-                               core::FailureSite::kLocal);
-  };
-  if (key.index >= kMaxObjectBlocks) return absent();
-  std::lock_guard<std::mutex> l(ObjectMutex(key.object_id));
-  Result<ObjectFiles> files = OpenObject(key.object_id, false);
-  if (!files.ok()) return files.status();
   auto corrupt = [&](const std::string& why) {
-    (void)DropObjectBlock(key, *files);
+    (void)DropObjectBlock(key, files);
     return core::CorruptError(
         "cache block " + std::to_string(key.index) + " of " + path + ": " + why + "; removed",
         core::FailureSite::kLocal);
   };
-  Result<std::optional<MapEntry>> entry = ReadEntry(*files, key.object_id, key.index);
-  if (!entry.ok()) return entry.status();
-  if (!entry->has_value()) return corrupt("damaged map entry");
-  const MapEntry& e = **entry;
-  if (e.length == 0) return absent();
+  if (!entry.has_value()) return corrupt("damaged map entry");
+  const MapEntry& e = *entry;
+  if (e.length == 0) {
+    return core::NotFoundError("no block " + std::to_string(key.index) + " in " + path,
+                               core::FailureSite::kLocal);
+  }
   if (e.length > block_size_) return corrupt("map entry longer than a block");
   const uint64_t offset = key.index * block_size_;
-  struct stat st {};
-  if (::fstat(files->data->fd(), &st) != 0) return ErrnoStatus("stat", path, errno);
-  if (static_cast<uint64_t>(st.st_size) < offset + e.length) return corrupt("truncated data");
-  const CheckedKey checked{files->ino, key.index};
+  if (file_size < offset + e.length) return corrupt("truncated data");
+  const CheckedKey checked{files.ino, key.index};
   const FileStamp stamp{e.length, static_cast<int64_t>(e.crc)};
   if (!Trusted(e.run) && !Verified(checked, stamp)) {
     uint32_t crc = 0;
-    if (!FileCrc32c(files->data->fd(), offset, e.length, &crc)) {
+    if (!FileCrc32c(files.data->fd(), offset, e.length, &crc)) {
       if (errno != 0) return ErrnoStatus("read", path, errno);
       return corrupt("truncated data");
     }
     if (crc != static_cast<uint32_t>(e.crc)) return corrupt("CRC32C mismatch");
     MarkVerified(checked, stamp);
   }
-  OpenBlock open{files->data, offset, e.length};
+  return Status::Ok();
+}
+
+Result<OpenBlock> FileBlockStore::OpenObjectBlock(const core::BlockKey& key) {
+  const std::string path = ObjectPathOf(key.object_id);
+  if (key.index >= kMaxObjectBlocks) {
+    return core::NotFoundError("no block " + std::to_string(key.index) + " in " + path,
+                               core::FailureSite::kLocal);
+  }
+  std::lock_guard<std::mutex> l(ObjectMutex(key.object_id));
+  Result<ObjectFiles> files = OpenObject(key.object_id, false);
+  if (!files.ok()) return files.status();
+  Result<std::optional<MapEntry>> entry = ReadEntry(*files, key.object_id, key.index);
+  if (!entry.ok()) return entry.status();
+  struct stat st {};
+  if (::fstat(files->data->fd(), &st) != 0) return ErrnoStatus("stat", path, errno);
+  if (Status s = CheckObjectBlock(key, *files, *entry, static_cast<uint64_t>(st.st_size)); !s.ok())
+    return s;
+  OpenBlock open{files->data, key.index * block_size_, (*entry)->length};
   open_.Put(key, open);
   return open;
 }
@@ -811,17 +821,18 @@ Status FileBlockStore::ForEachEntry(
 }
 
 Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std::string& object_id,
-                                                                       uint64_t size) {
+                                                                       uint64_t size,
+                                                                       core::BlockKey* failed) {
   const std::string path = ObjectPathOf(object_id);
-  if (size <= block_size_ && size != block_size_) {
+  if (size < block_size_) {
     return core::NotFoundError("object of one block: no object file", core::FailureSite::kLocal);
   }
   const uint64_t blocks = core::BlockCount(size, block_size_);
   if (blocks > kMaxObjectBlocks) return core::NotFoundError("object too large for an object file");
   // Held from before the checks: a removal that starts after this refuses
   // (it takes the object's lock, then looks), and one already under way
-  // finishes before the check of its block, which then finds it gone. Let go
-  // when the file's last holder lets the file go, or on the way out of here.
+  // finishes before the checks, which then find its block gone. Let go when
+  // the file's last holder lets the file go, or on the way out of here.
   // (The holds outlive the store if a file does: a holder may let go last.)
   {
     std::lock_guard<std::mutex> l(held_->mu);
@@ -832,35 +843,50 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
     auto it = holds->count.find(object_id);
     if (it != holds->count.end() && --it->second == 0) holds->count.erase(it);
   });
-  // Every block present and checked (a first read after an untrusted start
-  // checks each one now, as a read of it would).
-  for (uint64_t b = 0; b < blocks; ++b) {
-    const uint64_t want = std::min(block_size_, size - b * block_size_);
-    const core::BlockKey key{object_id, b};
-    std::optional<OpenBlock> cached = open_.Find(key);
-    Result<OpenBlock> block = cached ? Result<OpenBlock>(*std::move(cached)) : OpenObjectBlock(key);
-    if (!block.ok()) return block.status();
-    if (block->data_offset != b * block_size_ || block->data_len != want) {
-      return core::NotFoundError("block " + std::to_string(b) + " of " + path + " is " +
-                                     std::to_string(block->data_len) + " bytes, not " +
-                                     std::to_string(want),
-                                 core::FailureSite::kLocal);
-    }
+  // Every block present, of its length and checked (a first use after an
+  // untrusted start checks each one now, as a read of it would): one pass
+  // over the map, none of the blocks put among the open files.
+  std::lock_guard<std::mutex> l(ObjectMutex(object_id));
+  Result<ObjectFiles> files = OpenObject(object_id, false);
+  if (!files.ok()) return files.status();
+  struct stat st {};
+  if (::fstat(files->data->fd(), &st) != 0) return ErrnoStatus("stat", path, errno);
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size != size) {
+    return core::NotFoundError(
+        path + " holds " + std::to_string(file_size) + " bytes, not " + std::to_string(size),
+        core::FailureSite::kLocal);
+  }
+  Status checked = Status::Ok();
+  uint64_t next = 0;  // the first block not yet seen whole
+  Status walked =
+      ForEachEntry(*files, object_id, 0, blocks, [&](uint64_t i, const std::optional<MapEntry>& e) {
+        const core::BlockKey key{object_id, i};
+        const uint64_t want = std::min(block_size_, size - i * block_size_);
+        checked = CheckObjectBlock(key, *files, e, file_size);
+        if (checked.ok() && e->length != want) {
+          checked = core::NotFoundError("block " + std::to_string(i) + " of " + path + " is " +
+                                            std::to_string(e->length) + " bytes, not " +
+                                            std::to_string(want),
+                                        core::FailureSite::kLocal);
+        }
+        if (!checked.ok()) {
+          if (failed != nullptr) *failed = key;
+          return false;
+        }
+        next = i + 1;
+        return true;
+      });
+  if (!walked.ok()) return walked;
+  if (!checked.ok()) return checked;
+  if (next < blocks) {  // the map ends before the object does
+    if (failed != nullptr) *failed = core::BlockKey{object_id, next};
+    return core::NotFoundError("no block " + std::to_string(next) + " in " + path,
+                               core::FailureSite::kLocal);
   }
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) {
-    if (errno == ENOENT)
-      return core::NotFoundError("no object file " + path, core::FailureSite::kLocal);
-    return ErrnoStatus("open", path, errno);
-  }
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
-  if (static_cast<uint64_t>(st.st_size) != size) {
-    return core::NotFoundError(
-        path + " holds " + std::to_string(st.st_size) + " bytes, not " + std::to_string(size),
-        core::FailureSite::kLocal);
-  }
+  if (f.fd < 0) return ErrnoStatus("open", path, errno);
   std::shared_ptr<const core::BlockFd> file(new core::BlockFd(f.fd),
                                             [hold = std::move(hold)](const core::BlockFd* p) {
                                               delete p;  // then `hold` goes with this deleter

@@ -121,8 +121,8 @@ class FileBlockStore : public core::BlockStore {
   core::Status Remove(const core::BlockKey& key) override;
   core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset,
                                        uint64_t length) override;
-  core::Result<std::shared_ptr<const core::BlockFd>> WholeFile(const std::string& object_id,
-                                                               uint64_t size) override;
+  core::Result<std::shared_ptr<const core::BlockFd>> WholeFile(
+      const std::string& object_id, uint64_t size, core::BlockKey* failed = nullptr) override;
   bool Held(const std::string& object_id) override;
   // Temp files not named by this object are leftovers of a process that
   // died mid-write (removed); its own may be writes under way (kept).
@@ -188,6 +188,12 @@ class FileBlockStore : public core::BlockStore {
   core::Result<ObjectFiles> OpenObject(const std::string& object_id, bool create);
   // Block `key` from its object file: entry read, data checked as in OpenChecked.
   core::Result<OpenBlock> OpenObjectBlock(const core::BlockKey& key);
+  // Checks block `key` of an object file `file_size` bytes long by its map
+  // `entry` (nullopt: damaged): kNotFound if absent; a damaged entry, a
+  // short file or a CRC32C mismatch drops the block and is kCorrupt. The CRC
+  // pass is skipped for a trusted run or a block already verified.
+  core::Status CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
+                                const std::optional<MapEntry>& entry, uint64_t file_size);
   core::Status WriteObjectBlock(const core::BlockKey& key, std::string_view data);
   core::Status RemoveObjectBlock(const core::BlockKey& key);
   // Clears block `key`'s entry and punches out its bytes; removes both files
