@@ -13,6 +13,7 @@
 #include "daemon/store/file_block_store.h"
 #include "daemon/store/object_map.h"
 #include "tests/fakes/test_values.h"
+#include "tests/unit/store/store_dir_test.h"
 
 namespace perch::store {
 namespace {
@@ -24,12 +25,6 @@ using testing::Data;
 
 constexpr uint64_t kBs = 64 << 10;
 const std::string kId = "0123456789abcdef0123456789abcdef";
-
-void Overwrite(const std::string& path, uint64_t at, std::string_view bytes) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 std::string ReadFd(int fd) {
   std::string out;
@@ -43,15 +38,12 @@ std::string ReadFd(int fd) {
   return out;
 }
 
-class ObjectFileTest : public ::testing::Test {
+class ObjectFileTest : public StoreDirTest {
  protected:
   void SetUp() override {
-    std::string t = (fs::temp_directory_path() / "perch-objects-XXXXXX").string();
-    ASSERT_NE(mkdtemp(t.data()), nullptr);
-    dir_ = t;
+    StoreDirTest::SetUp();
     std::ofstream(dir_ / "boot_id") << "boot-1\n";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   FileBlockStore Store(uint64_t bs = kBs) {
     return FileBlockStore(dir_.string(), bs, 16, (dir_ / "boot_id").string());
@@ -69,7 +61,6 @@ class ObjectFileTest : public ::testing::Test {
     return r.ok() ? *r : "";
   }
 
-  fs::path dir_;
   const std::string object_ = Data(3 * kBs + 1000, 7);
 };
 

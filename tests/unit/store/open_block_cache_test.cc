@@ -12,6 +12,7 @@
 #include <string>
 
 #include "daemon/store/file_block_store.h"
+#include "tests/unit/store/store_dir_test.h"
 
 namespace perch::store {
 namespace {
@@ -68,16 +69,7 @@ TEST(OpenBlockCacheTest, CapacityZeroHoldsNothing) {
   EXPECT_FALSE(IsOpen(fa));
 }
 
-class StoreOpenFilesTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string t = (fs::temp_directory_path() / "perch-open-XXXXXX").string();
-    ASSERT_NE(mkdtemp(t.data()), nullptr);
-    dir_ = t;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+using StoreOpenFilesTest = StoreDirTest;
 
 // A block read right after its write goes through the writer's descriptor:
 // the file is not opened again (here it cannot be: its name is gone).

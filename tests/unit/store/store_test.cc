@@ -8,12 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <set>
 
 #include "daemon/store/cache_dir_lock.h"
 #include "daemon/store/file_block_store.h"
 #include "daemon/store/rocksdb_index.h"
+#include "tests/fakes/test_values.h"
+#include "tests/unit/store/store_dir_test.h"
 
 namespace perch::store {
 namespace {
@@ -22,12 +23,8 @@ namespace fs = std::filesystem;
 using core::BlockKey;
 using core::StatusCode;
 
-std::string Data(size_t n) {
-  std::mt19937 rng(static_cast<unsigned>(n));
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+// `n` bytes, seeded by `n` (tests/fakes/test_values.h's Data).
+std::string Data(size_t n) { return testing::Data(n, static_cast<unsigned>(n)); }
 
 void FlipByte(const std::string& path, uint64_t at) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -38,18 +35,12 @@ void FlipByte(const std::string& path, uint64_t at) {
   f.put(static_cast<char>(c ^ 1));
 }
 
-class StoreTest : public ::testing::Test {
+class StoreTest : public StoreDirTest {
  protected:
-  void SetUp() override {
-    std::string t = (fs::temp_directory_path() / "perch-store-XXXXXX").string();
-    ASSERT_NE(mkdtemp(t.data()), nullptr);
-    dir_ = t;
-  }
   void TearDown() override {
     if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
-    fs::remove_all(dir_);
+    StoreDirTest::TearDown();
   }
-  fs::path dir_;
   bool mounted_ = false;
 };
 

@@ -10,6 +10,7 @@
 
 #include "daemon/store/file_block_store.h"
 #include "tests/fakes/test_values.h"
+#include "tests/unit/store/store_dir_test.h"
 
 namespace perch::store {
 namespace {
@@ -20,21 +21,12 @@ using core::StatusCode;
 
 using testing::Data;
 
-void Overwrite(const std::string& path, uint64_t at, std::string_view bytes) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-class TrustedRunsTest : public ::testing::Test {
+class TrustedRunsTest : public StoreDirTest {
  protected:
   void SetUp() override {
-    std::string t = (fs::temp_directory_path() / "perch-runs-XXXXXX").string();
-    ASSERT_NE(mkdtemp(t.data()), nullptr);
-    dir_ = t;
+    StoreDirTest::SetUp();
     SetBoot("boot-1");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   void SetBoot(const std::string& id) { std::ofstream(dir_ / "boot_id") << id << "\n"; }
   FileBlockStore Store() {
@@ -71,7 +63,6 @@ class TrustedRunsTest : public ::testing::Test {
 
   const BlockKey kKey{"c0ffee", 0};  // a block file (object files: object_file_test.cc)
   const std::string data_ = Data(70000, 1);
-  fs::path dir_;
 };
 
 TEST_F(TrustedRunsTest, AFirstRunOnANewCacheTrustsOnlyItsOwnBlocks) {

@@ -1,0 +1,35 @@
+// What the store's tests share: a private temporary directory per test
+// (removed after it), and writing bytes into a file at an offset, the damage
+// a crash or a bad disk leaves.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+namespace perch::store {
+
+class StoreDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = (std::filesystem::temp_directory_path() / "perch-store-XXXXXX").string();
+    ASSERT_NE(mkdtemp(t.data()), nullptr);
+    dir_ = t;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path dir_;
+};
+
+// Overwrites `bytes.size()` bytes of file `path` at offset `at`.
+inline void Overwrite(const std::string& path, uint64_t at, std::string_view bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace perch::store
