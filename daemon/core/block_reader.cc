@@ -268,6 +268,7 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path,
   std::vector<BlockCallback> waiters;
   std::shared_ptr<const Bytes> copy;
   if (r.ok()) copy = std::make_shared<const Bytes>(*std::move(r));
+  bool schedule = false;
   {
     MutexLock l(mu_);
     auto it = inflight_.find(key);
@@ -275,34 +276,74 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path,
       waiters = std::move(it->second.waiters);
       inflight_.erase(it);
     }
-    if (copy) unwritten_[key] = copy;
+    if (copy) {
+      unwritten_[key] = copy;
+      pending_writes_.push_back(PendingWrite{key, copy, path, version});
+      schedule = !drain_scheduled_;
+      drain_scheduled_ = true;
+    }
   }
   if (copy) {
     stats_.bytes_from_network += copy->size();
     ns.bytes_from_network += copy->size();
-    // Persist on the disk executor; the waiters need not wait for the disk.
-    disk_.Post([this, key, copy, path, version] {
-      Status s = store_.Write(key, *copy);
-      if (!s.ok()) {
-        stats_.store_errors++;
-        uint64_t more = 0;
-        if (store_warnings_.Allow(&more)) {
-          spdlog::warn(
-              "cache: block {}#{} served but not cached: {} ({} more since the last warning)",
-              key.object_id, key.index, s.ToString(), more);
-        }
-        if (listener_ != nullptr) listener_->StoreFailed(key, copy->size(), s);
-        // A full disk: the listener has made room; one more try keeps the
-        // next reader of this block off the network.
-        if (s.code() == StatusCode::kNoSpace) s = store_.Write(key, *copy);
-      }
-      if (s.ok() && listener_) listener_->Stored(key, copy->size(), path, version);
-      MutexLock l(mu_);
-      unwritten_.erase(key);
-    });
+  }
+  // Persist on the disk executor, with whatever else comes meanwhile; the
+  // waiters need not wait for the disk.
+  if (schedule) {
+    if (options_.write_behind.count() > 0) {
+      disk_.PostAfter(options_.write_behind, [this] { DrainWrites(); });
+    } else {
+      disk_.Post([this] { DrainWrites(); });
+    }
   }
   // Every waiter shares the one copy of the block.
   for (auto& w : waiters) w(copy ? Result<std::shared_ptr<const Bytes>>(copy) : r.status());
+}
+
+void BlockReader::DrainWrites() {
+  std::vector<PendingWrite> batch;
+  {
+    MutexLock l(mu_);
+    batch.swap(pending_writes_);
+    // Blocks that come while these are written start a batch of their own
+    // (on another disk thread if one is free).
+    drain_scheduled_ = false;
+  }
+  if (batch.empty()) return;
+  std::vector<BlockListener::StoredBlock> stored;
+  stored.reserve(batch.size());
+  for (const PendingWrite& w : batch) {
+    Status s = store_.Write(w.key, *w.data);
+    if (!s.ok()) {
+      stats_.store_errors++;
+      uint64_t more = 0;
+      if (store_warnings_.Allow(&more)) {
+        spdlog::warn(
+            "cache: block {}#{} served but not cached: {} ({} more since the last warning)",
+            w.key.object_id, w.key.index, s.ToString(), more);
+      }
+      if (listener_ != nullptr) listener_->StoreFailed(w.key, w.data->size(), s);
+      // A full disk: the listener has made room; one more try keeps the
+      // next reader of this block off the network.
+      if (s.code() == StatusCode::kNoSpace) s = store_.Write(w.key, *w.data);
+    }
+    if (s.ok()) stored.push_back({w.key, w.data->size(), w.path, w.version});
+  }
+  // One index batch for all of them; each block stays in memory until its
+  // record is written (MayContain says "not in the store" until then).
+  if (listener_ != nullptr && !stored.empty()) listener_->StoredMany(stored);
+  MutexLock l(mu_);
+  for (const PendingWrite& w : batch) unwritten_.erase(w.key);
+}
+
+void BlockReader::FlushWrites() {
+  for (;;) {
+    {
+      MutexLock l(mu_);
+      if (pending_writes_.empty()) return;
+    }
+    DrainWrites();
+  }
 }
 
 void BlockReader::Prefetch(const ObjectPath& path, const ObjectVersion& version,

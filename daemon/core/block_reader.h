@@ -45,6 +45,12 @@ struct BlockReaderOptions {
   // Put before every flow this reader submits, so that mounts sharing one
   // scheduler have flows of their own (two federations' "/data" are two).
   std::string flow_prefix = "";
+  // Fetched blocks are written to the store in batches, on the disk
+  // executor: the first block of a batch waits this long for others, so that
+  // a stream of small files costs one wake-up of a disk thread and one index
+  // write per batch rather than per file (readers are served from memory
+  // meanwhile). 0: every block is written at once.
+  std::chrono::milliseconds write_behind{2};
 };
 
 // How urgent a fetch is, and whose (the scheduler's fairness unit; "" means
@@ -122,6 +128,11 @@ class BlockReader {
   bool InUse(const BlockKey& key);
   uint64_t block_size() const { return options_.block_size; }
 
+  // Writes every fetched block still waiting for its batch, on the calling
+  // thread (at shutdown, after the last fetch ended: a batch left to the
+  // disk executor's timer would be dropped with it).
+  void FlushWrites();
+
  private:
   // The whole block, shared by every reader waiting for it.
   using BlockCallback = std::function<void(Result<std::shared_ptr<const Bytes>>)>;
@@ -137,6 +148,15 @@ class BlockReader {
              BlockCallback done);
   void Complete(const BlockKey& key, const ObjectPath& path, const ObjectVersion& version,
                 ReadCounters& ns, Result<Bytes> r);
+  // A fetched block waiting for its batch (pending_writes_).
+  struct PendingWrite {
+    BlockKey key;
+    std::shared_ptr<const Bytes> data;
+    ObjectPath path;
+    ObjectVersion version;
+  };
+  // Writes the blocks waiting now, then records them in one batch.
+  void DrainWrites();
   struct Inflight {
     std::vector<BlockCallback> waiters;
     Priority priority = Priority::kDemand;
@@ -164,6 +184,10 @@ class BlockReader {
   // Fetched blocks whose store write has not finished; a
   // reader arriving in that window is served from here, not refetched.
   std::map<BlockKey, std::shared_ptr<const Bytes>> unwritten_ PERCH_GUARDED_BY(mu_);
+  // Those of them no drain has taken yet, in the order they came; a drain is
+  // scheduled on the disk executor while this is not empty.
+  std::vector<PendingWrite> pending_writes_ PERCH_GUARDED_BY(mu_);
+  bool drain_scheduled_ PERCH_GUARDED_BY(mu_) = false;
   // Readers of each block now inside store_.Read.
   std::map<BlockKey, int> reading_ PERCH_GUARDED_BY(mu_);
 };

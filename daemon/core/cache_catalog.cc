@@ -113,28 +113,37 @@ void CacheCatalog::IndexPathsLocked() const {
 
 void CacheCatalog::Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
                           const ObjectVersion& version) {
+  StoredMany({StoredBlock{key, length, path, version}});
+}
+
+void CacheCatalog::StoredMany(const std::vector<StoredBlock>& blocks) {
+  if (blocks.empty()) return;
   std::vector<Index::Write> batch;
+  batch.reserve(blocks.size() + 1);
   {
     MutexLock l(mu_);
-    ObjectEntry& obj = ObjectForLocked(key);
-    if (!obj.second.described()) {  // new, or its blocks were adopted without a record
-      obj.second.Describe(path.str(), version.etag, version.size);
-      if (by_path_built_) by_path_.insert(&obj);
-      batch.push_back({ObjectKey(key.object_id), EncodeObject(obj.second)});
+    for (const StoredBlock& b : blocks) {
+      ObjectEntry& obj = ObjectForLocked(b.key);
+      if (!obj.second.described()) {  // new, or its blocks were adopted without a record
+        obj.second.Describe(b.path.str(), b.version.etag, b.version.size);
+        if (by_path_built_) by_path_.insert(&obj);
+        batch.push_back({ObjectKey(b.key.object_id), EncodeObject(obj.second)});
+      }
+      auto [rec, added] = AddBlockLocked(obj, b.key.index);
+      if (!added) cached_bytes_ -= rec->length;
+      rec->length = b.length;
+      rec->seq = next_seq_++;
+      cached_bytes_ += b.length;
+      dirty_.erase(RecordKey{obj.first, b.key.index});
+      batch.push_back({Key(b.key), Encode(*rec)});
     }
-    auto [rec, added] = AddBlockLocked(obj, key.index);
-    if (!added) cached_bytes_ -= rec->length;
-    rec->length = length;
-    rec->seq = next_seq_++;
-    cached_bytes_ += length;
-    dirty_.erase(RecordKey{obj.first, key.index});
-    batch.push_back({Key(key), Encode(*rec)});
   }
   Status s = index_.Apply(batch);
   uint64_t more = 0;
   if (!s.ok() && index_warnings_.Allow(&more)) {
-    spdlog::warn("cache: could not record block {}#{}: {} ({} more since the last warning)",
-                 key.object_id, key.index, s.ToString(), more);
+    spdlog::warn("cache: could not record {} block(s), the first {}#{}: {} ({} more since the "
+                 "last warning)",
+                 blocks.size(), blocks[0].key.object_id, blocks[0].key.index, s.ToString(), more);
   }
   MaybeScheduleEviction();
 }

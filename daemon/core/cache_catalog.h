@@ -74,6 +74,17 @@ class BlockListener {
   // Block `key` of object `path` at `version` is now in the store.
   virtual void Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
                       const ObjectVersion& version) = 0;
+  // Several blocks are now in the store (a write batch): as Stored for each,
+  // which is what this does unless a listener records them together.
+  struct StoredBlock {
+    BlockKey key;
+    uint64_t length = 0;
+    ObjectPath path;
+    ObjectVersion version;
+  };
+  virtual void StoredMany(const std::vector<StoredBlock>& blocks) {
+    for (const StoredBlock& b : blocks) Stored(b.key, b.length, b.path, b.version);
+  }
   virtual void Touched(const BlockKey& key, uint64_t length) = 0;
   virtual void Dropped(const BlockKey& key) = 0;
   // Writing block `key` (`length` bytes) failed with `why` (kNoSpace: the
@@ -150,6 +161,8 @@ class CacheCatalog : public BlockListener {
 
   void Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
               const ObjectVersion& version) override;
+  // One index write for all of them.
+  void StoredMany(const std::vector<StoredBlock>& blocks) override;
   void Touched(const BlockKey& key, uint64_t length) override;
   void Dropped(const BlockKey& key) override;
   void StoreFailed(const BlockKey& key, uint64_t length, const Status& why) override;

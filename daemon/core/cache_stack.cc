@@ -19,6 +19,11 @@ class Mount::Listener : public BlockListener {
               const ObjectVersion& version) override {
     catalog_.Stored(key, length, mount_.CatalogPath(path), version);
   }
+  void StoredMany(const std::vector<StoredBlock>& blocks) override {
+    std::vector<StoredBlock> named = blocks;
+    for (StoredBlock& b : named) b.path = mount_.CatalogPath(b.path);
+    catalog_.StoredMany(named);
+  }
   void Touched(const BlockKey& key, uint64_t length) override { catalog_.Touched(key, length); }
   void Dropped(const BlockKey& key) override { catalog_.Dropped(key); }
   void StoreFailed(const BlockKey& key, uint64_t length, const Status& why) override {
@@ -300,6 +305,7 @@ void CacheStack::StopBackground(std::chrono::milliseconds warm_timeout) {
 
 void CacheStack::Close() {
   closing_ = true;
+  for (Mount* m : mounts()) m->reader().FlushWrites();
   catalog_.Flush().IgnoreError();
 }
 
