@@ -69,6 +69,9 @@
 // descriptor go (a reply still splicing from it finishes first). The header
 // is checked whenever a block file is opened.
 //
+// Code: block files and the run record in file_block_store.cc, object files
+// in file_block_store_objects.cc, the header format in block_file_format.h.
+//
 // Thread-safety: all methods are safe from any thread; the verified set is
 // under mu_ and the holds under their own mutex (leaf locks, never held
 // across I/O); an object's mutex (ObjectMutex) is taken before either.
