@@ -310,10 +310,15 @@ void BlockReader::DrainWrites() {
     drain_scheduled_ = false;
   }
   if (batch.empty()) return;
+  std::vector<BlockStore::BlockWrite> writes;
+  writes.reserve(batch.size());
+  for (const PendingWrite& w : batch) writes.push_back({w.key, *w.data});
+  std::vector<Status> written = store_.WriteMany(writes);
   std::vector<BlockListener::StoredBlock> stored;
   stored.reserve(batch.size());
-  for (const PendingWrite& w : batch) {
-    Status s = store_.Write(w.key, *w.data);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const PendingWrite& w = batch[i];
+    Status s = i < written.size() ? written[i] : InternalError("not written");
     if (!s.ok()) {
       stats_.store_errors++;
       uint64_t more = 0;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
@@ -85,6 +86,20 @@ class BlockStore {
   // Stores the whole block `data` under `key`, replacing any older copy.
   // kNoSpace when the volume is full (nothing is left behind).
   virtual Status Write(const BlockKey& key, std::string_view data) = 0;
+
+  // Stores several blocks (a write batch), as Write each; one status per
+  // block, in order. Stores that record where blocks are write those records
+  // together.
+  struct BlockWrite {
+    BlockKey key;
+    std::string_view data;
+  };
+  virtual std::vector<Status> WriteMany(const std::vector<BlockWrite>& blocks) {
+    std::vector<Status> out;
+    out.reserve(blocks.size());
+    for (const BlockWrite& b : blocks) out.push_back(Write(b.key, b.data));
+    return out;
+  }
 
   // Removes block `key`; OK if it was absent.
   virtual Status Remove(const BlockKey& key) = 0;

@@ -1,4 +1,4 @@
-// Little-endian fixed-width and length-prefixed encodings for index values
+// Little-endian fixed-width, varint (LEB128) and length-prefixed encodings for index values
 // (the on-disk format in README "On-disk format"). Decoders never read past
 // the input: a truncated value is a decode failure, not a crash.
 #pragma once
@@ -12,6 +12,14 @@ namespace perch::core::codec {
 
 inline void PutU64(std::string* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+// LEB128: 7 bits a byte, low first; 1 byte below 128, at most 10.
+inline void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
 }
 inline void PutString(std::string* out, std::string_view s) {
   PutU64(out, s.size());
@@ -29,6 +37,17 @@ class Reader {
       *v |= static_cast<uint64_t>(static_cast<unsigned char>(in_[i])) << (8 * i);
     in_.remove_prefix(8);
     return true;
+  }
+  bool GetVarint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64 && !in_.empty(); shift += 7) {
+      const auto b = static_cast<unsigned char>(in_[0]);
+      in_.remove_prefix(1);
+      if (shift == 63 && b > 1) return false;  // past 64 bits
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;  // ran out, or an 11th byte would follow
   }
   bool GetString(std::string* s) {
     uint64_t n = 0;

@@ -53,6 +53,11 @@ Result<OpenBlock> FileBlockStore::OpenChecked(const core::BlockKey& key) {
     if (in_object.ok() || in_object.status().code() != core::StatusCode::kNotFound)
       return in_object;
   }
+  if (packs_ != nullptr && key.index == 0) {
+    // Packed; else a block file written before packs, or an object's file.
+    Result<OpenBlock> packed = OpenPacked(key);
+    if (packed.ok() || packed.status().code() != core::StatusCode::kNotFound) return packed;
+  }
   const std::string path = PathOf(key);
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -121,6 +126,7 @@ Result<core::BlockSlice> FileBlockStore::Slice(const core::BlockKey& key, uint64
 
 Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   if (InObjectFile(key, data.size())) return WriteObjectBlock(key, data);
+  if (packs_ != nullptr) return WritePacked(key, data);
   const std::string path = PathOf(key);
   const std::string dir = path.substr(0, path.rfind('/'));
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -193,6 +199,7 @@ Status FileBlockStore::Remove(const core::BlockKey& key) {
   // block is in the object's file, or a block file of an earlier version.
   const std::string path = PathOf(key);
   open_.Erase(key);
+  if (auto packed = RemovePacked(key); !packed.ok() || *packed) return packed.status();
   if (key.index > 0) {
     if (Status s = RemoveObjectBlock(key); !s.ok()) return s;
   }
@@ -223,6 +230,9 @@ Result<core::BlockScan> FileBlockStore::ForEachBlock(
     const std::function<bool(const core::BlockKey&)>& recorded) {
   namespace fs = std::filesystem;
   core::BlockScan scan;
+  if (packs_ != nullptr) {
+    if (Status s = ForEachPackedBlock(fn, recorded, &scan); !s.ok()) return s;
+  }
   if (Status s = ForEachObjectBlock(fn, recorded, &scan); !s.ok()) return s;
   std::error_code ec;
   const fs::path blocks = fs::path(root_) / "blocks";

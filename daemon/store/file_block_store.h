@@ -82,15 +82,20 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 struct stat;
 
 #include "daemon/core/block_store.h"
+#include "daemon/core/index.h"
 #include "daemon/store/object_map.h"
 #include "daemon/store/open_block_cache.h"
+#include "daemon/store/pack_files.h"
 
 namespace perch::store {
 
@@ -121,6 +126,9 @@ class FileBlockStore : public core::BlockStore {
   core::Result<core::Bytes> Read(const core::BlockKey& key, uint64_t offset,
                                  uint64_t length) override;
   core::Status Write(const core::BlockKey& key, std::string_view data) override;
+  // Small objects' records are appended one after the other and named in one
+  // index batch; the others are written as by Write.
+  std::vector<core::Status> WriteMany(const std::vector<BlockWrite>& blocks) override;
   core::Status Remove(const core::BlockKey& key) override;
   core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset,
                                        uint64_t length) override;
@@ -144,6 +152,23 @@ class FileBlockStore : public core::BlockStore {
   }
   // How this object's temp files start (exposed for tests).
   const std::string& TempPrefix() const { return tmp_prefix_; }
+
+  // Small objects (one block shorter than block_size) go into pack files
+  // (pack_files.h) from now on, each named by a record "sp/<object id>" in
+  // `locations` (pack, offset, length; README "On-disk format"). Without
+  // this, each is a block file. Block files written before are still read,
+  // evicted and walked. REQUIRES: before the first Write; `locations`
+  // outlives the store.
+  // `max_bytes`, `grace`: PackFiles' (tests make them small).
+  void PackSmallObjects(core::Index& locations, uint64_t max_bytes = PackFiles::kDefaultMaxBytes,
+                        std::chrono::milliseconds grace = PackFiles::kDefaultGrace);
+  // The directory of the pack files.
+  std::string PackDir() const { return root_ + "/packs"; }
+  // Where small object `object_id` is packed: nullopt if it is not.
+  struct PackLocation {
+    uint64_t pack = 0, offset = 0, length = 0;  // length: header and data
+  };
+  std::optional<PackLocation> LocationOf(const std::string& object_id);
 
  private:
   struct FileId {
@@ -211,6 +236,33 @@ class FileBlockStore : public core::BlockStore {
   core::Status ForEachEntry(
       const ObjectFiles& files, const std::string& object_id, uint64_t from, uint64_t to,
       const std::function<bool(uint64_t, const std::optional<MapEntry>&)>& fn);
+  // Pack files (file_block_store_packs.cc). Each takes the ObjectMutex of
+  // the objects it touches, but DropPacked (its caller holds it).
+  static std::string LocationKey(const std::string& object_id) { return "sp/" + object_id; }
+  core::Status WritePacked(const core::BlockKey& key, std::string_view data);
+  // Writes blocks[i] for each i of `which` (small objects) into packs, naming
+  // them in one batch; (*out)[i] says how each went. Takes their ObjectMutexes.
+  void WritePackedMany(const std::vector<BlockWrite>& blocks, const std::vector<size_t>& which,
+                       std::vector<core::Status>* out);
+  // kNotFound if `key` is not packed; a record that fails its check is
+  // dropped (kCorrupt).
+  core::Result<OpenBlock> OpenPacked(const core::BlockKey& key);
+  // True if `key` was packed (and is not any more).
+  core::Result<bool> RemovePacked(const core::BlockKey& key);
+  // Drops the record `loc` names and the name (a damaged or stale record).
+  void DropPacked(const std::string& object_id, const PackLocation& loc);
+  // ForEachBlock over the pack records the index names; then the packs that
+  // nothing names are named again (AdoptPack) or removed.
+  core::Status ForEachPackedBlock(const std::function<void(const core::BlockKey&, uint64_t)>& fn,
+                                  const std::function<bool(const core::BlockKey&)>& recorded,
+                                  core::BlockScan* scan);
+  // Names again the well-formed records of pack `pack` (which nothing
+  // names) whose objects are not named elsewhere; `renamed`: what this walk
+  // named so far (a later copy replaces it). Blocks the catalog does not
+  // record go to `adopt`. Returns how many were named.
+  uint64_t AdoptPack(uint64_t pack, const std::function<bool(const core::BlockKey&)>& recorded,
+                     core::BlockScan* scan, std::map<std::string, PackLocation>* renamed,
+                     std::vector<std::pair<core::BlockKey, uint64_t>>* adopt);
   // ForEachBlock over objects/.
   core::Status ForEachObjectBlock(const std::function<void(const core::BlockKey&, uint64_t)>& fn,
                                   const std::function<bool(const core::BlockKey&)>& recorded,
@@ -234,6 +286,8 @@ class FileBlockStore : public core::BlockStore {
     std::unordered_map<std::string, int> count;  // Protected by mu
   };
   const std::shared_ptr<Holds> held_ = std::make_shared<Holds>();
+  core::Index* locations_ = nullptr;   // set once, before use (PackSmallObjects)
+  std::unique_ptr<PackFiles> packs_;  // with locations_
 };
 
 }  // namespace perch::store

@@ -36,6 +36,15 @@ core::Result<std::unique_ptr<RocksDbIndex>> RocksDbIndex::Open(const std::string
   return std::unique_ptr<RocksDbIndex>(new RocksDbIndex(dir, *std::move(db)));
 }
 
+core::Result<std::unique_ptr<RocksDbIndex>> RocksDbIndex::OpenReadOnly(const std::string& dir) {
+  rocksdb::Options options;
+  options.max_open_files = 256;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, dir, &raw);
+  if (!s.ok()) return Convert(s, "open cache index " + dir + " to read");
+  return std::unique_ptr<RocksDbIndex>(new RocksDbIndex(dir, std::unique_ptr<rocksdb::DB>(raw)));
+}
+
 core::Status RocksDbIndex::Reset(const core::Status& why) {
   db_.reset();  // closes it (and releases its lock) before the rename
   PERCH_RETURN_IF_ERROR(MoveAside(dir_, why));

@@ -32,6 +32,10 @@ class RocksDbIndex : public core::Index {
   // kInternal otherwise.
   static core::Result<std::unique_ptr<RocksDbIndex>> Open(const std::string& dir);
 
+  // Opens the database in `dir` to read it as it is now, beside the perchd
+  // that may be writing it (tests and tools); Apply then fails.
+  static core::Result<std::unique_ptr<RocksDbIndex>> OpenReadOnly(const std::string& dir);
+
   // For corruption found after Open (e.g. by the first scan): moves the
   // database aside (logging `why`) and continues with an empty one.
   // REQUIRES: no other call on this index in flight or later concurrent.

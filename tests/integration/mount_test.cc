@@ -193,11 +193,11 @@ TEST_F(MountTest, QuotaSmallerThanTheTreeEvictsAndStaysCorrect) {
     }
   }
   // Eviction runs in the background: the cache settles under its quota
-  // (block files, and object files, whose evicted blocks are holes).
+  // (block files, and object and pack files, whose evicted blocks are holes).
   uint64_t on_disk = 0;
   for (int i = 0; i < 100; ++i) {
     on_disk = 0;
-    for (const char* dir : {"blocks", "objects"}) {
+    for (const char* dir : {"blocks", "objects", "packs"}) {
       if (!fs::exists(cache_ / dir)) continue;
       for (auto& e : fs::recursive_directory_iterator(cache_ / dir)) {
         struct stat st {};

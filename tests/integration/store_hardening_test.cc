@@ -15,11 +15,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
+#include "daemon/store/rocksdb_index.h"
 #include "tests/integration/mounted_federation.h"
 
 namespace perch::testing {
@@ -70,6 +72,43 @@ OnDisk Walk(const fs::path& cache) {
           out.block_files++;
         }
       }
+    }
+  }
+  // Small files: the pack records the index names ("sp/<id>" -> format, pack,
+  // offset, length), each a block header (data length at byte 32) and the data.
+  if (fs::exists(cache / "packs", ec)) {
+    auto index = store::RocksDbIndex::OpenReadOnly((cache / "index").string());
+    EXPECT_TRUE(index.ok()) << index.status().ToString();
+    std::vector<std::string> names;
+    if (index.ok()) {
+      (*index)
+          ->Scan("sp/",
+                 [&](std::string_view, std::string_view v) {
+                   names.emplace_back(v);
+                   return true;
+                 })
+          .IgnoreError();
+    }
+    for (const std::string& v : names) {
+      // Varints: format, pack, offset in 4 KiB units, length.
+      uint64_t f[4] = {0, 0, 0, 0};
+      size_t at = 0;
+      for (uint64_t& x : f) {
+        for (int shift = 0; at < v.size(); shift += 7) {
+          const auto b = static_cast<unsigned char>(v[at++]);
+          x |= static_cast<uint64_t>(b & 0x7f) << shift;
+          if ((b & 0x80) == 0) break;
+        }
+      }
+      const uint64_t pack = f[1], offset = f[2] * 4096;
+      char name[32];
+      std::snprintf(name, sizeof(name), "%016llx.pack", static_cast<unsigned long long>(pack));
+      std::ifstream in(cache / "packs" / name, std::ios::binary);
+      in.seekg(static_cast<std::streamoff>(offset));
+      unsigned char h[40];
+      if (!in.read(reinterpret_cast<char*>(h), sizeof(h))) continue;
+      out.block_bytes += U64(h + 32);
+      out.block_files++;
     }
   }
   if (!fs::exists(cache / "blocks", ec)) return out;
@@ -145,8 +184,11 @@ TEST_F(StoreHardeningTest, NobodyCanListOrReadTheCacheDirectory) {
   EXPECT_GT(files, 10u);
   // As nobody: nothing can be listed or read (the index names protected paths).
   std::string block;
-  for (auto& e : fs::recursive_directory_iterator(Cache() / "blocks")) {
-    if (e.is_regular_file()) block = e.path().string();
+  std::error_code ec;
+  for (const char* dir : {"blocks", "packs"}) {  // small files are packed
+    for (auto& e : fs::recursive_directory_iterator(Cache() / dir, ec)) {
+      if (e.is_regular_file()) block = e.path().string();
+    }
   }
   ASSERT_FALSE(block.empty());
   for (const std::vector<std::string>& cmd :

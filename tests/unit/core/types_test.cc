@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/core/codec.h"
+
 namespace perch::core {
 namespace {
 
@@ -47,6 +49,31 @@ TEST(ObjectPathTest, RelativeTo) {
   EXPECT_FALSE(p("/nsx/a").RelativeTo(p("/ns")));
   EXPECT_FALSE(p("/other").RelativeTo(p("/ns")));
   EXPECT_FALSE(p("/").RelativeTo(p("/ns")));
+}
+
+}  // namespace
+}  // namespace perch::core
+
+namespace perch::core {
+namespace {
+
+TEST(CodecTest, VarintsRoundTripAndRejectWhatIsNotOne) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{127}, uint64_t{128}, uint64_t{300},
+                     uint64_t{1} << 35, ~uint64_t{0}}) {
+    std::string s;
+    codec::PutVarint(&s, v);
+    EXPECT_LE(s.size(), 10u);
+    codec::Reader r(s);
+    uint64_t got = 0;
+    ASSERT_TRUE(r.GetVarint(&got)) << v;
+    EXPECT_EQ(got, v);
+    EXPECT_TRUE(r.done());
+  }
+  uint64_t v = 0;
+  EXPECT_FALSE(codec::Reader(std::string("\x80\x80", 2)).GetVarint(&v));  // cut short
+  EXPECT_FALSE(codec::Reader(std::string(10, '\xff')).GetVarint(&v));    // past 64 bits
+  EXPECT_FALSE(codec::Reader(std::string(11, '\x80')).GetVarint(&v));    // too long
+  EXPECT_FALSE(codec::Reader("").GetVarint(&v));
 }
 
 }  // namespace

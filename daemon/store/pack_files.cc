@@ -1,0 +1,238 @@
+#include "daemon/store/pack_files.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "daemon/store/block_file_format.h"
+
+namespace perch::store {
+
+namespace {
+
+using core::Result;
+using core::Status;
+
+// The number in a pack's file name; false for any other name.
+bool PackNumber(const std::string& name, uint64_t* pack) {
+  if (name.size() != 16 + 5 || !name.ends_with(".pack")) return false;
+  auto [end, err] = std::from_chars(name.data(), name.data() + 16, *pack, 16);
+  return err == std::errc() && end == name.data() + 16;
+}
+
+// Writes both in full at `off`, one pwritev when it all goes at once.
+bool PwritevAll(int fd, std::string_view a, std::string_view b, uint64_t off) {
+  while (!a.empty() || !b.empty()) {
+    struct iovec iov[2] = {{const_cast<char*>(a.data()), a.size()},
+                           {const_cast<char*>(b.data()), b.size()}};
+    const int first = a.empty() ? 1 : 0;
+    ssize_t w = ::pwritev(fd, iov + first, 2 - first, static_cast<off_t>(off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    const size_t n = static_cast<size_t>(w);
+    const size_t from_a = std::min(n, a.size());
+    a.remove_prefix(from_a);
+    b.remove_prefix(n - from_a);
+    off += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+PackFiles::PackFiles(std::string dir, uint64_t max_bytes, std::chrono::milliseconds grace,
+                     size_t open_files)
+    : dir_(std::move(dir)), max_bytes_(max_bytes), grace_(grace), open_(open_files) {}
+
+PackFiles::~PackFiles() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  holes_cv_.notify_all();
+  if (puncher_.joinable()) puncher_.join();
+  Punch(/*all=*/true);
+}
+
+void PackFiles::PunchLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stopping_) {
+    if (holes_.empty()) {
+      holes_cv_.wait(l);
+    } else if (holes_.front().due > std::chrono::steady_clock::now()) {
+      holes_cv_.wait_until(l, holes_.front().due);
+    } else {
+      l.unlock();
+      Punch(/*all=*/false);
+      l.lock();
+    }
+  }
+}
+
+std::string PackFiles::PathOf(uint64_t pack) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%016llx.pack", static_cast<unsigned long long>(pack));
+  return dir_ + "/" + name;
+}
+
+void PackFiles::StartLocked() {
+  if (started_) return;
+  started_ = true;
+  uint64_t last = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    uint64_t n = 0;
+    if (PackNumber(it->path().filename().string(), &n)) last = std::max(last, n);
+  }
+  first_ = last + 1;
+}
+
+Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string_view data) {
+  const uint64_t extent = Extent(header.size() + data.size());
+  Placed placed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    StartLocked();
+    if (active_file_.fd == nullptr || (active_end_ > 0 && active_end_ + extent > max_bytes_)) {
+      // A new pack (under mu_: appends wait for it, which is once per
+      // max_bytes). The one it follows goes if nothing in it is left.
+      const uint64_t next = active_ == 0 ? first_ : active_ + 1;
+      const std::string path = PathOf(next);
+      Fd f;
+      f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (f.fd < 0 && errno == ENOENT) {
+        // Private to the daemon (0700), whatever the umask.
+        if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)
+          return ErrnoStatus("mkdir", dir_, errno);
+        f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      }
+      if (f.fd < 0) return ErrnoStatus("create", path, errno);
+      struct stat st {};
+      if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
+      const uint64_t before = active_;
+      active_ = next;
+      active_end_ = 0;
+      active_file_ = File{std::make_shared<const core::BlockFd>(f.fd), static_cast<uint64_t>(st.st_ino)};
+      f.fd = -1;
+      open_.Put(active_, active_file_);
+      live_[active_];  // counted from 0
+      if (before != 0 && live_[before] == 0) RemoveLocked(before);
+    }
+    placed.pack = active_;
+    placed.offset = active_end_;
+    placed.file = active_file_;
+    active_end_ += extent;
+    live_[active_]++;
+  }
+  if (!PwritevAll(placed.file.fd->fd(), header, data, placed.offset)) {
+    const int err = errno;
+    Drop(placed.pack, placed.offset, header.size() + data.size());
+    return ErrnoStatus("write", PathOf(placed.pack), err == 0 ? EIO : err);
+  }
+  return placed;
+}
+
+Result<PackFiles::File> PackFiles::Open(uint64_t pack) {
+  if (auto f = open_.Find(pack)) return *std::move(f);
+  const std::string path = PathOf(pack);
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (f.fd < 0 && errno == ENOENT)
+    return core::NotFoundError("no pack " + path, core::FailureSite::kLocal);
+  if (f.fd < 0) return ErrnoStatus("open", path, errno);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
+  File file{std::make_shared<const core::BlockFd>(f.fd), static_cast<uint64_t>(st.st_ino)};
+  f.fd = -1;
+  open_.Put(pack, file);
+  return file;
+}
+
+void PackFiles::RemoveLocked(uint64_t pack) {
+  live_.erase(pack);
+  open_.Erase(pack);  // a slice still being served keeps its descriptor
+  const std::string path = PathOf(pack);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    spdlog::warn("cache: could not remove empty pack {}: {}", path, std::strerror(errno));
+}
+
+void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    StartLocked();
+    auto it = pack >= first_ ? live_.find(pack) : live_.end();
+    if (it != live_.end() && it->second > 0 && --it->second == 0 && pack != active_) {
+      RemoveLocked(pack);  // the whole file goes: no hole to punch
+    } else {
+      holes_.push_back(Hole{pack, offset, Extent(length), std::chrono::steady_clock::now() + grace_});
+      if (grace_.count() > 0 && !puncher_.joinable()) puncher_ = std::thread([this] { PunchLoop(); });
+    }
+  }
+  if (grace_.count() == 0) {
+    Punch(/*all=*/true);
+  } else {
+    holes_cv_.notify_one();
+  }
+}
+
+void PackFiles::Punch(bool all) {
+  std::vector<Hole> due;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    while (!holes_.empty() && (all || holes_.front().due <= now)) {
+      due.push_back(holes_.front());
+      holes_.pop_front();
+    }
+  }
+  for (const Hole& h : due) {
+    auto file = Open(h.pack);
+    if (!file.ok()) continue;  // removed meanwhile: nothing left to free
+    // Where the filesystem cannot punch holes, the bytes stay until the
+    // pack goes (as its last record is dropped, or by a later start's walk).
+    if (::fallocate(file->fd->fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    static_cast<off_t>(h.offset), static_cast<off_t>(h.length)) != 0 &&
+        errno != EOPNOTSUPP) {
+      spdlog::debug("cache: could not free a record of {}: {}", PathOf(h.pack),
+                    std::strerror(errno));
+    }
+  }
+}
+
+std::vector<uint64_t> PackFiles::Unnamed(const std::map<uint64_t, uint64_t>& named) {
+  std::vector<uint64_t> out;
+  std::lock_guard<std::mutex> l(mu_);
+  StartLocked();
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    uint64_t n = 0;
+    // Only earlier processes' packs: records are never added to those.
+    if (PackNumber(it->path().filename().string(), &n) && n < first_ && !named.count(n))
+      out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void PackFiles::RemoveEarlier(uint64_t pack, uint64_t* removed, uint64_t* bytes) {
+  const std::string path = PathOf(pack);
+  struct stat st {};
+  const uint64_t size =
+      ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+  open_.Erase(pack);
+  if (::unlink(path.c_str()) == 0) {
+    ++*removed;
+    *bytes += size;
+  }
+}
+
+}  // namespace perch::store

@@ -1,0 +1,124 @@
+// PackFiles: the files that small objects share (FileBlockStore; README
+// "On-disk format"):
+//
+//   <dir>/<16 hex digits>.pack
+//
+// A record (a block header and the block's bytes, block_file_format.h) is
+// appended to the active pack at the next 4 KiB-aligned offset; once the
+// next one would take the pack past `max_bytes`, a pack with the next number
+// becomes the active one. A new small file thus costs one pwrite into a file
+// that exists, not a new inode, a directory entry and a rename: on this
+// project's reference machine creating the file was the largest single cost of
+// a cold small file (issue 14).
+//
+// Dropping a record frees its bytes by punching a hole over them
+// (fallocate), `grace` later, on a thread of this class's: a reply may still
+// be splicing from it (a grace of 0 punches at once, in Drop). A pack
+// of this process whose records were all dropped is removed at once (unless
+// it is the active one). Packs of earlier processes are looked at by the
+// start-up walk when nothing names any record in them (FileBlockStore
+// re-adopts the records there, or removes the pack); until then their
+// dropped records are holes.
+//
+// What a record holds and what names it (the index's "sp/" records) is
+// FileBlockStore's business; this class only places, opens and frees.
+//
+// Thread-safety: all methods from any thread. mu_ is a leaf, not held
+// across I/O except the creation of a new pack.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "daemon/core/block_store.h"
+#include "daemon/core/result.h"
+#include "daemon/store/open_block_cache.h"
+
+namespace perch::store {
+
+class PackFiles {
+ public:
+  static constexpr uint64_t kAlign = 4096;
+  static constexpr uint64_t kDefaultMaxBytes = 64 << 20;
+  static constexpr std::chrono::milliseconds kDefaultGrace{1000};
+
+  explicit PackFiles(std::string dir, uint64_t max_bytes = kDefaultMaxBytes,
+                     std::chrono::milliseconds grace = kDefaultGrace, size_t open_files = 64);
+  // Punches what still waits for its grace (nothing reads any more).
+  ~PackFiles();
+  PackFiles(const PackFiles&) = delete;
+  PackFiles& operator=(const PackFiles&) = delete;
+
+  // A pack, open read-write (the descriptor slices and holes use).
+  struct File {
+    std::shared_ptr<const core::BlockFd> fd;
+    uint64_t ino = 0;
+  };
+  // Where a record went.
+  struct Placed {
+    uint64_t pack = 0, offset = 0;
+    File file;
+  };
+
+  // Writes `header` then `data` as one record. kNoSpace when the disk is full.
+  core::Result<Placed> Append(std::string_view header, std::string_view data);
+  // Pack `pack`, opened (kept open, up to `open_files` packs); kNotFound if
+  // there is no such file.
+  core::Result<File> Open(uint64_t pack);
+  // The record of `length` bytes at `offset` of `pack` is named by nothing
+  // any more: its bytes go (see the header comment).
+  void Drop(uint64_t pack, uint64_t offset, uint64_t length);
+  // The start-up walk: the packs of earlier processes that `named` (records
+  // the index names, by pack) has none in, in order.
+  std::vector<uint64_t> Unnamed(const std::map<uint64_t, uint64_t>& named);
+  // Removes pack `pack` of an earlier process; adds 1 and the bytes it held
+  // to `*removed` / `*bytes`.
+  void RemoveEarlier(uint64_t pack, uint64_t* removed, uint64_t* bytes);
+
+  std::string PathOf(uint64_t pack) const;
+  // Bytes a record of `length` bytes takes in its pack.
+  static uint64_t Extent(uint64_t length) { return (length + kAlign - 1) / kAlign * kAlign; }
+
+ private:
+  struct Hole {
+    uint64_t pack, offset, length;
+    std::chrono::steady_clock::time_point due;
+  };
+  // Lists the directory once: the first pack number of this process.
+  void StartLocked();
+  // Removes pack `pack` (all its records dropped). Caller holds mu_.
+  void RemoveLocked(uint64_t pack);
+  // Punches the holes due by now (all of them if `all`).
+  void Punch(bool all);
+  // The puncher thread: waits for holes to fall due.
+  void PunchLoop();
+
+  const std::string dir_;
+  const uint64_t max_bytes_;
+  const std::chrono::milliseconds grace_;
+  OpenFileCache<uint64_t, File> open_;
+
+  std::mutex mu_;
+  bool started_ = false;     // Protected by mu_
+  uint64_t first_ = 0;       // Protected by mu_: packs >= this are this process's
+  uint64_t active_ = 0;      // Protected by mu_: 0 before the first append
+  uint64_t active_end_ = 0;  // Protected by mu_
+  File active_file_;         // Protected by mu_
+  // Records in each pack of this process not yet dropped.
+  std::map<uint64_t, uint64_t> live_;  // Protected by mu_
+  std::deque<Hole> holes_;             // Protected by mu_, in order of `due`
+  bool stopping_ = false;              // Protected by mu_
+  std::condition_variable holes_cv_;   // a hole was queued, or stopping_
+  std::thread puncher_;                // started with the first hole (grace > 0)
+};
+
+}  // namespace perch::store
