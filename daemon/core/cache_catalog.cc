@@ -141,9 +141,10 @@ void CacheCatalog::StoredMany(const std::vector<StoredBlock>& blocks) {
   Status s = index_.Apply(batch);
   uint64_t more = 0;
   if (!s.ok() && index_warnings_.Allow(&more)) {
-    spdlog::warn("cache: could not record {} block(s), the first {}#{}: {} ({} more since the "
-                 "last warning)",
-                 blocks.size(), blocks[0].key.object_id, blocks[0].key.index, s.ToString(), more);
+    spdlog::warn(
+        "cache: could not record {} block(s), the first {}#{}: {} ({} more since the "
+        "last warning)",
+        blocks.size(), blocks[0].key.object_id, blocks[0].key.index, s.ToString(), more);
   }
   MaybeScheduleEviction();
 }

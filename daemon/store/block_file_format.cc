@@ -156,5 +156,4 @@ ParsedHeader ParseHeader(int fd, uint64_t base, uint64_t file_size, bool exact) 
   return h;
 }
 
-
 }  // namespace perch::store

@@ -44,7 +44,6 @@ std::string FileBlockStore::ObjectPathOf(const std::string& object_id) const {
   return root_ + "/objects/" + shard + "/" + object_id;
 }
 
-
 Result<OpenBlock> FileBlockStore::OpenChecked(const core::BlockKey& key) {
   if (auto open = open_.Find(key)) return *std::move(open);
   if (key.index > 0) {
@@ -394,16 +393,6 @@ Result<FileBlockStore::RunTrust> FileBlockStore::BeginRun() {
   // Written (durably) before any block of this run: were this run to end in
   // an OS crash, the next one must not find an older clean record.
   if (Status s = WriteRunFile(EncodeRun(now)); !s.ok()) return s;
-  // The shards of block files (the first two hex digits of an object id),
-  // made now rather than by the first write into each (a mkdir on the cold
-  // path of a new cache). 0700: private to the daemon, whatever the umask.
-  const std::string blocks = root_ + "/blocks";
-  if (::mkdir(blocks.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", blocks, errno);
-  constexpr char kHex[] = "0123456789abcdef";
-  for (int i = 0; i < 256; ++i) {
-    const std::string shard = blocks + "/" + kHex[i >> 4] + kHex[i & 15];
-    if (::mkdir(shard.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", shard, errno);
-  }
   boot_id_ = boot;
   trusted_from_.store(now.trusted_from, std::memory_order_relaxed);
   run_.store(now.run, std::memory_order_release);

@@ -286,7 +286,7 @@ class FileBlockStore : public core::BlockStore {
     std::unordered_map<std::string, int> count;  // Protected by mu
   };
   const std::shared_ptr<Holds> held_ = std::make_shared<Holds>();
-  core::Index* locations_ = nullptr;   // set once, before use (PackSmallObjects)
+  core::Index* locations_ = nullptr;  // set once, before use (PackSmallObjects)
   std::unique_ptr<PackFiles> packs_;  // with locations_
 };
 

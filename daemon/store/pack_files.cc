@@ -121,7 +121,8 @@ Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string
       const uint64_t before = active_;
       active_ = next;
       active_end_ = 0;
-      active_file_ = File{std::make_shared<const core::BlockFd>(f.fd), static_cast<uint64_t>(st.st_ino)};
+      active_file_ =
+          File{std::make_shared<const core::BlockFd>(f.fd), static_cast<uint64_t>(st.st_ino)};
       f.fd = -1;
       open_.Put(active_, active_file_);
       live_[active_];  // counted from 0
@@ -173,8 +174,10 @@ void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length) {
     if (it != live_.end() && it->second > 0 && --it->second == 0 && pack != active_) {
       RemoveLocked(pack);  // the whole file goes: no hole to punch
     } else {
-      holes_.push_back(Hole{pack, offset, Extent(length), std::chrono::steady_clock::now() + grace_});
-      if (grace_.count() > 0 && !puncher_.joinable()) puncher_ = std::thread([this] { PunchLoop(); });
+      holes_.push_back(
+          Hole{pack, offset, Extent(length), std::chrono::steady_clock::now() + grace_});
+      if (grace_.count() > 0 && !puncher_.joinable())
+        puncher_ = std::thread([this] { PunchLoop(); });
     }
   }
   if (grace_.count() == 0) {

@@ -71,8 +71,8 @@ TEST(CodecTest, VarintsRoundTripAndRejectWhatIsNotOne) {
   }
   uint64_t v = 0;
   EXPECT_FALSE(codec::Reader(std::string("\x80\x80", 2)).GetVarint(&v));  // cut short
-  EXPECT_FALSE(codec::Reader(std::string(10, '\xff')).GetVarint(&v));    // past 64 bits
-  EXPECT_FALSE(codec::Reader(std::string(11, '\x80')).GetVarint(&v));    // too long
+  EXPECT_FALSE(codec::Reader(std::string(10, '\xff')).GetVarint(&v));     // past 64 bits
+  EXPECT_FALSE(codec::Reader(std::string(11, '\x80')).GetVarint(&v));     // too long
   EXPECT_FALSE(codec::Reader("").GetVarint(&v));
 }
 

@@ -87,9 +87,10 @@ TEST_F(PackTest, SmallObjectsShareOnePackAndReadBack) {
 TEST_F(PackTest, AWriteBatchPacksTheSmallAndNamesThemTogether) {
   auto store = Store();
   const std::string a = Data(700, 21), b = Data(9000, 22), big = Data(2 * kBlock, 23);
-  std::vector<core::BlockStore::BlockWrite> batch = {{BlockKey{"aa01", 0}, a},
-                                                     {BlockKey{"cc03", 1}, std::string_view(big).substr(kBlock)},
-                                                     {BlockKey{"bb02", 0}, b}};
+  std::vector<core::BlockStore::BlockWrite> batch = {
+      {BlockKey{"aa01", 0}, a},
+      {BlockKey{"cc03", 1}, std::string_view(big).substr(kBlock)},
+      {BlockKey{"bb02", 0}, b}};
   auto statuses = store->WriteMany(batch);
   ASSERT_EQ(statuses.size(), 3u);
   for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s.ToString();
@@ -104,7 +105,8 @@ TEST_F(PackTest, AWriteBatchPacksTheSmallAndNamesThemTogether) {
 TEST_F(PackTest, RemoveFreesTheRecordAndAnEmptyPackGoes) {
   auto store = Store(/*max_bytes=*/16 << 10);
   const std::string d = Data(6000, 4);  // two records to a 16 KiB pack
-  for (const char* id : {"aa01", "aa02", "aa03"}) ASSERT_TRUE(store->Write(BlockKey{id, 0}, d).ok());
+  for (const char* id : {"aa01", "aa02", "aa03"})
+    ASSERT_TRUE(store->Write(BlockKey{id, 0}, d).ok());
   ASSERT_EQ(Packs().size(), 2u);
   const auto first = store->LocationOf("aa01"), third = store->LocationOf("aa03");
   ASSERT_TRUE(first && third);
@@ -268,8 +270,8 @@ TEST_F(PackTest, BlockFilesOfEarlierVersionsAreStillReadAndRemoved) {
   auto r = store->Read(BlockKey{"aa01", 0}, 0, d.size());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(*r, d);
-  auto scan = store->ForEachBlock([](const BlockKey&, uint64_t) {},
-                                  [](const BlockKey&) { return true; });
+  auto scan =
+      store->ForEachBlock([](const BlockKey&, uint64_t) {}, [](const BlockKey&) { return true; });
   ASSERT_TRUE(scan.ok());
   EXPECT_EQ(scan->blocks, 1u);
   ASSERT_TRUE(store->Remove(BlockKey{"aa01", 0}).ok());

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Cold small files, two or more perch builds side by side (issue 14): rounds of
+# one curl pass straight from the origin and one cold pass through each build,
+# in turn (A B A B), over the same data and the same perch-devfed origin. Per
+# pass: files/s, the reader's CPU per file (xargs cat / curl), the XRootD
+# origin's CPU per file and perchd's (utime+stime from /proc, counted until
+# its blocks are stored). On these 2 noisy cores single runs swing by 20 %;
+# alternating rounds show what a change does.
+#
+# Needs root (FUSE, drop_caches). Run after building the builds to compare:
+#   BINS="/tmp/before/bin build/bin" bench/cold-ab.sh
+# Env: BINS (directories with perchd, perchctl, perch-devfed; default
+# build/bin), ROUNDS (3), SMALL_FILES (2000), READERS (32), CACHE_ROOT (where
+# the caches go: default the work directory on this disk; a tmpfs takes the
+# filesystem out), FRESH (1: the cache directory is removed and made again
+# before each pass, as bench/cost.sh does, so that a filesystem's cost after
+# deletes shows; 0: a new directory each pass). Prints to stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+bench_setup cold-ab curl bc
+SMALL_FILES=${SMALL_FILES:-2000}
+READERS=${READERS:-32}
+BINS=${BINS:-$BIN}
+bench_data "$SMALL_FILES" 1
+(cd "$DATA" && find imagenet -type f -name '*.JPEG' | sort) > "$WORK/files.txt"
+bench_devfed devfed
+M=$WORK/perch
+TCK=$(getconf CLK_TCK)
+ORIGIN_PIDS=$(pgrep -d' ' -x xrootd)
+awk -v o="$ORIGIN/bench/" '{ print "url = \"" o $0 "\"\noutput = \"/dev/null\"" }' "$WORK/files.txt" > "$WORK/curl.cfg"
+
+# ticks PID... -> utime+stime of those processes, in clock ticks
+ticks() {
+  local t=0 u s p
+  for p in "$@"; do
+    read -r u s < <(awk '{ print $14, $15 }' "/proc/$p/stat")
+    t=$((t + u + s))
+  done
+  echo "$t"
+}
+# timed CMD... -> "wall_s cpu_s" of CMD and what it waited for
+timed() {
+  python3 - "$@" <<'PY'
+import resource, subprocess, sys, time
+t0 = time.monotonic()
+subprocess.run(sys.argv[1:], check=True)
+w = time.monotonic() - t0
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"{w:.4f} {r.ru_utime + r.ru_stime:.4f}")
+PY
+}
+# settle BIN: until perchd has stored every file (at most 60 s)
+settle() {
+  for _ in $(seq 600); do
+    (($("$1/perchctl" --socket "$WORK/ctl.sock" stats --json |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["cached_blocks"])') >= SMALL_FILES)) && return
+    sleep 0.1
+  done
+}
+# line NAME WALL READER_S ORIGIN_TICKS [PERCHD_TICKS]
+line() {
+  awk -v n="$1" -v w="$2" -v c="$3" -v x="$4" -v p="${5:-}" -v t="$TCK" -v f="$SMALL_FILES" 'BEGIN {
+    printf "%-36s %6.0f files/s  reader %4.0f us  origin %4.0f us", n, f / w, c * 1e6 / f, x * 1e6 / t / f
+    if (p != "") printf "  perchd %4.0f us", p * 1e6 / t / f
+    printf "\n" }'
+}
+
+echo "Cold small files, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $SMALL_FILES files, $READERS readers, cache in ${CACHE_ROOT:-$WORK} (FRESH=${FRESH:-1}); CPU per file."
+for r in $(seq "${ROUNDS:-3}"); do
+  drop
+  x0=$(ticks $ORIGIN_PIDS)
+  read -r w c < <(timed curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$WORK/curl.cfg")
+  line "curl, origin" "$w" "$c" $(($(ticks $ORIGIN_PIDS) - x0))
+  for b in $BINS; do
+    BIN=$b
+    cache=${CACHE_ROOT:-$WORK}/cache-$r-$RANDOM
+    if [[ ${FRESH:-1} == 1 ]]; then
+      cache=${CACHE_ROOT:-$WORK}/cache
+      rm -rf "$cache"
+    fi
+    bench_mount "$cache" "$M"
+    drop
+    p0=$(ticks "$PERCHD_PID")
+    x0=$(ticks $ORIGIN_PIDS)
+    read -r w c < <(timed bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' \
+      small "$M" "$WORK/files.txt" "$READERS")
+    settle "$b"
+    line "$b" "$w" "$c" $(($(ticks $ORIGIN_PIDS) - x0)) $(($(ticks "$PERCHD_PID") - p0))
+    bench_umount "$M"
+    rm -rf "$cache"
+  done
+done
