@@ -84,6 +84,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -257,11 +258,13 @@ class FileBlockStore : public core::BlockStore {
                                   const std::function<bool(const core::BlockKey&)>& recorded,
                                   core::BlockScan* scan);
   // Names again the well-formed records of pack `pack` (which nothing
-  // names) whose objects are not named elsewhere; `renamed`: what this walk
-  // named so far (a later copy replaces it). Blocks the catalog does not
-  // record go to `adopt`. Returns how many were named.
-  uint64_t AdoptPack(uint64_t pack, const std::function<bool(const core::BlockKey&)>& recorded,
-                     core::BlockScan* scan, std::map<std::string, PackLocation>* renamed,
+  // names) whose objects are not named in a pack outside `adopting` (the
+  // packs this walk adopts from, in order: a later copy replaces an earlier
+  // one). Blocks the catalog does not record go to `adopt`. Returns how many
+  // objects were named.
+  uint64_t AdoptPack(uint64_t pack, const std::set<uint64_t>& adopting,
+                     const std::function<bool(const core::BlockKey&)>& recorded,
+                     core::BlockScan* scan,
                      std::vector<std::pair<core::BlockKey, uint64_t>>* adopt);
   // ForEachBlock over objects/.
   core::Status ForEachObjectBlock(const std::function<void(const core::BlockKey&, uint64_t)>& fn,

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -273,22 +274,26 @@ Status FileBlockStore::ForEachPackedBlock(
     scan->blocks++;
     adopt.emplace_back(core::BlockKey{id, 0}, h.data_len);
   }
+  for (const auto& [key, length] : adopt) fn(key, length);  // outside the object locks
   // Packs of earlier processes that nothing names: their records are named
   // again (the index was lost, or a crash came between a record and its
-  // name); a pack with none left is removed.
-  std::map<std::string, PackLocation> renamed;
-  for (uint64_t pack : packs_->Unnamed(named)) {
-    if (AdoptPack(pack, recorded, scan, &renamed, &adopt) == 0)
+  // name); a pack with none is removed. One pack at a time, so that what a
+  // lost index leaves to adopt is never all in memory at once.
+  const std::vector<uint64_t> unnamed = packs_->Unnamed(named);
+  const std::set<uint64_t> adopting(unnamed.begin(), unnamed.end());
+  for (uint64_t pack : unnamed) {
+    adopt.clear();
+    if (AdoptPack(pack, adopting, recorded, scan, &adopt) == 0) {
       packs_->RemoveEarlier(pack, &scan->leftovers_removed, &scan->leftover_bytes);
+    }
+    for (const auto& [key, length] : adopt) fn(key, length);
   }
-  for (const auto& [key, length] : adopt) fn(key, length);  // outside the object locks
   return Status::Ok();
 }
 
-uint64_t FileBlockStore::AdoptPack(uint64_t pack,
+uint64_t FileBlockStore::AdoptPack(uint64_t pack, const std::set<uint64_t>& adopting,
                                    const std::function<bool(const core::BlockKey&)>& recorded,
                                    core::BlockScan* scan,
-                                   std::map<std::string, PackLocation>* renamed,
                                    std::vector<std::pair<core::BlockKey, uint64_t>>* adopt) {
   auto file = packs_->Open(pack);
   if (!file.ok()) return 0;
@@ -297,34 +302,41 @@ uint64_t FileBlockStore::AdoptPack(uint64_t pack,
   if (::fstat(fd, &st) != 0) return 0;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   uint64_t named = 0;
+  // Records are read where one must start: at the start of the pack, right
+  // after a record, or where data follows a hole (a dropped record's bytes
+  // are punched out). After bytes that are no record (torn, damaged) the rest
+  // of that stretch of data is skipped, not searched: the data of a record
+  // whose header was damaged could hold what looks like another header.
   for (uint64_t off = 0; off < size;) {
-    // Records start at aligned offsets; dropped ones are holes, skipped whole.
     const off_t data = ::lseek(fd, static_cast<off_t>(off), SEEK_DATA);
     if (data < 0) break;  // only holes from here
-    off = static_cast<uint64_t>(data) / PackFiles::kAlign * PackFiles::kAlign;
+    off = (static_cast<uint64_t>(data) + PackFiles::kAlign - 1) / PackFiles::kAlign *
+          PackFiles::kAlign;
     ParsedHeader h = ParseHeader(fd, off, size, /*exact=*/false);
     if (h.read_errno != 0) break;
     if (!h.why.empty() || h.index != 0 || h.id.empty() || h.data_len >= block_size_) {
-      off += PackFiles::kAlign;  // not a record's start (torn, or zeros)
+      const off_t hole = ::lseek(fd, static_cast<off_t>(off), SEEK_HOLE);
+      if (hole < 0 || static_cast<uint64_t>(hole) <= off) break;
+      off = static_cast<uint64_t>(hole);
       continue;
     }
     const PackLocation loc{pack, off, h.header_len + h.data_len};
     off += PackFiles::Extent(loc.length);
     std::lock_guard<std::mutex> l(ObjectMutex(h.id));
-    auto it = renamed->find(h.id);
-    if (it == renamed->end()) {
-      // Named elsewhere: this is an older copy; the name stays.
-      auto got = locations_->Get(LocationKey(h.id));
-      if (!got.ok() || *got) continue;
+    auto got = locations_->Get(LocationKey(h.id));
+    if (!got.ok()) continue;
+    std::optional<PackLocation> before;
+    if (*got) {
+      before = DecodeLocation(**got, block_size_);
+      // Named in a pack this walk does not adopt: this is an older copy. In
+      // one it adopts: this walk named it, and this copy is the later one.
+      if (before && !adopting.count(before->pack)) continue;
     }
     if (!locations_->Apply({{LocationKey(h.id), EncodeLocation(loc)}}).ok()) continue;
-    if (it != renamed->end()) {
-      // A later copy of a record this walk named: the earlier one goes.
-      packs_->Drop(it->second.pack, it->second.offset, it->second.length);
-      it->second = loc;
-      continue;
+    if (before) {
+      packs_->Drop(before->pack, before->offset, before->length);
+      continue;  // counted and adopted with its first copy
     }
-    renamed->emplace(h.id, loc);
     ++named;
     scan->blocks++;
     const core::BlockKey key{h.id, 0};
