@@ -1,15 +1,23 @@
 // FileBlockStore: a core::BlockStore of regular files.
 //
 // An object of one block (a block 0 shorter than `block_size`: every small
-// file) is one file:
+// file) is a record in a pack file shared with other small objects, once
+// PackSmallObjects gave the store an index to name records in (perchd
+// does; pack_files.h):
+//
+//   <root>/packs/<16 hex digits>.pack        index: "sp/<object_id>"
+//
+// a 64-byte-aligned header followed by the block's bytes (README "On-disk
+// format"; block_file_format.h): magic "PERCHBLK", format version, header
+// length, block index, data length, CRC32C of the data, the object id, the
+// run. Without packs (and as perch wrote it before them) such an object is a
+// block file of its own, the same header and bytes:
 //
 //   <root>/blocks/<first two hex chars of object_id>/<object_id>.0
 //
-// a 64-byte-aligned header followed by the block's bytes (README "On-disk
-// format"): magic "PERCHBLK", format version, header length, block index,
-// data length, CRC32C of the data, the object id, the run. Any other block
-// (of an object of more than one block) lives in the object's file, at its
-// offset in the object, with an entry in the object's map (object_map.h):
+// Any other block (of an object of more than one block) lives in the
+// object's file, at its offset in the object, with an entry in the object's
+// map (object_map.h):
 //
 //   <root>/objects/<first two hex chars of object_id>/<object_id>{,.map}
 //
@@ -25,9 +33,11 @@
 // Directories are created 0700 and files 0600: the cache is private to the
 // daemon (paths of protected namespaces must not leak to other users).
 //
-// Write: temp file in the same directory -> one writev of header and data ->
-// rename; the index record is written only after the rename (CacheCatalog),
-// so a killed process leaves whole blocks or none. Nothing is fsynced: the
+// Write: a pack record, then its name in the index (several records, one
+// index batch: WriteMany); without packs, a temp file in the same directory
+// -> one writev of header and data -> rename. The catalog's record is
+// written only after that (CacheCatalog), so a killed process leaves whole
+// blocks or none. Nothing is fsynced: the
 // cache holds copies of remote data, and the check below makes a block that
 // a power cut or kernel crash left short, empty or zeroed (with or without
 // its record) a miss that is fetched again, never served, since the first
@@ -37,7 +47,8 @@
 // Read checks the header (or map entry) every time a file is opened, and,
 // unless the block's run is trusted (below), the CRC32C of the whole block
 // the first time a given block (file inode, mtime and size; in an object
-// file: inode, index, length and CRC) is read by this process; a verified
+// file: inode, index, length and CRC; in a pack: the pack's inode, the
+// record's offset, length and CRC) is read by this process; a verified
 // block is remembered, so a 4 MiB block read in 128 KiB pieces is
 // checksummed once, not 32 times. A block this process wrote counts as
 // verified (its bytes are the ones just checksummed; a power cut empties the
@@ -261,7 +272,7 @@ class FileBlockStore : public core::BlockStore {
   // names) whose objects are not named in a pack outside `adopting` (the
   // packs this walk adopts from, in order: a later copy replaces an earlier
   // one). Blocks the catalog does not record go to `adopt`. Returns how many
-  // objects were named.
+  // names point into `pack` now (0: it may go).
   uint64_t AdoptPack(uint64_t pack, const std::set<uint64_t>& adopting,
                      const std::function<bool(const core::BlockKey&)>& recorded,
                      core::BlockScan* scan,

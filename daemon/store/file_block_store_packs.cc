@@ -333,11 +333,11 @@ uint64_t FileBlockStore::AdoptPack(uint64_t pack, const std::set<uint64_t>& adop
       if (before && !adopting.count(before->pack)) continue;
     }
     if (!locations_->Apply({{LocationKey(h.id), EncodeLocation(loc)}}).ok()) continue;
+    ++named;  // named here now: this pack stays
     if (before) {
       packs_->Drop(before->pack, before->offset, before->length);
       continue;  // counted and adopted with its first copy
     }
-    ++named;
     scan->blocks++;
     const core::BlockKey key{h.id, 0};
     if (!recorded || !recorded(key)) adopt->emplace_back(key, h.data_len);

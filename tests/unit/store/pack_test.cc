@@ -303,6 +303,33 @@ TEST_F(PackTest, WalkNamesAgainOnlyWhereARecordMustStart) {
   EXPECT_EQ(*r, Data(6000, 30));
 }
 
+// Two packs nothing names hold copies of the same objects (a crash before
+// the earlier copies' holes were punched): the later copies are named, and
+// their pack stays even though the earlier one named them first.
+TEST_F(PackTest, WalkNamesTheLaterCopyAndKeepsItsPack) {
+  {
+    auto store = Store();
+    ASSERT_TRUE(store->Write(BlockKey{"aa01", 0}, Data(6000, 40)).ok());
+    ASSERT_TRUE(store->Write(BlockKey{"aa02", 0}, Data(6000, 41)).ok());
+  }
+  const fs::path packs = dir_ / "packs";
+  fs::copy_file(packs / "0000000000000001.pack", packs / "0000000000000002.pack");
+  ASSERT_TRUE(index_.Apply({{"sp/aa01", std::nullopt}, {"sp/aa02", std::nullopt}}).ok());
+  auto store = Store();
+  std::vector<std::string> adopted;
+  auto scan = store->ForEachBlock(
+      [&](const BlockKey& k, uint64_t) { adopted.push_back(k.object_id); }, nullptr);
+  ASSERT_TRUE(scan.ok());
+  EXPECT_EQ(adopted, (std::vector<std::string>{"aa01", "aa02"}));  // once each
+  EXPECT_EQ(scan->blocks, 2u);
+  ASSERT_TRUE(fs::exists(packs / "0000000000000002.pack"));
+  for (const char* id : {"aa01", "aa02"}) {
+    EXPECT_EQ(store->LocationOf(id)->pack, 2u) << id;
+    auto r = store->Read(BlockKey{id, 0}, 0, 6000);
+    ASSERT_TRUE(r.ok()) << id << ": " << r.status().ToString();
+  }
+}
+
 TEST_F(PackTest, BlockFilesOfEarlierVersionsAreStillReadAndRemoved) {
   const std::string d = Data(2000, 12);
   {
