@@ -146,6 +146,7 @@ void FileBlockStore::WritePackedMany(const std::vector<BlockWrite>& blocks,
 }
 
 void FileBlockStore::DropPacked(const std::string& object_id, const PackLocation& loc) {
+  open_.Erase(core::BlockKey{object_id, 0});  // never served from it after its grace
   locations_->Apply({{LocationKey(object_id), std::nullopt}}).IgnoreError();
   packs_->Drop(loc.pack, loc.offset, loc.length);
 }
@@ -335,6 +336,9 @@ uint64_t FileBlockStore::AdoptPack(uint64_t pack, const std::set<uint64_t>& adop
     if (!locations_->Apply({{LocationKey(h.id), EncodeLocation(loc)}}).ok()) continue;
     ++named;  // named here now: this pack stays
     if (before) {
+      // A reader may have opened the earlier copy meanwhile: it is let go
+      // (its bytes are punched after the grace).
+      open_.Erase(core::BlockKey{h.id, 0});
       packs_->Drop(before->pack, before->offset, before->length);
       continue;  // counted and adopted with its first copy
     }
