@@ -27,37 +27,9 @@ bench_data "$SMALL_FILES" 1
 bench_devfed devfed
 M=$WORK/perch
 TCK=$(getconf CLK_TCK)
-ORIGIN_PIDS=$(pgrep -d' ' -x xrootd)
+mapfile -t ORIGIN_PIDS < <(pgrep -x xrootd)
 awk -v o="$ORIGIN/bench/" '{ print "url = \"" o $0 "\"\noutput = \"/dev/null\"" }' "$WORK/files.txt" > "$WORK/curl.cfg"
 
-# ticks PID... -> utime+stime of those processes, in clock ticks
-ticks() {
-  local t=0 u s p
-  for p in "$@"; do
-    read -r u s < <(awk '{ print $14, $15 }' "/proc/$p/stat")
-    t=$((t + u + s))
-  done
-  echo "$t"
-}
-# timed CMD... -> "wall_s cpu_s" of CMD and what it waited for
-timed() {
-  python3 - "$@" <<'PY'
-import resource, subprocess, sys, time
-t0 = time.monotonic()
-subprocess.run(sys.argv[1:], check=True)
-w = time.monotonic() - t0
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(f"{w:.4f} {r.ru_utime + r.ru_stime:.4f}")
-PY
-}
-# settle BIN: until perchd has stored every file (at most 60 s)
-settle() {
-  for _ in $(seq 600); do
-    (($("$1/perchctl" --socket "$WORK/ctl.sock" stats --json |
-      python3 -c 'import json,sys; print(json.load(sys.stdin)["cached_blocks"])') >= SMALL_FILES)) && return
-    sleep 0.1
-  done
-}
 # line NAME WALL READER_S ORIGIN_TICKS [PERCHD_TICKS]
 line() {
   awk -v n="$1" -v w="$2" -v c="$3" -v x="$4" -v p="${5:-}" -v t="$TCK" -v f="$SMALL_FILES" 'BEGIN {
@@ -69,9 +41,9 @@ line() {
 echo "Cold small files, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $SMALL_FILES files, $READERS readers, cache in ${CACHE_ROOT:-$WORK} (FRESH=${FRESH:-1}); CPU per file."
 for r in $(seq "${ROUNDS:-3}"); do
   drop
-  x0=$(ticks $ORIGIN_PIDS)
-  read -r w c < <(timed curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$WORK/curl.cfg")
-  line "curl, origin" "$w" "$c" $(($(ticks $ORIGIN_PIDS) - x0))
+  x0=$(bench_cpu_ticks "${ORIGIN_PIDS[@]}")
+  read -r w u s < <(bench_run_cpu curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$WORK/curl.cfg")
+  line "curl, origin" "$w" "$(echo "$u + $s" | bc -l)" $(($(bench_cpu_ticks "${ORIGIN_PIDS[@]}") - x0))
   for b in $BINS; do
     BIN=$b
     cache=${CACHE_ROOT:-$WORK}/cache-$r-$RANDOM
@@ -81,12 +53,13 @@ for r in $(seq "${ROUNDS:-3}"); do
     fi
     bench_mount "$cache" "$M"
     drop
-    p0=$(ticks "$PERCHD_PID")
-    x0=$(ticks $ORIGIN_PIDS)
-    read -r w c < <(timed bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' \
+    p0=$(bench_cpu_ticks "$PERCHD_PID")
+    x0=$(bench_cpu_ticks "${ORIGIN_PIDS[@]}")
+    read -r w u s < <(bench_run_cpu bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' \
       small "$M" "$WORK/files.txt" "$READERS")
-    settle "$b"
-    line "$b" "$w" "$c" $(($(ticks $ORIGIN_PIDS) - x0)) $(($(ticks "$PERCHD_PID") - p0))
+    bench_settle "$SMALL_FILES"
+    line "$b" "$w" "$(echo "$u + $s" | bc -l)" $(($(bench_cpu_ticks "${ORIGIN_PIDS[@]}") - x0)) \
+      $(($(bench_cpu_ticks "$PERCHD_PID") - p0))
     bench_umount "$M"
     rm -rf "$cache"
   done

@@ -50,17 +50,6 @@ M=$WORK/perch
 TCK=$(getconf CLK_TCK)
 OUT=$WORK/report.txt
 
-# run_cpu CMD... -> "wall_s user_s sys_s" of CMD and everything it waited for.
-run_cpu() {
-  python3 - "$@" <<'PY'
-import resource, subprocess, sys, time
-t0 = time.monotonic()
-subprocess.run(sys.argv[1:], check=True)
-w = time.monotonic() - t0
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(f"{w:.4f} {r.ru_utime:.4f} {r.ru_stime:.4f}")
-PY
-}
 # perchd_cpu -> "user_ticks sys_ticks" of perchd (all threads)
 perchd_cpu() { awk '{ print $14, $15 }' "/proc/$PERCHD_PID/stat"; }
 # fuse_counts -> "op=count ..." of perchd's FUSE requests so far
@@ -73,16 +62,6 @@ ops = {o["op"]: o["latency"]["count"] for o in d} if isinstance(d, list) else {k
 print(" ".join("%s=%d" % kv for kv in sorted(ops.items())))'
 }
 load() { cut -d' ' -f1 /proc/loadavg; }
-# settle BLOCKS: waits (up to 60 s) until perchd has stored BLOCKS blocks, so
-# that the CPU of a cold pass includes writing what it fetched.
-settle() {
-  for _ in $(seq 600); do
-    (($("$BIN/perchctl" --socket "$CTL" stats --json |
-      python3 -c 'import json,sys; print(json.load(sys.stdin)["cached_blocks"])') >= $1)) && return
-    sleep 0.1
-  done
-  echo "settle: fewer than $1 blocks stored after 60 s" >&2
-}
 # under_tracer CACHE_DIR TRACER...: one cold pass of the small files while
 # `TRACER... -p <perchd>` watches perchd (stopped with SIGINT once the blocks are stored).
 under_tracer() {
@@ -95,7 +74,7 @@ under_tracer() {
   PIDS+=("$tracer")
   sleep 1
   "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
-  settle "$SMALL_FILES"
+  bench_settle "$SMALL_FILES"
   kill -INT "$tracer"
   wait "$tracer" 2>/dev/null || true
   bench_umount "$M"
@@ -112,8 +91,8 @@ pass() {
   l0=$(load)
   read -r u0 s0 < <(perchd_cpu)
   f0=$([[ ${DAEMON:-perchd} == perchd ]] && fuse_counts || true)
-  rc=$(run_cpu "$@")
-  [[ -z ${SETTLE:-} ]] || settle "$SETTLE"
+  rc=$(bench_run_cpu "$@")
+  [[ -z ${SETTLE:-} ]] || bench_settle "$SETTLE"
   read -r u1 s1 < <(perchd_cpu)
   f1=$([[ ${DAEMON:-perchd} == perchd ]] && fuse_counts || true)
   python3 - "$name" "$units" "$uname" "$mb" "$rc" "$u0" "$s0" "$u1" "$s1" "$TCK" "$l0" "$f0" "$f1" "${DAEMON:-perchd}" <<'PY' | tee -a "$OUT"
@@ -140,7 +119,7 @@ PY
 plain() {
   local name=$1 units=$2 uname=$3 mb=$4 l0 rc; shift 4
   l0=$(load)
-  rc=$(run_cpu "$@")
+  rc=$(bench_run_cpu "$@")
   python3 - "$name" "$units" "$uname" "$mb" "$rc" "$l0" <<'PY' | tee -a "$OUT"
 import sys
 name, units, uname, mb, rc, load = sys.argv[1:]

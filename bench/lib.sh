@@ -176,7 +176,31 @@ bench_tcpcount_stop() {
   TCPCOUNT_PID=
 }
 
-# bench_cpu_ticks PID -> utime + stime of PID in clock ticks (getconf CLK_TCK).
+# bench_cpu_ticks PID... -> utime + stime of those processes in clock ticks (getconf CLK_TCK).
 bench_cpu_ticks() {
-  awk '{ print $14 + $15 }' "/proc/$1/stat"
+  local p
+  for p in "$@"; do cat "/proc/$p/stat"; done | awk '{ t += $14 + $15 } END { print t }'
+}
+
+# bench_run_cpu CMD... -> "wall_s user_s sys_s" of CMD and everything it waited for.
+bench_run_cpu() {
+  python3 - "$@" <<'PY'
+import resource, subprocess, sys, time
+t0 = time.monotonic()
+subprocess.run(sys.argv[1:], check=True)
+w = time.monotonic() - t0
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"{w:.4f} {r.ru_utime:.4f} {r.ru_stime:.4f}")
+PY
+}
+
+# bench_settle BLOCKS: waits (up to 60 s) until the perchd of $WORK/ctl.sock has
+# stored BLOCKS blocks, so that the CPU of a cold pass includes writing what it fetched.
+bench_settle() {
+  for _ in $(seq 600); do
+    (($("$BIN/perchctl" --socket "$WORK/ctl.sock" stats --json |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["cached_blocks"])') >= $1)) && return
+    sleep 0.1
+  done
+  echo "settle: fewer than $1 blocks stored after 60 s" >&2
 }
