@@ -31,18 +31,19 @@ Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
   return core::InternalError(msg);
 }
 
-bool WriteAll(int fd, std::string_view a, std::string_view b) {
+bool PwriteAll(int fd, std::string_view a, std::string_view b, uint64_t off) {
   while (!a.empty() || !b.empty()) {
     struct iovec iov[2] = {{const_cast<char*>(a.data()), a.size()},
                            {const_cast<char*>(b.data()), b.size()}};
     const int first = a.empty() ? 1 : 0;
-    ssize_t w = ::writev(fd, iov + first, 2 - first);
+    ssize_t w = ::pwritev(fd, iov + first, 2 - first, static_cast<off_t>(off));
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return false;
-    size_t n = static_cast<size_t>(w);
+    const size_t n = static_cast<size_t>(w);
     const size_t from_a = std::min(n, a.size());
     a.remove_prefix(from_a);
     b.remove_prefix(n - from_a);
+    off += n;
   }
   return true;
 }
@@ -100,17 +101,6 @@ std::string BlockHeader(const core::BlockKey& key, uint64_t length, uint32_t crc
 
 Fd::~Fd() {
   if (fd >= 0) ::close(fd);
-}
-
-bool PwriteAll(int fd, std::string_view data, uint64_t off) {
-  while (!data.empty()) {
-    ssize_t w = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(off));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(w));
-    off += static_cast<uint64_t>(w);
-  }
-  return true;
 }
 
 ParsedHeader ParseHeader(int fd, uint64_t base, uint64_t file_size, bool exact) {

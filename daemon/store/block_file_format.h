@@ -24,10 +24,11 @@ inline constexpr char kTmpPrefix[] = ".tmp.";
 
 // kNoSpace for ENOSPC/EDQUOT, else kInternal, with what failed on which path.
 core::Status ErrnoStatus(const std::string& what, const std::string& path, int err);
-// Writes both buffers in full, one writev when it all goes at once.
-bool WriteAll(int fd, std::string_view a, std::string_view b);
-// Writes all of `data` at `off`.
-bool PwriteAll(int fd, std::string_view data, uint64_t off);
+// Writes `a` then `b` in full at `off`, one pwritev when it all goes at once.
+bool PwriteAll(int fd, std::string_view a, std::string_view b, uint64_t off);
+inline bool PwriteAll(int fd, std::string_view data, uint64_t off) {
+  return PwriteAll(fd, data, {}, off);
+}
 // Reads exactly n bytes at off; false on error or EOF (errno 0 at EOF).
 bool PreadAll(int fd, char* p, size_t n, off_t off);
 // CRC32C of `len` bytes of `fd` at `off`, read in pieces through a buffer of

@@ -148,7 +148,7 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
   // No fsync: see the header (a block torn by a power cut fails its check).
   std::string header = BlockHeader(key, data.size(), Crc32c(data), run_);
-  if (!WriteAll(f.fd, header, data)) {
+  if (!PwriteAll(f.fd, header, data, 0)) {  // a new file
     int err = errno;
     ::unlink(tmp.c_str());
     return ErrnoStatus("write", tmp, err);
@@ -354,7 +354,7 @@ Status FileBlockStore::WriteRunFile(const std::string& contents) {
   Fd f;
   f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
-  if (!WriteAll(f.fd, contents, {}) || ::fsync(f.fd) != 0) {
+  if (!PwriteAll(f.fd, contents, 0) || ::fsync(f.fd) != 0) {  // truncated: from 0
     int err = errno;
     ::unlink(tmp.c_str());
     return ErrnoStatus("write", tmp, err);

@@ -51,6 +51,35 @@ std::optional<FileBlockStore::PackLocation> DecodeLocation(std::string_view in,
   return loc;
 }
 
+// The header at `off` of a pack `size` bytes long; `why` is set unless it is
+// a record: a well-formed header of a block 0 shorter than a block.
+ParsedHeader ReadRecord(int fd, uint64_t off, uint64_t size, uint64_t block_size) {
+  ParsedHeader h = ParseHeader(fd, off, size, /*exact=*/false);
+  if (h.read_errno == 0 && h.why.empty() &&
+      (h.index != 0 || h.id.empty() || h.data_len >= block_size)) {
+    h.why = "not a record of a small object";
+  }
+  return h;
+}
+
+// As ReadRecord, and `why` is set unless it is the record `loc` names for
+// object `id`.
+ParsedHeader ReadNamedRecord(int fd, const FileBlockStore::PackLocation& loc, std::string_view id,
+                             uint64_t block_size) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ParsedHeader h;
+    h.read_errno = errno;
+    return h;
+  }
+  ParsedHeader h = ReadRecord(fd, loc.offset, static_cast<uint64_t>(st.st_size), block_size);
+  if (h.read_errno == 0 && h.why.empty() &&
+      (h.id != id || h.header_len + h.data_len != loc.length)) {
+    h.why = "the record is not the one named";
+  }
+  return h;
+}
+
 }  // namespace
 
 void FileBlockStore::PackSmallObjects(core::Index& locations, uint64_t max_bytes,
@@ -173,8 +202,6 @@ Result<OpenBlock> FileBlockStore::OpenPacked(const core::BlockKey& key) {
   }
   if (!file.ok()) return file.status();
   const std::string path = packs_->PathOf(loc->pack);
-  struct stat st {};
-  if (::fstat(file->fd->fd(), &st) != 0) return ErrnoStatus("stat", path, errno);
   const CheckedKey checked{file->ino, loc->offset};
   auto corrupt = [&](const std::string& why) {
     Forget(checked);
@@ -182,14 +209,9 @@ Result<OpenBlock> FileBlockStore::OpenPacked(const core::BlockKey& key) {
     return core::CorruptError(where + " in " + path + ": " + why + "; removed",
                               core::FailureSite::kLocal);
   };
-  ParsedHeader h = ParseHeader(file->fd->fd(), loc->offset, static_cast<uint64_t>(st.st_size),
-                               /*exact=*/false);
+  ParsedHeader h = ReadNamedRecord(file->fd->fd(), *loc, key.object_id, block_size_);
   if (h.read_errno != 0) return ErrnoStatus("read", path, h.read_errno);
   if (!h.why.empty()) return corrupt(h.why);
-  if (h.index != 0 || h.id != key.object_id || h.header_len + h.data_len != loc->length ||
-      h.data_len >= block_size_) {
-    return corrupt("the record is not the one named");
-  }
   const FileStamp stamp{h.data_len, static_cast<int64_t>(h.crc)};
   if (!Trusted(h.run) && !Verified(checked, stamp)) {
     uint32_t crc = 0;
@@ -261,13 +283,9 @@ Status FileBlockStore::ForEachPackedBlock(
       if (file.status().code() == core::StatusCode::kNotFound) drop(0);
       continue;
     }
-    struct stat st {};
-    if (::fstat(file->fd->fd(), &st) != 0) continue;
-    ParsedHeader h = ParseHeader(file->fd->fd(), loc->offset, static_cast<uint64_t>(st.st_size),
-                                 /*exact=*/false);
+    ParsedHeader h = ReadNamedRecord(file->fd->fd(), *loc, id, block_size_);
     if (h.read_errno != 0) continue;
-    if (!h.why.empty() || h.index != 0 || h.id != id || h.header_len + h.data_len != loc->length ||
-        h.data_len >= block_size_) {
+    if (!h.why.empty()) {
       drop(loc->length);
       continue;
     }
@@ -313,9 +331,9 @@ uint64_t FileBlockStore::AdoptPack(uint64_t pack, const std::set<uint64_t>& adop
     if (data < 0) break;  // only holes from here
     off = (static_cast<uint64_t>(data) + PackFiles::kAlign - 1) / PackFiles::kAlign *
           PackFiles::kAlign;
-    ParsedHeader h = ParseHeader(fd, off, size, /*exact=*/false);
+    ParsedHeader h = ReadRecord(fd, off, size, block_size_);
     if (h.read_errno != 0) break;
-    if (!h.why.empty() || h.index != 0 || h.id.empty() || h.data_len >= block_size_) {
+    if (!h.why.empty()) {
       const off_t hole = ::lseek(fd, static_cast<off_t>(off), SEEK_HOLE);
       if (hole < 0 || static_cast<uint64_t>(hole) <= off) break;
       off = static_cast<uint64_t>(hole);

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,24 +27,6 @@ bool PackNumber(const std::string& name, uint64_t* pack) {
   if (name.size() != 16 + 5 || !name.ends_with(".pack")) return false;
   auto [end, err] = std::from_chars(name.data(), name.data() + 16, *pack, 16);
   return err == std::errc() && end == name.data() + 16;
-}
-
-// Writes both in full at `off`, one pwritev when it all goes at once.
-bool PwritevAll(int fd, std::string_view a, std::string_view b, uint64_t off) {
-  while (!a.empty() || !b.empty()) {
-    struct iovec iov[2] = {{const_cast<char*>(a.data()), a.size()},
-                           {const_cast<char*>(b.data()), b.size()}};
-    const int first = a.empty() ? 1 : 0;
-    ssize_t w = ::pwritev(fd, iov + first, 2 - first, static_cast<off_t>(off));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    const size_t n = static_cast<size_t>(w);
-    const size_t from_a = std::min(n, a.size());
-    a.remove_prefix(from_a);
-    b.remove_prefix(n - from_a);
-    off += n;
-  }
-  return true;
 }
 
 }  // namespace
@@ -135,7 +116,7 @@ Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string
     active_end_ += extent;
     live_[active_]++;
   }
-  if (!PwritevAll(placed.file.fd->fd(), header, data, placed.offset)) {
+  if (!PwriteAll(placed.file.fd->fd(), header, data, placed.offset)) {
     const int err = errno;
     Drop(placed.pack, placed.offset, header.size() + data.size());
     return ErrnoStatus("write", PathOf(placed.pack), err == 0 ? EIO : err);

@@ -21,6 +21,7 @@
 #include <random>
 #include <thread>
 
+#include "daemon/core/codec.h"
 #include "daemon/store/rocksdb_index.h"
 #include "tests/integration/mounted_federation.h"
 
@@ -92,14 +93,8 @@ OnDisk Walk(const fs::path& cache) {
     for (const std::string& v : names) {
       // Varints: format, pack, offset in 4 KiB units, length.
       uint64_t f[4] = {0, 0, 0, 0};
-      size_t at = 0;
-      for (uint64_t& x : f) {
-        for (int shift = 0; at < v.size(); shift += 7) {
-          const auto b = static_cast<unsigned char>(v[at++]);
-          x |= static_cast<uint64_t>(b & 0x7f) << shift;
-          if ((b & 0x80) == 0) break;
-        }
-      }
+      core::codec::Reader r(v);
+      for (uint64_t& x : f) EXPECT_TRUE(r.GetVarint(&x)) << "a damaged name";
       const uint64_t pack = f[1], offset = f[2] * 4096;
       char name[32];
       std::snprintf(name, sizeof(name), "%016llx.pack", static_cast<unsigned long long>(pack));
