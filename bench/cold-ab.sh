@@ -2,11 +2,13 @@
 # Cold small files, two or more perch builds side by side (issue 14): rounds of
 # one curl pass straight from the origin and one cold pass through each build,
 # in turn (A B A B), over the same data and the same perch-devfed origin. Per
-# pass: files/s, the reader's CPU per file (xargs cat / curl), the XRootD
+# pass: files/s, the reader's CPU per file (READER / curl), the XRootD
 # origin's CPU per file and perchd's (utime+stime from /proc, counted until
 # its blocks are stored). On these 2 noisy cores single runs swing by 20 %;
 # alternating rounds show what a change does.
 #
+# READER: threads (default: perch-bench-read, one process with READERS threads, as a
+# data loader) or cat (xargs cat, a process per 25 files; results before 2026-11-26).
 # Needs root (FUSE, drop_caches). Run after building the builds to compare:
 #   BINS="/tmp/before/bin build/bin" bench/cold-ab.sh
 # Env: BINS (directories with perchd, perchctl, perch-devfed; default
@@ -22,6 +24,11 @@ bench_setup cold-ab curl bc
 SMALL_FILES=${SMALL_FILES:-2000}
 READERS=${READERS:-32}
 BINS=${BINS:-$BIN}
+case ${READER:-threads} in
+  threads) SMALL_READER=("${BENCH_READ_THREADS[@]}") ;;
+  cat) SMALL_READER=("${BENCH_READ_CAT[@]}") ;;
+  *) echo "READER is threads or cat" >&2; exit 2 ;;
+esac
 bench_data "$SMALL_FILES" 1
 (cd "$DATA" && find imagenet -type f -name '*.JPEG' | sort) > "$WORK/files.txt"
 bench_devfed devfed
@@ -38,7 +45,7 @@ line() {
     printf "\n" }'
 }
 
-echo "Cold small files, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $SMALL_FILES files, $READERS readers, cache in ${CACHE_ROOT:-$WORK} (FRESH=${FRESH:-1}); CPU per file."
+echo "Cold small files, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $SMALL_FILES files, $READERS readers (${READER:-threads}), cache in ${CACHE_ROOT:-$WORK} (FRESH=${FRESH:-1}); CPU per file."
 for r in $(seq "${ROUNDS:-3}"); do
   drop
   x0=$(bench_cpu_ticks "${ORIGIN_PIDS[@]}")
@@ -55,8 +62,7 @@ for r in $(seq "${ROUNDS:-3}"); do
     drop
     p0=$(bench_cpu_ticks "$PERCHD_PID")
     x0=$(bench_cpu_ticks "${ORIGIN_PIDS[@]}")
-    read -r w u s < <(bench_run_cpu bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' \
-      small "$M" "$WORK/files.txt" "$READERS")
+    read -r w u s < <(bench_run_cpu "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS")
     bench_settle "$SMALL_FILES"
     line "$b" "$w" "$(echo "$u + $s" | bc -l)" $(($(bench_cpu_ticks "${ORIGIN_PIDS[@]}") - x0)) \
       $(($(bench_cpu_ticks "$PERCHD_PID") - p0))

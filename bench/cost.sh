@@ -24,7 +24,8 @@
 # more cold pass, cache on tmpfs, under `perf record -g`, summarized into
 # cost-<date>[-TAG]-profile.txt; 0: skip it), SWEEP (1: cold passes with 1, 4, 16,
 # 64 readers and with 4, 16, 64 FUSE threads), XROOTDFS (1: a cold pass through
-# XRootD's own FUSE client, its CPU per file).
+# XRootD's own FUSE client, its CPU per file), READER (threads: perch-bench-read;
+# cat: xargs cat; see SMALL_READER).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -79,8 +80,16 @@ under_tracer() {
   wait "$tracer" 2>/dev/null || true
   bench_umount "$M"
 }
-# SMALL_READER DIR: reads every small file under DIR with $READERS parallel cats.
-SMALL_READER=(bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' small)
+# SMALL_READER DIR LIST N: reads every small file under DIR with N readers
+# (bench/lib.sh): READER=threads (one process, N threads, as a data loader and
+# as curl --parallel) or cat (xargs cat, a process per 25 files: the reader of
+# results before 2026-11-25's second round); the other one reads one more
+# cold pass, for comparison.
+case ${READER:-threads} in
+  threads) SMALL_READER=("${BENCH_READ_THREADS[@]}") OTHER_READER=("${BENCH_READ_CAT[@]}") OTHER=cat ;;
+  cat) SMALL_READER=("${BENCH_READ_CAT[@]}") OTHER_READER=("${BENCH_READ_THREADS[@]}") OTHER=threads ;;
+  *) echo "READER is threads or cat" >&2; exit 2 ;;
+esac
 
 # pass NAME UNITS UNIT_NAME MB READER_CMD...: runs READER_CMD, with perchd's CPU
 # and FUSE requests before and after (after SETTLE blocks are stored, if set);
@@ -139,8 +148,8 @@ LGB=$(echo "$LMB / 1000" | bc -l)
 {
   echo "What a file costs, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -1)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, loopback."
   echo "Binaries: $BIN (worktree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- daemon fuse || echo ', with changes'))."
-  echo "$SMALL_FILES files ($(printf %.0f "$SMB") MB) read by $READERS parallel readers (xargs cat / curl --parallel); one $LARGE_MB MiB file read by dd bs=1M."
-  echo "CPU: perchd = utime+stime of all its threads; reader = the reader processes' rusage (cat/dd/curl, their kernel time included)."
+  echo "$SMALL_FILES files ($(printf %.0f "$SMB") MB) read by $READERS parallel readers (${READER:-threads}: $([[ ${READER:-threads} == threads ]] && echo "perch-bench-read, one process with $READERS threads" || echo "xargs -n 25 cat") / curl --parallel); one $LARGE_MB MiB file read by dd bs=1M."
+  echo "CPU: perchd = utime+stime of all its threads; reader = the reader processes' rusage (perch-bench-read/cat/dd/curl, their kernel time included)."
   echo "load = 1-minute load average at the start of the pass (other work on the machine)."
   echo
 } > "$OUT"
@@ -152,6 +161,9 @@ plain "curl, origin (cold disk)" "$SMALL_FILES" file "$SMB" \
   curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$WORK/curl.cfg"
 plain "curl, origin (page cache)" "$SMALL_FILES" file "$SMB" \
   curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$WORK/curl.cfg"
+# What the reader itself costs: the same files from local page cache, no FUSE.
+plain "local page cache, small" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$DATA" "$WORK/files.txt" "$READERS"
+plain "local page cache, small ($OTHER)" "$SMALL_FILES" file "$SMB" "${OTHER_READER[@]}" "$DATA" "$WORK/files.txt" "$READERS"
 
 echo "== perch, small files" >&2
 rm -rf "$WORK/cache"
@@ -163,6 +175,11 @@ bench_mount "$WORK/cache" "$M"
 drop
 pass "perch disk cache" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
 pass "perch page cache" "$SMALL_FILES" file "$SMB" "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+bench_umount "$M"
+rm -rf "$WORK/cache"
+bench_mount "$WORK/cache" "$M"
+drop
+SETTLE=$SMALL_FILES pass "perch cold ($OTHER)" "$SMALL_FILES" file "$SMB" "${OTHER_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
 bench_umount "$M"
 
 # The same files through perch's HTTP endpoint (curl, as from the origin

@@ -9,7 +9,7 @@ BIN=${PERCH_BIN:-$ROOT/build/bin}
 # packages, makes $WORK (removed on exit with everything mounted or started).
 bench_setup() {
   local tag=$1; shift
-  [[ -x $BIN/perchd && -x $BIN/perchctl && -x $BIN/perch-devfed ]] || {
+  [[ -x $BIN/perchd && -x $BIN/perchctl && -x $BIN/perch-devfed && -x $BIN/perch-bench-read ]] || {
     echo "build first: cmake --build --preset release" >&2
     exit 1
   }
@@ -193,6 +193,14 @@ r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(f"{w:.4f} {r.ru_utime:.4f} {r.ru_stime:.4f}")
 PY
 }
+
+# Small-file readers, run as CMD... DIR LIST READERS (LIST: one path a line, under DIR):
+# BENCH_READ_CAT: `xargs -P READERS -n 25 cat`, a process for every 25 files, whose fork
+#   and exec cost more CPU than a local read of a 100 KB file (kept: earlier results used it);
+# BENCH_READ_THREADS: perch-bench-read, one process with READERS threads that open, read and
+#   close, as a data loader's workers do (and as curl --parallel is one process).
+BENCH_READ_CAT=(bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' small)
+BENCH_READ_THREADS=(bash -c 'exec "$0" -C "$1" -j "$3" "$2" > /dev/null' "$BIN/perch-bench-read")
 
 # bench_settle BLOCKS: waits (up to 60 s) until the perchd of $WORK/ctl.sock has
 # stored BLOCKS blocks, so that the CPU of a cold pass includes writing what it fetched.

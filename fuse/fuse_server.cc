@@ -5,11 +5,13 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstddef>
 #include <cstring>
@@ -59,6 +61,10 @@ using Op = core::OpMetrics::Op;
 // Logs, counts and answers an error. Expected misses (ENOENT) and refusals
 // (EACCES: the federation client logs a namespace without a token once) are
 // logged at debug level only: every user's `ls` must not flood the log.
+// How much longer than the read's own deadline a reply may take (as WaitFor
+// allows a blocking read) before PendingReplies answers EIO.
+constexpr std::chrono::seconds kReplySlack{1};
+
 void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   Self(req)->CountError(s);
   int err = ToErrno(s);
@@ -281,7 +287,7 @@ struct FuseServer::Ops {
                    struct fuse_file_info* fi) {
     PERCH_FUSE_GUARD(req, "read", {
       FuseServer* self = Self(req);
-      core::ScopedLatency timer(self->LatencyOf(Op::kRead));
+      const auto started = std::chrono::steady_clock::now();
       ObjectPath path;  // no handle (no-open): the file is named by its inode
       if (fi->fh == 0 && !self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
       // A hit: hand the kernel the block files (spliced when the kernel
@@ -291,13 +297,63 @@ struct FuseServer::Ops {
                             ? self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)
                             : self->fs_.ReadSlicePath(path, static_cast<uint64_t>(off), size)) {
         ReplySlices(req, *slices);
+        Observe(self->LatencyOf(Op::kRead), started);
         return;
       }
-      auto bytes = fi->fh != 0 ? self->fs_.Read(fi->fh, static_cast<uint64_t>(off), size)
-                               : self->fs_.ReadPath(path, static_cast<uint64_t>(off), size);
-      if (!bytes.ok()) return ReplyStatus(req, "read", bytes.status());
-      fuse_reply_buf(req, bytes->data(), bytes->size());
+      ReadLater(self, req, fi->fh, path, static_cast<uint64_t>(off), size, started);
     })
+  }
+
+  // A read of bytes that are not in a block file (a miss, or a block still in
+  // memory): answered by whichever thread has them, without a copy of ours;
+  // this worker returns to the queue at once.
+  static void ReadLater(FuseServer* self, fuse_req_t req, uint64_t fh, const ObjectPath& path,
+                        uint64_t off, size_t size, std::chrono::steady_clock::time_point started) {
+    auto replies = self->replies_;
+    const uint64_t token = replies->Add(req, self->fs_.NewDeadline() + kReplySlack);
+    auto done = [replies, token, hist = self->LatencyOf(Op::kRead),
+                 started](core::Result<std::vector<core::SharedBytes>> r) {
+      fuse_req_t claimed = replies->Claim(token);
+      if (claimed == nullptr) return;  // answered already: its time was up
+      try {
+        ReplyParts(claimed, r);
+      } catch (const std::exception& e) {
+        spdlog::error("fuse read: unexpected exception: {}", e.what());
+        fuse_reply_err(claimed, EIO);
+      }
+      Observe(hist, started);
+      replies->Answered();
+    };
+    try {
+      if (fh != 0) {
+        self->fs_.ReadAsync(fh, off, size, std::move(done));
+      } else {
+        self->fs_.ReadPathAsync(path, off, size, std::move(done));
+      }
+    } catch (const std::exception& e) {
+      spdlog::error("fuse read: unexpected exception: {}", e.what());
+      if (fuse_req_t claimed = replies->Claim(token)) {
+        fuse_reply_err(claimed, EIO);
+        replies->Answered();
+      }
+    }
+  }
+
+  // Replies with the parts of blocks a read yields (or its error).
+  static void ReplyParts(fuse_req_t req, const core::Result<std::vector<core::SharedBytes>>& r) {
+    if (!r.ok()) return ReplyStatus(req, "read", r.status());
+    if (r->empty()) return (void)fuse_reply_buf(req, nullptr, 0);
+    std::vector<struct iovec> iov;
+    iov.reserve(r->size());
+    for (const core::SharedBytes& p : *r) {
+      const std::string_view v = p.view();
+      iov.push_back({const_cast<char*>(v.data()), v.size()});
+    }
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
+  }
+
+  static void Observe(core::LatencyHistogram* hist, std::chrono::steady_clock::time_point started) {
+    if (hist != nullptr) hist->Observe(std::chrono::steady_clock::now() - started);
   }
 
   // Replies with the bytes of `slices`, in order, moved from their files.
@@ -417,7 +473,11 @@ struct FuseServer::Ops {
 };
 
 FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
-    : fs_(fs), options_(std::move(options)) {
+    : fs_(fs),
+      options_(std::move(options)),
+      replies_(std::make_shared<PendingReplies>([](fuse_req_t req) {
+        ReplyStatus(req, "read", core::DeadlineExceededError("no answer before the deadline"));
+      })) {
   options_.max_io = LoggedSpliceableMaxIo(options_.max_io);
   // A read-ahead window that is not a multiple of the request size ends in a
   // short request (1 MiB over 1008 KiB requests: two requests per window).
@@ -428,6 +488,7 @@ FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
 }
 
 FuseServer::~FuseServer() {
+  replies_->Close();  // answers what still waits, while the session is there
   Unmount();
   if (se_ != nullptr) fuse_session_destroy(se_);
 }

@@ -11,6 +11,9 @@
 // are immutable, so entries and attributes get long kernel timeouts and
 // opens set keep_cache (a second epoch reads from the page cache).
 //
+// A read that must wait for a fetch does not hold a worker: it is answered
+// by the thread that completes it (PendingReplies bounds the wait).
+//
 // Thread-safety: FUSE callbacks run on libfuse's worker threads; the inode
 // table is under mu_ (a leaf lock, never held across a FileSystem call or a
 // fuse_reply_*). Exceptions never cross into libfuse: each callback catches
@@ -33,6 +36,7 @@
 #include "daemon/core/filesystem.h"
 #include "daemon/core/metrics.h"
 #include "fuse/passthrough.h"
+#include "fuse/pending_replies.h"
 
 struct fuse_session;
 
@@ -152,7 +156,10 @@ class FuseServer {
   std::atomic<bool> deciding_{false};  // passthrough and no-open both wanted: not yet decided
   std::atomic<uint64_t> opens_{0}, large_opens_{0};  // counted while deciding_
   Passthrough passthrough_;                          // hooks installed only if options_.passthrough
-  std::unordered_map<uint64_t, bool> open_direct_;   // fh -> passes through; Protected by mu_
+  // Reads answered by the thread that completes them (misses); shared with
+  // their callbacks, which may come after this server is gone.
+  std::shared_ptr<PendingReplies> replies_;
+  std::unordered_map<uint64_t, bool> open_direct_;      // fh -> passes through; Protected by mu_
   std::unordered_map<uint64_t, OpenModes> open_modes_;  // by inode; Protected by mu_
   bool handlers_ = false;
 

@@ -3,26 +3,64 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "daemon/core/limits.h"
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
 
-// The pieces of one Read, filled in by block completions in any order.
+namespace {
+
+// A part of a read: a fetched block's bytes copied out of it (Read) or shared
+// with every other reader of that block (ReadShared).
+template <typename Part>
+Part PartOf(const std::shared_ptr<const Bytes>& block, uint64_t from, uint64_t to);
+template <>
+Bytes PartOf<Bytes>(const std::shared_ptr<const Bytes>& block, uint64_t from, uint64_t to) {
+  return block->substr(from, to - from);
+}
+template <>
+SharedBytes PartOf<SharedBytes>(const std::shared_ptr<const Bytes>& block, uint64_t from,
+                                uint64_t to) {
+  return SharedBytes{block, static_cast<size_t>(from), static_cast<size_t>(to - from)};
+}
+
+// A hit read from the store, as a part of ReadShared's.
+SharedBytes Shared(Bytes&& hit) {
+  const size_t n = hit.size();
+  return SharedBytes{std::make_shared<const Bytes>(std::move(hit)), 0, n};
+}
+
+// The parts of one read as its caller wants them: one string, or the parts.
+Bytes Joined(std::vector<Bytes>& parts) {
+  if (parts.size() == 1) return std::move(parts[0]);
+  size_t total = 0;
+  for (const Bytes& p : parts) total += p.size();
+  Bytes all;
+  all.reserve(total);
+  for (Bytes& p : parts) all += p;
+  return all;
+}
+std::vector<SharedBytes> Joined(std::vector<SharedBytes>& parts) { return std::move(parts); }
+
+}  // namespace
+
+// The pieces of one read, filled in by block completions in any order.
+template <typename Part, typename Out>
 struct BlockReader::Assembly {
-  Assembly(size_t blocks, std::function<void(Result<Bytes>)> d)
+  Assembly(size_t blocks, std::function<void(Result<Out>)> d)
       : parts(blocks), remaining(blocks), done(std::move(d)) {}
 
   Mutex mu;
-  std::vector<Bytes> parts PERCH_GUARDED_BY(mu);
+  std::vector<Part> parts PERCH_GUARDED_BY(mu);
   size_t remaining PERCH_GUARDED_BY(mu) = 0;
   Status error PERCH_GUARDED_BY(mu);  // the first error
-  std::function<void(Result<Bytes>)> done;
+  std::function<void(Result<Out>)> done;
 
-  void Complete(size_t i, Result<Bytes> r) {
-    std::function<void(Result<Bytes>)> finish;
-    Result<Bytes> out = InternalError("unset");
+  void Complete(size_t i, Result<Part> r) {
+    std::function<void(Result<Out>)> finish;
+    Result<Out> out = InternalError("unset");
     {
       MutexLock l(mu);
       if (r.ok()) {
@@ -33,15 +71,8 @@ struct BlockReader::Assembly {
       if (--remaining > 0) return;
       if (!error.ok()) {
         out = error;
-      } else if (parts.size() == 1) {
-        out = std::move(parts[0]);
       } else {
-        size_t total = 0;
-        for (const Bytes& p : parts) total += p.size();
-        Bytes all;
-        all.reserve(total);
-        for (Bytes& p : parts) all += p;
-        out = std::move(all);
+        out = Joined(parts);
       }
       finish = std::move(done);
     }
@@ -62,17 +93,30 @@ BlockReader::BlockReader(Origin& origin, BlockStore& store, Executor& disk,
 void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
                        const std::string& object_id, ByteRange range, Deadline deadline,
                        std::function<void(Result<Bytes>)> done, const FetchClass& cls) {
+  ReadParts<Bytes>(path, version, object_id, range, deadline, std::move(done), cls);
+}
+
+void BlockReader::ReadShared(const ObjectPath& path, const ObjectVersion& version,
+                             const std::string& object_id, ByteRange range, Deadline deadline,
+                             std::function<void(Result<std::vector<SharedBytes>>)> done,
+                             const FetchClass& cls) {
+  ReadParts<SharedBytes>(path, version, object_id, range, deadline, std::move(done), cls);
+}
+
+template <typename Part, typename Out>
+void BlockReader::ReadParts(const ObjectPath& path, const ObjectVersion& version,
+                            const std::string& object_id, ByteRange range, Deadline deadline,
+                            std::function<void(Result<Out>)> done, const FetchClass& cls) {
   const uint64_t bs = options_.block_size;
   if (range.offset >= version.size) range.length = 0;
   range.length = std::min(range.length, version.size - std::min(range.offset, version.size));
   if (range.length == 0) {
-    done(Bytes());
+    done(Out());
     return;
   }
   uint64_t first = range.offset / bs;
   uint64_t last = (range.end() - 1) / bs;
-  auto assembly = std::make_shared<Assembly>(last - first + 1, std::move(done));
-
+  auto assembly = std::make_shared<Assembly<Part, Out>>(last - first + 1, std::move(done));
   for (uint64_t b = first; b <= last; ++b) {
     size_t slot = b - first;
     uint64_t block_start = b * bs;
@@ -94,7 +138,11 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
     if (hit.ok() && hit->size() == to - from) {
       CountHit(path, hit->size());
       if (listener_) listener_->Touched(key, block_len);
-      assembly->Complete(slot, std::move(hit));
+      if constexpr (std::is_same_v<Part, Bytes>) {
+        assembly->Complete(slot, std::move(hit));
+      } else {
+        assembly->Complete(slot, Shared(*std::move(hit)));
+      }
       continue;
     }
     if (!hit.ok() && hit.status().code() == StatusCode::kCorrupt) {
@@ -111,7 +159,7 @@ void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
               assembly->Complete(slot, block.status());
               return;
             }
-            assembly->Complete(slot, (*block)->substr(from, to - from));
+            assembly->Complete(slot, PartOf<Part>(*block, from, to));
           });
   }
 }

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/core/block_store.h"
@@ -71,6 +72,14 @@ struct BlockReaderStats {
   std::atomic<uint64_t> whole_files{0};     // complete objects handed out by WholeFile
 };
 
+// Part of a block's bytes, shared with every other reader of that block (and
+// with the write to the store): what a reply sends without copying it first.
+struct SharedBytes {
+  std::shared_ptr<const Bytes> bytes;
+  size_t offset = 0, length = 0;
+  std::string_view view() const { return std::string_view(*bytes).substr(offset, length); }
+};
+
 class BlockReader {
  public:
   // `listener` (may be null) hears of every stored, hit and dropped block.
@@ -87,6 +96,12 @@ class BlockReader {
   void Read(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
             ByteRange range, Deadline deadline, std::function<void(Result<Bytes>)> done,
             const FetchClass& cls = FetchClass());
+  // Read without the copy: the range as parts of the blocks it touches, in
+  // order (one part per block; none for an empty range).
+  void ReadShared(const ObjectPath& path, const ObjectVersion& version,
+                  const std::string& object_id, ByteRange range, Deadline deadline,
+                  std::function<void(Result<std::vector<SharedBytes>>)> done,
+                  const FetchClass& cls = FetchClass());
 
   // Fetches block `block` into the store unless it is there or on its way;
   // nobody waits for it. A reader that later wants it joins the fetch (and
@@ -136,7 +151,14 @@ class BlockReader {
  private:
   // The whole block, shared by every reader waiting for it.
   using BlockCallback = std::function<void(Result<std::shared_ptr<const Bytes>>)>;
+  template <typename Part, typename Out>
   struct Assembly;
+  // Read and ReadShared: Part is Bytes (copied out of fetched blocks, joined
+  // into one Out) or SharedBytes (Out: the parts).
+  template <typename Part, typename Out>
+  void ReadParts(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
+                 ByteRange range, Deadline deadline, std::function<void(Result<Out>)> done,
+                 const FetchClass& cls);
 
   // A block failed its check (the store already removed it): count, log, forget.
   void NoteCorrupt(const BlockKey& key, const Status& why);

@@ -61,7 +61,7 @@ Result<std::shared_ptr<const BlockFd>> FileSystem::WholeFile(uint64_t handle) {
   return reader_.WholeFile(ObjectVersion{f.attr.size, f.attr.etag}, f.object_id);
 }
 
-Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) {
+Result<OpenFile> FileSystem::StartRead(uint64_t handle, uint64_t offset, uint64_t size) {
   OpenFile f;
   {
     MutexLock l(mu_);
@@ -71,6 +71,21 @@ Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) 
   }
   if (prefetcher_ != nullptr) prefetcher_->Read(handle, offset, size);
   if (auto failed = RecentFailure(f.object_id)) return *failed;
+  return f;
+}
+
+Result<OpenFile> FileSystem::StartPathRead(const ObjectPath& path, uint64_t offset, uint64_t size) {
+  // A handle can be closed by eviction between lookup and read (only after
+  // `implicit_open_limit` other files were opened meanwhile): open it again.
+  for (int attempt = 0;; ++attempt) {
+    auto h = ImplicitHandle(path);
+    if (!h.ok()) return h.status();
+    auto f = StartRead(*h, offset, size);
+    if (f.ok() || f.status().code() != StatusCode::kInvalidArgument || attempt > 0) return f;
+  }
+}
+
+Result<Bytes> FileSystem::ReadOpen(const OpenFile& f, uint64_t offset, uint64_t size) {
   Deadline deadline = NewDeadline();
   auto r = WaitFor<Bytes>(deadline, [&](auto cb) {
     reader_.Read(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id,
@@ -78,6 +93,28 @@ Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) 
   });
   NoteResult(f.object_id, r.status());
   return r;
+}
+
+void FileSystem::ReadOpenAsync(const OpenFile& f, uint64_t offset, uint64_t size, ReadDone done) {
+  reader_.ReadShared(
+      f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size},
+      NewDeadline(),
+      [this, id = f.object_id, done = std::move(done)](Result<std::vector<SharedBytes>> r) {
+        NoteResult(id, r.status());
+        done(std::move(r));
+      });
+}
+
+Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) {
+  auto f = StartRead(handle, offset, size);
+  if (!f.ok()) return f.status();
+  return ReadOpen(*f, offset, size);
+}
+
+void FileSystem::ReadAsync(uint64_t handle, uint64_t offset, uint64_t size, ReadDone done) {
+  auto f = StartRead(handle, offset, size);
+  if (!f.ok()) return done(f.status());
+  ReadOpenAsync(*f, offset, size, std::move(done));
 }
 
 std::optional<Status> FileSystem::RecentFailure(const std::string& object_id) {
@@ -164,14 +201,16 @@ Result<uint64_t> FileSystem::ImplicitHandle(const ObjectPath& path) {
 }
 
 Result<Bytes> FileSystem::ReadPath(const ObjectPath& path, uint64_t offset, uint64_t size) {
-  // A handle can be closed by eviction between lookup and read (only after
-  // `implicit_open_limit` other files were opened meanwhile): open it again.
-  for (int attempt = 0;; ++attempt) {
-    auto h = ImplicitHandle(path);
-    if (!h.ok()) return h.status();
-    auto r = Read(*h, offset, size);
-    if (r.ok() || r.status().code() != StatusCode::kInvalidArgument || attempt > 0) return r;
-  }
+  auto f = StartPathRead(path, offset, size);
+  if (!f.ok()) return f.status();
+  return ReadOpen(*f, offset, size);
+}
+
+void FileSystem::ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size,
+                               ReadDone done) {
+  auto f = StartPathRead(path, offset, size);
+  if (!f.ok()) return done(f.status());
+  ReadOpenAsync(*f, offset, size, std::move(done));
 }
 
 std::optional<std::vector<BlockSlice>> FileSystem::ReadSlicePath(const ObjectPath& path,

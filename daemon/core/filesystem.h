@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <list>
 #include <map>
 #include <optional>
@@ -77,12 +78,22 @@ class FileSystem {
   // The caller holds it as long as the kernel may read it.
   Result<std::shared_ptr<const BlockFd>> WholeFile(uint64_t handle);
 
+  // Read without blocking the caller and without copying: `done` gets the
+  // range as parts of the blocks (BlockReader::ReadShared), exactly once, on
+  // the thread that completes the read (the caller's for hits and errors
+  // found at once; it must not block). The read's deadline is op_timeout;
+  // a caller that must answer by a deadline bounds its own wait as well (the
+  // FUSE adapter does: a callback could come later if a fetch misbehaved).
+  using ReadDone = std::function<void(Result<std::vector<SharedBytes>>)>;
+  void ReadAsync(uint64_t handle, uint64_t offset, uint64_t size, ReadDone done);
+
   // Read and ReadSlice for a kernel that opens files without asking us (FUSE
   // no-open): the file is opened on its first read and stays open until it
   // is among the least recently read of `implicit_open_limit` files.
   Result<Bytes> ReadPath(const ObjectPath& path, uint64_t offset, uint64_t size);
   std::optional<std::vector<BlockSlice>> ReadSlicePath(const ObjectPath& path, uint64_t offset,
                                                        uint64_t size);
+  void ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size, ReadDone done);
 
   // The store id of `path` at version `attr`.
   std::string ObjectId(const ObjectPath& path, const FileAttr& attr) const;
@@ -96,6 +107,14 @@ class FileSystem {
   const FileSystemOptions options_;
   Prefetcher* const prefetcher_;
 
+  // The open file to read `size` bytes at `offset` of, by handle or by path
+  // (ReadPath's), having told the prefetcher; an error if there is none or it
+  // failed moments ago (failure_memo).
+  Result<OpenFile> StartRead(uint64_t handle, uint64_t offset, uint64_t size);
+  Result<OpenFile> StartPathRead(const ObjectPath& path, uint64_t offset, uint64_t size);
+  // The read itself, blocking or not.
+  Result<Bytes> ReadOpen(const OpenFile& f, uint64_t offset, uint64_t size);
+  void ReadOpenAsync(const OpenFile& f, uint64_t offset, uint64_t size, ReadDone done);
   // The handle ReadPath uses for `path`, opening it if needed.
   Result<uint64_t> ImplicitHandle(const ObjectPath& path);
   // The remembered failure of `object_id`, if recent (see failure_memo).

@@ -392,20 +392,21 @@ void CurlLoop::DrainCompleted() {
     curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &t);
     if (t == nullptr) continue;
     CURLcode rc = msg->data.result;
-    std::string host = HostOf(t->request.url);
     if (rc == CURLE_OK) {
       long code = 0;
       curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
       t->response.head.status = code;
       Finish(t, std::move(t->response));
     } else if (t->aborted_by_sink) {
-      Finish(t, core::CancelledError("transfer from " + host + " stopped by its receiver"));
+      Finish(t, core::CancelledError("transfer from " + HostOf(t->request.url) +
+                                     " stopped by its receiver"));
     } else if (t->body_too_large) {
-      Finish(t, core::CorruptError(t->request.method + " " + host + ": body larger than " +
-                                   std::to_string(t->request.max_body) + " bytes"));
+      Finish(t, core::CorruptError(t->request.method + " " + HostOf(t->request.url) +
+                                   ": body larger than " + std::to_string(t->request.max_body) +
+                                   " bytes"));
     } else {
       std::string why = t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc);
-      std::string msg_text = t->request.method + " " + host + ": " + why;
+      std::string msg_text = t->request.method + " " + HostOf(t->request.url) + ": " + why;
       // A timeout within a few ms of the deadline is the deadline (timers are not exact);
       // earlier ones are connect or low-speed limits: the server's failure.
       if (rc == CURLE_OPERATION_TIMEDOUT &&

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -162,6 +164,64 @@ TEST_F(FileSystemTest, BlocksInUseAreNotEvicted) {
   EXPECT_EQ(small.EvictIfNeeded(), 0u);  // nothing else may go
   EXPECT_TRUE(store_.Has(BlockKey{id, 0}));
   EXPECT_FALSE(store_.Has(BlockKey{id, 1}));
+}
+
+// ReadAsync's parts, joined (or the error), waiting for them.
+Result<std::string> Joined(const std::function<void(FileSystem::ReadDone)>& read) {
+  std::optional<Result<std::vector<SharedBytes>>> got;
+  read([&](Result<std::vector<SharedBytes>> r) { got.emplace(std::move(r)); });
+  EXPECT_TRUE(got.has_value());  // the fakes answer on the caller's thread
+  if (!got) return InternalError("no answer");
+  if (!got->ok()) return got->status();
+  std::string all;
+  for (const SharedBytes& p : **got) all += p.view();
+  return all;
+}
+
+TEST_F(FileSystemTest, ReadAsyncSharesTheBlocksItReads) {
+  auto h = fs_->Open(P("/d/a.bin"));
+  ASSERT_TRUE(h.ok());
+  std::vector<SharedBytes> parts;
+  fs_->ReadAsync(*h, 900, 1200, [&](Result<std::vector<SharedBytes>> r) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    parts = *std::move(r);
+  });
+  // Blocks of 1000 bytes: bytes 900-2099 are parts of blocks 0, 1 and 2,
+  // each a view of the whole fetched block, not a copy of the range.
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].bytes->size(), 1000u);
+  EXPECT_EQ(parts[0].offset, 900u);
+  EXPECT_EQ(parts[0].length, 100u);
+  EXPECT_EQ(parts[1].length, 1000u);
+  EXPECT_EQ(parts[2].offset, 0u);
+  EXPECT_EQ(parts[2].length, 100u);
+  std::string all;
+  for (const SharedBytes& p : parts) all += p.view();
+  EXPECT_EQ(all, Data(2500, 1).substr(900, 1200));
+  EXPECT_EQ(reader_->stats().misses.load(), 3u);
+  // Hits (and the path variant) read the same; past the end is empty.
+  EXPECT_EQ(*Joined([&](auto done) { fs_->ReadPathAsync(P("/d/a.bin"), 0, 4096, done); }),
+            Data(2500, 1));
+  EXPECT_EQ(reader_->stats().misses.load(), 3u);
+  EXPECT_EQ(*Joined([&](auto done) { fs_->ReadAsync(*h, 2500, 10, done); }), "");
+  fs_->Release(*h);
+  EXPECT_EQ(Joined([&](auto done) { fs_->ReadAsync(*h, 0, 10, done); }).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(FileSystemTest, ReadAsyncRemembersAFailureLikeRead) {
+  auto h = fs_->Open(P("/d/b.bin"));
+  ASSERT_TRUE(h.ok());
+  origin_.FailWith(UnavailableError("cache down", FailureSite::kCache));
+  EXPECT_EQ(Joined([&](auto done) { fs_->ReadAsync(*h, 0, 100, done); }).status().code(),
+            StatusCode::kUnavailable);
+  const int fetches = origin_.reads.load();
+  // The next request of the same read(2) fails at once, without a fetch.
+  EXPECT_EQ(Joined([&](auto done) { fs_->ReadAsync(*h, 100, 100, done); }).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(origin_.reads.load(), fetches);
+  origin_.FailWith(Status::Ok());
+  fs_->Release(*h);
 }
 
 TEST_F(FileSystemTest, DeadlineBoundsEveryCall) {

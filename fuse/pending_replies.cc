@@ -1,0 +1,104 @@
+#include "fuse/pending_replies.h"
+
+#include <vector>
+
+namespace perch::fuse {
+
+namespace {
+constexpr std::chrono::milliseconds kIdleCheck{500};
+}  // namespace
+
+PendingReplies::PendingReplies(std::function<void(fuse_req*)> on_expire)
+    : on_expire_(std::move(on_expire)), thread_([this] { Loop(); }) {}
+
+PendingReplies::~PendingReplies() { Close(); }
+
+uint64_t PendingReplies::Add(fuse_req* req, Clock::time_point by) {
+  std::vector<fuse_req*> refused;
+  uint64_t token = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    token = next_++;
+    if (closed_) {
+      refused.push_back(req);  // answered at once; Claim(token) finds nothing
+      replying_++;
+    } else {
+      pending_.emplace(token, Entry{req, by});  // the loop looks within kIdleCheck
+    }
+  }
+  if (!refused.empty()) Expire(refused);
+  return token;
+}
+
+fuse_req* PendingReplies::Claim(uint64_t token) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pending_.find(token);
+  if (it == pending_.end()) return nullptr;
+  fuse_req* req = it->second.req;
+  pending_.erase(it);
+  replying_++;
+  return req;
+}
+
+void PendingReplies::Answered() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (--replying_ == 0 && closed_) answered_cv_.notify_all();  // only Close waits for it
+}
+
+void PendingReplies::Expire(const std::vector<fuse_req*>& reqs) {
+  for (fuse_req* req : reqs) on_expire_(req);
+  std::lock_guard<std::mutex> l(mu_);
+  replying_ -= static_cast<int>(reqs.size());
+  if (replying_ == 0 && closed_) answered_cv_.notify_all();
+}
+
+void PendingReplies::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!closed_) {
+    if (pending_.empty()) {
+      // Not woken by Add: a wake-up per read that finds none pending would cost
+      // more than this check (a request is answered at most kIdleCheck late).
+      cv_.wait_for(l, kIdleCheck);
+      continue;
+    }
+    const Clock::time_point first = pending_.begin()->second.by;
+    if (Clock::now() < first) {
+      cv_.wait_until(l, first);
+      continue;
+    }
+    std::vector<fuse_req*> due;
+    const Clock::time_point now = Clock::now();
+    for (auto it = pending_.begin(); it != pending_.end() && it->second.by <= now;) {
+      due.push_back(it->second.req);
+      it = pending_.erase(it);
+    }
+    replying_ += static_cast<int>(due.size());
+    l.unlock();
+    Expire(due);
+    l.lock();
+  }
+}
+
+void PendingReplies::Close() {
+  std::vector<fuse_req*> left;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (closed_) return;
+    closed_ = true;
+    for (auto& [token, e] : pending_) left.push_back(e.req);
+    pending_.clear();
+    replying_ += static_cast<int>(left.size());
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  Expire(left);
+  std::unique_lock<std::mutex> l(mu_);
+  answered_cv_.wait(l, [this] { return replying_ == 0; });
+}
+
+size_t PendingReplies::pending() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return pending_.size();
+}
+
+}  // namespace perch::fuse

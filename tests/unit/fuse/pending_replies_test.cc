@@ -1,0 +1,119 @@
+// PendingReplies: every request answered exactly once — by its completion, or
+// on expiry, or at Close — and never touched again after that.
+#include "fuse/pending_replies.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace perch::fuse {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Made-up requests: PendingReplies only hands them back.
+fuse_req* Req(uintptr_t n) { return reinterpret_cast<fuse_req*>(n); }
+
+struct Expired {
+  std::mutex mu;
+  std::vector<fuse_req*> reqs;
+  std::function<void(fuse_req*)> Fn() {
+    return [this](fuse_req* r) {
+      std::lock_guard<std::mutex> l(mu);
+      reqs.push_back(r);
+    };
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> l(mu);
+    return reqs.size();
+  }
+};
+
+TEST(PendingRepliesTest, AClaimedRequestIsNotExpired) {
+  Expired expired;
+  PendingReplies p(expired.Fn());
+  const uint64_t t = p.Add(Req(1), PendingReplies::Clock::now() + 100ms);
+  EXPECT_EQ(p.Claim(t), Req(1));
+  p.Answered();
+  EXPECT_EQ(p.Claim(t), nullptr);      // once
+  std::this_thread::sleep_for(700ms);  // past the deadline and the loop's idle check
+  EXPECT_EQ(expired.size(), 0u);
+  EXPECT_EQ(p.pending(), 0u);
+}
+
+TEST(PendingRepliesTest, AnUnansweredRequestIsExpiredOnceAndItsCompletionDropped) {
+  Expired expired;
+  PendingReplies p(expired.Fn());
+  const auto now = PendingReplies::Clock::now();
+  const uint64_t late = p.Add(Req(1), now + 50ms);
+  const uint64_t later = p.Add(Req(2), now + 10s);
+  for (int i = 0; i < 200 && expired.size() == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired.reqs[0], Req(1));
+  EXPECT_EQ(p.Claim(late), nullptr);  // its completion comes too late: dropped
+  EXPECT_EQ(p.Claim(later), Req(2));  // the other still waits for its own
+  p.Answered();
+  EXPECT_EQ(expired.size(), 1u);
+}
+
+TEST(PendingRepliesTest, CloseAnswersWhatWaitsAndEverythingAddedAfter) {
+  Expired expired;
+  PendingReplies p(expired.Fn());
+  const uint64_t t = p.Add(Req(1), PendingReplies::Clock::now() + 1h);
+  p.Close();
+  EXPECT_EQ(expired.size(), 1u);
+  EXPECT_EQ(p.Claim(t), nullptr);
+  const uint64_t after = p.Add(Req(2), PendingReplies::Clock::now() + 1h);
+  EXPECT_EQ(expired.size(), 2u);  // answered at once: nobody would later
+  EXPECT_EQ(p.Claim(after), nullptr);
+  p.Close();  // idempotent
+  EXPECT_EQ(expired.size(), 2u);
+}
+
+TEST(PendingRepliesTest, CloseWaitsForAnAnswerInProgress) {
+  Expired expired;
+  PendingReplies p(expired.Fn());
+  const uint64_t t = p.Add(Req(1), PendingReplies::Clock::now() + 1h);
+  ASSERT_EQ(p.Claim(t), Req(1));
+  std::atomic<bool> answered{false};
+  std::thread replier([&] {
+    std::this_thread::sleep_for(200ms);  // still replying when Close is called
+    answered = true;
+    p.Answered();
+  });
+  p.Close();
+  EXPECT_TRUE(answered.load());  // the session outlives the reply
+  EXPECT_EQ(expired.size(), 0u);
+  replier.join();
+}
+
+TEST(PendingRepliesTest, RacingCompletionsAndExpiryAnswerEachRequestOnce) {
+  Expired expired;
+  std::atomic<int> claimed{0};
+  {
+    PendingReplies p(expired.Fn());
+    std::vector<uint64_t> tokens;
+    const auto start = PendingReplies::Clock::now();
+    for (uintptr_t i = 1; i <= 2000; ++i)
+      tokens.push_back(p.Add(Req(i), start + std::chrono::microseconds(i * 300)));
+    std::vector<std::thread> completers;
+    for (int w = 0; w < 4; ++w)
+      completers.emplace_back([&, w] {
+        for (size_t i = w; i < tokens.size(); i += 4) {
+          if (p.Claim(tokens[i]) != nullptr) {
+            claimed++;
+            p.Answered();
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+      });
+    for (auto& c : completers) c.join();
+  }  // destroyed: Close answers the rest
+  EXPECT_EQ(claimed.load() + static_cast<int>(expired.size()), 2000);
+}
+
+}  // namespace
+}  // namespace perch::fuse
