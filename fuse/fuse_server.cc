@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -64,6 +66,10 @@ using Op = core::OpMetrics::Op;
 // How much longer than the read's own deadline a reply may take (as WaitFor
 // allows a blocking read) before PendingReplies answers EIO.
 constexpr std::chrono::seconds kReplySlack{1};
+// A reply up to this size is copied into the kernel by the thread that has
+// its bytes (a small file's whole reply); a larger one goes to the reply
+// threads, which keeps 1 MiB copies off the net loop.
+constexpr uint64_t kInlineReplyBytes = 256 << 10;
 
 void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   Self(req)->CountError(s);
@@ -92,6 +98,10 @@ struct DirHandle {
     spdlog::error("fuse {}: unexpected exception", op);               \
     fuse_reply_err(req, EIO);                                         \
   }
+
+struct FuseServer::ReplyPool {
+  boost::asio::thread_pool threads{2};
+};
 
 struct FuseServer::Ops {
   static void Init(void* userdata, struct fuse_conn_info* conn) {
@@ -311,18 +321,26 @@ struct FuseServer::Ops {
                         uint64_t off, size_t size, std::chrono::steady_clock::time_point started) {
     auto replies = self->replies_;
     const uint64_t token = replies->Add(req, self->fs_.NewDeadline() + kReplySlack);
-    auto done = [replies, token, hist = self->LatencyOf(Op::kRead),
-                 started](core::Result<std::vector<core::SharedBytes>> r) {
+    auto done = [replies, token, hist = self->LatencyOf(Op::kRead), started,
+                 pool = self->reply_pool_.get()](core::Result<std::vector<core::SharedBytes>> r) {
       fuse_req_t claimed = replies->Claim(token);
       if (claimed == nullptr) return;  // answered already: its time was up
-      try {
-        ReplyParts(claimed, r);
-      } catch (const std::exception& e) {
-        spdlog::error("fuse read: unexpected exception: {}", e.what());
-        fuse_reply_err(claimed, EIO);
+      // Claimed: the server (and its pool) stays until Answered().
+      auto reply = [replies, claimed, hist, started, r = std::move(r)] {
+        try {
+          ReplyParts(claimed, r);
+        } catch (const std::exception& e) {
+          spdlog::error("fuse read: unexpected exception: {}", e.what());
+          fuse_reply_err(claimed, EIO);
+        }
+        Observe(hist, started);
+        replies->Answered();
+      };
+      if (ReplyBytes(r) > kInlineReplyBytes) {
+        boost::asio::post(pool->threads, std::move(reply));
+      } else {
+        reply();
       }
-      Observe(hist, started);
-      replies->Answered();
     };
     try {
       if (fh != 0) {
@@ -337,6 +355,13 @@ struct FuseServer::Ops {
         replies->Answered();
       }
     }
+  }
+
+  static uint64_t ReplyBytes(const core::Result<std::vector<core::SharedBytes>>& r) {
+    uint64_t n = 0;
+    if (r.ok())
+      for (const core::SharedBytes& p : *r) n += p.length;
+    return n;
   }
 
   // Replies with the parts of blocks a read yields (or its error).
@@ -477,7 +502,8 @@ FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
       options_(std::move(options)),
       replies_(std::make_shared<PendingReplies>([](fuse_req_t req) {
         ReplyStatus(req, "read", core::DeadlineExceededError("no answer before the deadline"));
-      })) {
+      })),
+      reply_pool_(std::make_unique<ReplyPool>()) {
   options_.max_io = LoggedSpliceableMaxIo(options_.max_io);
   // A read-ahead window that is not a multiple of the request size ends in a
   // short request (1 MiB over 1008 KiB requests: two requests per window).
@@ -488,7 +514,8 @@ FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
 }
 
 FuseServer::~FuseServer() {
-  replies_->Close();  // answers what still waits, while the session is there
+  replies_->Close();  // answers what still waits (and waits for the reply threads)
+  reply_pool_->threads.join();
   Unmount();
   if (se_ != nullptr) fuse_session_destroy(se_);
 }

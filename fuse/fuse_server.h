@@ -12,7 +12,8 @@
 // opens set keep_cache (a second epoch reads from the page cache).
 //
 // A read that must wait for a fetch does not hold a worker: it is answered
-// by the thread that completes it (PendingReplies bounds the wait).
+// by the thread that completes it (PendingReplies bounds the wait), or, for a
+// large reply, by one of two reply threads.
 //
 // Thread-safety: FUSE callbacks run on libfuse's worker threads; the inode
 // table is under mu_ (a leaf lock, never held across a FileSystem call or a
@@ -159,6 +160,10 @@ class FuseServer {
   // Reads answered by the thread that completes them (misses); shared with
   // their callbacks, which may come after this server is gone.
   std::shared_ptr<PendingReplies> replies_;
+  // Threads that copy large replies (over kInlineReplyBytes) into the kernel,
+  // so that the thread completing a fetch (the net loop) does not.
+  struct ReplyPool;
+  std::unique_ptr<ReplyPool> reply_pool_;
   std::unordered_map<uint64_t, bool> open_direct_;      // fh -> passes through; Protected by mu_
   std::unordered_map<uint64_t, OpenModes> open_modes_;  // by inode; Protected by mu_
   bool handlers_ = false;
