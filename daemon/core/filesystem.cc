@@ -85,16 +85,6 @@ Result<OpenFile> FileSystem::StartPathRead(const ObjectPath& path, uint64_t offs
   }
 }
 
-Result<Bytes> FileSystem::ReadOpen(const OpenFile& f, uint64_t offset, uint64_t size) {
-  Deadline deadline = NewDeadline();
-  auto r = WaitFor<Bytes>(deadline, [&](auto cb) {
-    reader_.Read(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id,
-                 ByteRange{offset, size}, deadline, cb);
-  });
-  NoteResult(f.object_id, r.status());
-  return r;
-}
-
 void FileSystem::ReadOpenAsync(const OpenFile& f, uint64_t offset, uint64_t size, ReadDone done) {
   reader_.ReadShared(
       f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size},
@@ -108,7 +98,13 @@ void FileSystem::ReadOpenAsync(const OpenFile& f, uint64_t offset, uint64_t size
 Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) {
   auto f = StartRead(handle, offset, size);
   if (!f.ok()) return f.status();
-  return ReadOpen(*f, offset, size);
+  Deadline deadline = NewDeadline();
+  auto r = WaitFor<Bytes>(deadline, [&](auto cb) {
+    reader_.Read(f->path, ObjectVersion{f->attr.size, f->attr.etag}, f->object_id,
+                 ByteRange{offset, size}, deadline, cb);
+  });
+  NoteResult(f->object_id, r.status());
+  return r;
 }
 
 void FileSystem::ReadAsync(uint64_t handle, uint64_t offset, uint64_t size, ReadDone done) {
@@ -198,12 +194,6 @@ Result<uint64_t> FileSystem::ImplicitHandle(const ObjectPath& path) {
   }
   for (uint64_t c : close) Release(c);
   return handle;
-}
-
-Result<Bytes> FileSystem::ReadPath(const ObjectPath& path, uint64_t offset, uint64_t size) {
-  auto f = StartPathRead(path, offset, size);
-  if (!f.ok()) return f.status();
-  return ReadOpen(*f, offset, size);
 }
 
 void FileSystem::ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size,

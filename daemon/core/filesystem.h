@@ -33,7 +33,7 @@ namespace perch::core {
 struct FileSystemOptions {
   std::chrono::milliseconds op_timeout{30000};
   std::string federation_id;          // e.g. the federation URL; part of every object id
-  size_t implicit_open_limit = 1024;  // files ReadPath keeps open
+  size_t implicit_open_limit = 1024;  // files the *Path reads keep open
   // After a read of an object failed because the federation could not
   // deliver it (kUnavailable, kDeadlineExceeded), reads of that object fail
   // at once for this long: the kernel cuts one read(2) into several FUSE
@@ -87,10 +87,9 @@ class FileSystem {
   using ReadDone = std::function<void(Result<std::vector<SharedBytes>>)>;
   void ReadAsync(uint64_t handle, uint64_t offset, uint64_t size, ReadDone done);
 
-  // Read and ReadSlice for a kernel that opens files without asking us (FUSE
+  // ReadSlice and ReadAsync for a kernel that opens files without asking us (FUSE
   // no-open): the file is opened on its first read and stays open until it
   // is among the least recently read of `implicit_open_limit` files.
-  Result<Bytes> ReadPath(const ObjectPath& path, uint64_t offset, uint64_t size);
   std::optional<std::vector<BlockSlice>> ReadSlicePath(const ObjectPath& path, uint64_t offset,
                                                        uint64_t size);
   void ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size, ReadDone done);
@@ -108,14 +107,13 @@ class FileSystem {
   Prefetcher* const prefetcher_;
 
   // The open file to read `size` bytes at `offset` of, by handle or by path
-  // (ReadPath's), having told the prefetcher; an error if there is none or it
+  // (the *Path reads'), having told the prefetcher; an error if there is none or it
   // failed moments ago (failure_memo).
   Result<OpenFile> StartRead(uint64_t handle, uint64_t offset, uint64_t size);
   Result<OpenFile> StartPathRead(const ObjectPath& path, uint64_t offset, uint64_t size);
-  // The read itself, blocking or not.
-  Result<Bytes> ReadOpen(const OpenFile& f, uint64_t offset, uint64_t size);
+  // ReadAsync's read of an open file.
   void ReadOpenAsync(const OpenFile& f, uint64_t offset, uint64_t size, ReadDone done);
-  // The handle ReadPath uses for `path`, opening it if needed.
+  // The handle the *Path reads use for `path`, opening it if needed.
   Result<uint64_t> ImplicitHandle(const ObjectPath& path);
   // The remembered failure of `object_id`, if recent (see failure_memo).
   std::optional<Status> RecentFailure(const std::string& object_id);
@@ -124,7 +122,7 @@ class FileSystem {
   std::atomic<uint64_t> next_handle_{1};
   mutable Mutex mu_;
   std::map<uint64_t, OpenFile> open_ PERCH_GUARDED_BY(mu_);
-  // Files opened by ReadPath, least recently read first.
+  // Files opened by the *Path reads, least recently read first.
   std::list<std::pair<std::string, uint64_t>> implicit_lru_ PERCH_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::list<std::pair<std::string, uint64_t>>::iterator> implicit_;
   // Recent delivery failures by object id (bounded).
