@@ -60,9 +60,6 @@ FuseServer* Self(fuse_req_t req) { return static_cast<FuseServer*>(fuse_req_user
 
 using Op = core::OpMetrics::Op;
 
-// Logs, counts and answers an error. Expected misses (ENOENT) and refusals
-// (EACCES: the federation client logs a namespace without a token once) are
-// logged at debug level only: every user's `ls` must not flood the log.
 // How much longer than the read's own deadline a reply may take (as WaitFor
 // allows a blocking read) before PendingReplies answers EIO.
 constexpr std::chrono::seconds kReplySlack{1};
@@ -71,6 +68,9 @@ constexpr std::chrono::seconds kReplySlack{1};
 // threads, which keeps 1 MiB copies off the net loop.
 constexpr uint64_t kInlineReplyBytes = 256 << 10;
 
+// Logs, counts and answers an error. Expected misses (ENOENT) and refusals
+// (EACCES: the federation client logs a namespace without a token once) are
+// logged at debug level only: every user's `ls` must not flood the log.
 void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   Self(req)->CountError(s);
   int err = ToErrno(s);
@@ -336,10 +336,12 @@ struct FuseServer::Ops {
         Observe(hist, started);
         replies->Answered();
       };
-      if (ReplyBytes(r) > kInlineReplyBytes) {
-        boost::asio::post(pool->threads, std::move(reply));
-      } else {
-        reply();
+      if (ReplyBytes(r) <= kInlineReplyBytes) return reply();
+      auto job = std::make_shared<decltype(reply)>(std::move(reply));
+      try {
+        boost::asio::post(pool->threads, [job] { (*job)(); });
+      } catch (const std::exception&) {
+        (*job)();  // claimed: it must be answered, here if not there
       }
     };
     try {

@@ -10,7 +10,8 @@
 // Every call takes its deadline from `op_timeout`: nothing waits longer.
 //
 // Thread-safety: all methods are safe from any thread and may block the
-// caller (FUSE workers) until answered or the deadline passes.
+// caller (FUSE workers) until answered or the deadline passes, except the
+// *Async reads, which block only to read a hit from the local store.
 #pragma once
 
 #include <atomic>
