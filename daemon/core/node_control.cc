@@ -162,6 +162,7 @@ StatsSnapshot NodeControl::Stats() const {
       s.prefetch.sequential_blocks += ps.sequential_blocks.load();
       s.prefetch.directory_files += ps.directory_files.load();
       s.prefetch.hinted_files += ps.hinted_files.load();
+      s.prefetch.directories_listed_ahead += ps.directories_listed_ahead.load();
       s.prefetch.withdrawn += ps.withdrawn.load();
     }
     s.offline = s.offline || m->offline();

@@ -91,6 +91,7 @@ struct StatsSnapshot {
   std::vector<WarmProgress> warm_jobs;
   struct {
     uint64_t sequential_blocks = 0, directory_files = 0, hinted_files = 0, withdrawn = 0;
+    uint64_t directories_listed_ahead = 0;
   } prefetch;
   SchedulerStats scheduler;
   size_t budget_requests = 0;
@@ -126,6 +127,7 @@ struct StatsSnapshot {
     fn("prefetch.directory_files", s.prefetch.directory_files);
     fn("prefetch.hinted_files", s.prefetch.hinted_files);
     fn("prefetch.withdrawn", s.prefetch.withdrawn);
+    fn("prefetch.directories_listed_ahead", s.prefetch.directories_listed_ahead);
     fn("prefetch.max_in_flight_seen", s.scheduler.max_in_flight_seen);
     fn("prefetch.boosted", s.scheduler.boosted);
     fn("prefetch.budget_requests", s.budget_requests);

@@ -190,6 +190,23 @@ void Prefetcher::PrefetchDirectory(const ObjectPath& dir, const std::string& aft
     PrefetchFile(*child, e->attr, cls);
     stats_.directory_files++;
   }
+  ListNextDirectory(dir);
+}
+
+void Prefetcher::ListNextDirectory(const ObjectPath& dir) {
+  if (dir.IsRoot() || !alive_->load()) return;
+  auto siblings = names_.ReadDir(dir.Parent(), DeadlineAfter(options_.lookup_timeout));
+  if (!siblings.ok()) return;
+  // Entries are sorted by name: the first directory after this one.
+  auto it = std::upper_bound(
+      siblings->begin(), siblings->end(), dir.Name(),
+      [](std::string_view name, const DirEntry& e) { return name < std::string_view(e.name); });
+  it = std::find_if(it, siblings->end(), [](const DirEntry& e) { return e.attr.is_dir; });
+  if (it == siblings->end()) return;
+  auto next = dir.Parent().Child(it->name);
+  if (!next.ok()) return;
+  if (auto listed = names_.ReadDir(*next, DeadlineAfter(options_.lookup_timeout)); listed.ok())
+    stats_.directories_listed_ahead++;
 }
 
 void Prefetcher::Hint(const std::string& job, std::vector<ObjectPath> paths) {

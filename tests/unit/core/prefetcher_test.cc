@@ -182,5 +182,27 @@ TEST_F(PrefetchTest, OpeningAFileFetchesItsSiblingsOnce) {
   EXPECT_EQ(origin_.ReadLog().size(), mark);
 }
 
+TEST_F(PrefetchTest, OpeningAFileListsTheNextDirectoryAheadButFetchesNothingThere) {
+  for (const char* f : {"/s/a/x0", "/s/a/x1", "/s/b/y0", "/s/b/y1", "/s/c/z0", "/s/note.txt"})
+    origin_.AddFile(f, Data(100, 7));
+  Build(PrefetchOptions{});
+  auto h = fs_->Open(P("/s/a/x0"));
+  ASSERT_TRUE(h.ok());
+  fs_->Release(*h);
+  EXPECT_EQ(prefetcher_->stats().directories_listed_ahead, 1u);
+  const int lists = origin_.lists.load();
+  ASSERT_TRUE(fs_->ReadDir(P("/s/b")).ok());  // listed ahead: no round trip now
+  EXPECT_EQ(origin_.lists.load(), lists);
+  ASSERT_TRUE(fs_->ReadDir(P("/s/c")).ok());  // only the next one
+  EXPECT_EQ(origin_.lists.load(), lists + 1);
+  for (const std::string& r : origin_.ReadLog()) EXPECT_FALSE(r.starts_with("/s/b/")) << r;
+
+  // The last directory has no next one; directory prefetch off lists nothing ahead.
+  h = fs_->Open(P("/s/c/z0"));
+  ASSERT_TRUE(h.ok());
+  fs_->Release(*h);
+  EXPECT_EQ(prefetcher_->stats().directories_listed_ahead, 1u);
+}
+
 }  // namespace
 }  // namespace perch::core
