@@ -77,7 +77,9 @@ void Prefetcher::Opened(uint64_t handle, const ObjectPath& path, const FileAttr&
   }
   if (list_dir) {
     exec_.Post([this, alive, dir = path.Parent(), name = std::string(path.Name())] {
-      if (alive->load()) PrefetchDirectory(dir, name);
+      if (!alive->load()) return;
+      PrefetchDirectory(dir, name);
+      ListNextDirectory(dir);  // also after a directory too large to prefetch
     });
   }
 }
@@ -190,7 +192,6 @@ void Prefetcher::PrefetchDirectory(const ObjectPath& dir, const std::string& aft
     PrefetchFile(*child, e->attr, cls);
     stats_.directory_files++;
   }
-  ListNextDirectory(dir);
 }
 
 void Prefetcher::ListNextDirectory(const ObjectPath& dir) {

@@ -197,10 +197,21 @@ TEST_F(PrefetchTest, OpeningAFileListsTheNextDirectoryAheadButFetchesNothingTher
   EXPECT_EQ(origin_.lists.load(), lists + 1);
   for (const std::string& r : origin_.ReadLog()) EXPECT_FALSE(r.starts_with("/s/b/")) << r;
 
-  // The last directory has no next one; directory prefetch off lists nothing ahead.
+  // The last directory has no next one.
   h = fs_->Open(P("/s/c/z0"));
   ASSERT_TRUE(h.ok());
   fs_->Release(*h);
+  EXPECT_EQ(prefetcher_->stats().directories_listed_ahead, 1u);
+
+  // A directory too large to prefetch still has the next one listed.
+  PrefetchOptions small;
+  small.dir_max_entries = 1;
+  Build(small);
+  const size_t mark = origin_.ReadLog().size();
+  h = fs_->Open(P("/s/a/x1"));
+  ASSERT_TRUE(h.ok());
+  fs_->Release(*h);
+  EXPECT_EQ(origin_.ReadLog().size(), mark);  // nothing prefetched
   EXPECT_EQ(prefetcher_->stats().directories_listed_ahead, 1u);
 }
 
