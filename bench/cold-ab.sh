@@ -8,7 +8,8 @@
 # alternating rounds show what a change does.
 #
 # READER: threads (default: perch-bench-read, one process with READERS threads, as a
-# data loader) or cat (xargs cat, a process per 25 files; results before 2026-11-26).
+# data loader) or cat (xargs cat, a process per 25 files: the reader of the results
+# before the sixth round of "Cost per file", 2026-11-25).
 # Needs root (FUSE, drop_caches). Run after building the builds to compare:
 #   BINS="/tmp/before/bin build/bin" bench/cold-ab.sh
 # Env: BINS (directories with perchd, perchctl, perch-devfed; default

@@ -83,8 +83,8 @@ under_tracer() {
 # SMALL_READER DIR LIST N: reads every small file under DIR with N readers
 # (bench/lib.sh): READER=threads (one process, N threads, as a data loader and
 # as curl --parallel) or cat (xargs cat, a process per 25 files: the reader of
-# results before 2026-11-25's second round); the other one reads one more
-# cold pass, for comparison.
+# the results before the sixth round of "Cost per file", 2026-11-25); the other
+# one reads one more cold pass, for comparison.
 case ${READER:-threads} in
   threads) SMALL_READER=("${BENCH_READ_THREADS[@]}") OTHER_READER=("${BENCH_READ_CAT[@]}") OTHER=cat ;;
   cat) SMALL_READER=("${BENCH_READ_CAT[@]}") OTHER_READER=("${BENCH_READ_THREADS[@]}") OTHER=threads ;;
