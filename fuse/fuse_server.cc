@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "daemon/core/log_escape.h"
+#include "daemon/core/wait.h"
 #include "fuse/kernel_tuning.h"
 
 namespace perch::fuse {
@@ -60,9 +61,6 @@ FuseServer* Self(fuse_req_t req) { return static_cast<FuseServer*>(fuse_req_user
 
 using Op = core::OpMetrics::Op;
 
-// How much longer than the read's own deadline a reply may take (as WaitFor
-// allows a blocking read) before PendingReplies answers EIO.
-constexpr std::chrono::seconds kReplySlack{1};
 // A reply up to this size is copied into the kernel by the thread that has
 // its bytes (a small file's whole reply); a larger one goes to the reply
 // threads, which keeps 1 MiB copies off the net loop.
@@ -299,7 +297,10 @@ struct FuseServer::Ops {
       FuseServer* self = Self(req);
       const auto started = std::chrono::steady_clock::now();
       ObjectPath path;  // no handle (no-open): the file is named by its inode
-      if (fi->fh == 0 && !self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+      if (fi->fh == 0 && !self->PathOf(ino, &path)) {
+        fuse_reply_err(req, ESTALE);
+        return Observe(self->LatencyOf(Op::kRead), started);
+      }
       // A hit: hand the kernel the block files (spliced when the kernel
       // allows it, one file after the other for a read that spans blocks)
       // instead of copying the bytes through us.
@@ -320,7 +321,7 @@ struct FuseServer::Ops {
   static void ReadLater(FuseServer* self, fuse_req_t req, uint64_t fh, const ObjectPath& path,
                         uint64_t off, size_t size, std::chrono::steady_clock::time_point started) {
     auto replies = self->replies_;
-    const uint64_t token = replies->Add(req, self->fs_.NewDeadline() + kReplySlack);
+    const uint64_t token = replies->Add(req, self->fs_.NewDeadline() + core::kAnswerSlack);
     auto done = [replies, token, hist = self->LatencyOf(Op::kRead), started,
                  pool = self->reply_pool_.get()](core::Result<std::vector<core::SharedBytes>> r) {
       fuse_req_t claimed = replies->Claim(token);

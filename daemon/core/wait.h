@@ -13,6 +13,10 @@
 
 namespace perch::core {
 
+// How long past its deadline a caller waits for an answer before it gives up
+// on it (the callee's own deadline handling gets this long to answer first).
+inline constexpr std::chrono::seconds kAnswerSlack{1};
+
 template <typename T, typename Call>
 Result<T> WaitFor(Deadline deadline, Call call) {
   struct Slot {
@@ -27,8 +31,7 @@ Result<T> WaitFor(Deadline deadline, Call call) {
     slot->cv.notify_all();
   });
   std::unique_lock<std::mutex> l(slot->mu);
-  if (!slot->cv.wait_until(l, deadline + std::chrono::seconds(1),
-                           [&] { return slot->value.has_value(); })) {
+  if (!slot->cv.wait_until(l, deadline + kAnswerSlack, [&] { return slot->value.has_value(); })) {
     return DeadlineExceededError("no answer before the deadline");
   }
   return std::move(*slot->value);
