@@ -25,11 +25,7 @@ bench_setup cold-ab curl bc
 SMALL_FILES=${SMALL_FILES:-2000}
 READERS=${READERS:-32}
 BINS=${BINS:-$BIN}
-case ${READER:-threads} in
-  threads) SMALL_READER=("${BENCH_READ_THREADS[@]}") ;;
-  cat) SMALL_READER=("${BENCH_READ_CAT[@]}") ;;
-  *) echo "READER is threads or cat" >&2; exit 2 ;;
-esac
+bench_reader "${READER:-threads}" SMALL_READER
 bench_data "$SMALL_FILES" 1
 (cd "$DATA" && find imagenet -type f -name '*.JPEG' | sort) > "$WORK/files.txt"
 bench_devfed devfed

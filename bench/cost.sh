@@ -85,11 +85,9 @@ under_tracer() {
 # as curl --parallel) or cat (xargs cat, a process per 25 files: the reader of
 # the results before the sixth round of "Cost per file", 2026-11-25); the other
 # one reads one more cold pass, for comparison.
-case ${READER:-threads} in
-  threads) SMALL_READER=("${BENCH_READ_THREADS[@]}") OTHER_READER=("${BENCH_READ_CAT[@]}") OTHER=cat ;;
-  cat) SMALL_READER=("${BENCH_READ_CAT[@]}") OTHER_READER=("${BENCH_READ_THREADS[@]}") OTHER=threads ;;
-  *) echo "READER is threads or cat" >&2; exit 2 ;;
-esac
+bench_reader "${READER:-threads}" SMALL_READER
+OTHER=$([[ ${READER:-threads} == cat ]] && echo threads || echo cat)
+bench_reader "$OTHER" OTHER_READER
 
 # pass NAME UNITS UNIT_NAME MB READER_CMD...: runs READER_CMD, with perchd's CPU
 # and FUSE requests before and after (after SETTLE blocks are stored, if set);

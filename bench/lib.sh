@@ -201,6 +201,15 @@ PY
 #   close, as a data loader's workers do (and as curl --parallel is one process).
 BENCH_READ_CAT=(bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' small)
 BENCH_READ_THREADS=(bash -c 'exec "$0" -C "$1" -j "$3" "$2" > /dev/null' "$BIN/perch-bench-read")
+# bench_reader KIND VAR: sets array VAR to the reader KIND names (threads or cat).
+bench_reader() {
+  local -n reader_cmd=$2
+  case $1 in
+    threads) reader_cmd=("${BENCH_READ_THREADS[@]}") ;;
+    cat) reader_cmd=("${BENCH_READ_CAT[@]}") ;;
+    *) echo "READER is threads or cat, not '$1'" >&2; exit 2 ;;
+  esac
+}
 
 # bench_settle BLOCKS: waits (up to 60 s) until the perchd of $WORK/ctl.sock has
 # stored BLOCKS blocks, so that the CPU of a cold pass includes writing what it fetched.
