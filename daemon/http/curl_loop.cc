@@ -33,6 +33,7 @@ std::vector<std::string> HttpHead::GetAll(std::string_view name) const {
 
 struct CurlLoop::Transfer {
   uint64_t id = 0;
+  HostSlots* host = nullptr;  // its server's slots (set when it is submitted)
   CURL* easy = nullptr;
   curl_slist* header_list = nullptr;
   HttpRequest request;
@@ -56,6 +57,14 @@ struct CurlLoop::SocketWatch {
   bool closed = false;
 };
 
+// The transfers of one server (scheme://host:port) that run, and those that
+// wait for one of its max_host_connections slots or for the global budget.
+struct CurlLoop::HostSlots {
+  std::string server;
+  size_t active = 0;
+  std::deque<std::unique_ptr<Transfer>> waiting;
+};
+
 struct CurlLoop::Impl {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
@@ -71,7 +80,16 @@ struct CurlLoop::Impl {
   CURLM* multi = nullptr;
   std::unordered_map<curl_socket_t, std::shared_ptr<SocketWatch>> sockets;
   std::unordered_map<uint64_t, std::unique_ptr<Transfer>> active;
-  std::deque<std::unique_ptr<Transfer>> queue;
+  // Transfers wait here, not in curl: a handle added to the multi handle beyond its
+  // server's connections waits in curl's own pending list, which cost ~10 % of perchd's CPU
+  // per cold small file with a prefetch's 200 requests in flight to one server
+  // (bench/results/cold-ab-2026-11-25-host-queue.txt). `hosts` has an entry per server
+  // with a transfer running or waiting; `waiting_hosts` those with one waiting.
+  std::unordered_map<std::string, HostSlots> hosts;
+  std::vector<HostSlots*> waiting_hosts;
+  bool starting_queued = false;
+  asio::steady_timer waiting_timer{io};  // the earliest deadline of a waiting transfer
+  std::optional<core::Deadline> waiting_timer_at;
   std::vector<CURL*> easy_pool;
   CurlLoop* owner = nullptr;
   std::function<void(const HttpRequest&)> observer;
@@ -88,6 +106,13 @@ struct CurlLoop::Impl {
 namespace {
 
 std::once_flag g_curl_init;
+
+// "http://host:port/a/b?q" -> "http://host:port": curl's connections are per server.
+std::string_view ServerOf(std::string_view url) {
+  size_t b = url.find("://");
+  b = b == std::string_view::npos ? 0 : b + 3;
+  return url.substr(0, url.find_first_of("/?#", b));
+}
 
 std::string HostOf(std::string_view url) {
   size_t b = url.find("://");
@@ -197,6 +222,8 @@ CurlLoop::~CurlLoop() {
 void CurlLoop::Shutdown() {
   if (!thread_.joinable()) return;
   asio::post(impl_->io, [this] {
+    // The waiting first: finishing a running transfer would start one of them.
+    auto waiting = TakeWaiting([](const Transfer&) { return true; });
     std::vector<uint64_t> ids;
     for (auto& [id, t] : impl_->active) ids.push_back(id);
     for (uint64_t id : ids) {
@@ -204,12 +231,11 @@ void CurlLoop::Shutdown() {
       if (it != impl_->active.end())
         Finish(it->second.get(), core::CancelledError("shutting down"));
     }
-    while (!impl_->queue.empty()) {
-      auto t = std::move(impl_->queue.front());
-      impl_->queue.pop_front();
+    for (auto& t : waiting) {
       if (t->done) t->done(core::CancelledError("shutting down"));
     }
     impl_->timer.cancel();
+    impl_->waiting_timer.cancel();
     impl_->work.reset();
     impl_->io.stop();  // drop pending timers (retry backoffs): nothing may run after Shutdown
   });
@@ -237,12 +263,7 @@ void CurlLoop::Cancel(uint64_t id) {
       Finish(it->second.get(), core::CancelledError("cancelled"));
       return;
     }
-    auto q = std::find_if(impl_->queue.begin(), impl_->queue.end(),
-                          [id](const auto& t) { return t->id == id; });
-    if (q != impl_->queue.end()) {
-      auto t = std::move(*q);
-      impl_->queue.erase(q);
-      queued_.fetch_sub(1, std::memory_order_relaxed);
+    for (auto& t : TakeWaiting([id](const Transfer& w) { return w.id == id; })) {
       if (t->done) t->done(core::CancelledError("cancelled"));
     }
   });
@@ -277,20 +298,94 @@ void CurlLoop::SetRequestObserverForTest(std::function<void(const HttpRequest&)>
 }
 
 void CurlLoop::StartOrQueue(std::unique_ptr<Transfer> t) {
-  if (impl_->active.size() >= options_.max_in_flight) {
-    queued_.fetch_add(1, std::memory_order_relaxed);
-    impl_->queue.push_back(std::move(t));
+  std::string_view server = ServerOf(t->request.url);
+  auto [it, fresh] = impl_->hosts.try_emplace(std::string(server));
+  HostSlots& host = it->second;
+  if (fresh) host.server = it->first;
+  t->host = &host;
+  if (host.waiting.empty() && HasSlot(host)) {
+    Start(std::move(t));
     return;
   }
-  Start(std::move(t));
+  queued_.fetch_add(1, std::memory_order_relaxed);
+  core::Deadline deadline = t->request.deadline;
+  host.waiting.push_back(std::move(t));
+  if (host.waiting.size() == 1) impl_->waiting_hosts.push_back(&host);
+  WakeForWaitingAt(deadline);
+}
+
+bool CurlLoop::HasSlot(const HostSlots& host) const {
+  return impl_->active.size() < options_.max_in_flight &&
+         host.active < static_cast<size_t>(std::max(1L, options_.max_host_connections));
+}
+
+void CurlLoop::ForgetIfIdle(HostSlots* host) {
+  if (host->active == 0 && host->waiting.empty())
+    impl_->hosts.erase(impl_->hosts.find(host->server));
+}
+
+// Removes the waiting transfers that `match`, and the servers left with none waiting.
+std::vector<std::unique_ptr<CurlLoop::Transfer>> CurlLoop::TakeWaiting(
+    const std::function<bool(const Transfer&)>& match) {
+  std::vector<std::unique_ptr<Transfer>> taken;
+  auto& hosts = impl_->waiting_hosts;
+  for (size_t i = 0; i < hosts.size();) {
+    HostSlots* h = hosts[i];
+    for (auto q = h->waiting.begin(); q != h->waiting.end();) {
+      if (match(**q)) {
+        taken.push_back(std::move(*q));
+        q = h->waiting.erase(q);
+      } else {
+        ++q;
+      }
+    }
+    if (h->waiting.empty()) {
+      hosts[i] = hosts.back();
+      hosts.pop_back();
+      ForgetIfIdle(h);
+    } else {
+      ++i;
+    }
+  }
+  queued_.fetch_sub(taken.size(), std::memory_order_relaxed);
+  return taken;
+}
+
+// A waiting transfer whose deadline passes ends then, not when a slot frees (the
+// transfers holding the slots may run much longer: a stalled server, a large block).
+void CurlLoop::WakeForWaitingAt(core::Deadline at) {
+  if (impl_->waiting_timer_at && *impl_->waiting_timer_at <= at) return;
+  impl_->waiting_timer_at = at;
+  impl_->waiting_timer.expires_at(at);
+  impl_->waiting_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec == asio::error::operation_aborted) return;
+    impl_->waiting_timer_at.reset();
+    core::Deadline now = core::Clock::now();
+    auto expired = TakeWaiting([now](const Transfer& w) { return w.request.deadline <= now; });
+    std::optional<core::Deadline> next;
+    for (HostSlots* h : impl_->waiting_hosts) {
+      for (const auto& w : h->waiting) {
+        if (!next || w->request.deadline < *next) next = w->request.deadline;
+      }
+    }
+    if (next) WakeForWaitingAt(*next);
+    for (auto& t : expired) {
+      if (t->done) {
+        t->done(core::DeadlineExceededError("deadline passed before " + t->request.method + " " +
+                                            HostOf(t->request.url) + " could start"));
+      }
+    }
+  });
 }
 
 void CurlLoop::Start(std::unique_ptr<Transfer> t) {
   if (core::Clock::now() >= t->request.deadline) {
+    ForgetIfIdle(t->host);
     t->done(core::DeadlineExceededError("deadline passed before " + t->request.method + " " +
                                         HostOf(t->request.url) + " could start"));
     return;
   }
+  t->host->active++;
   CURL* e;
   if (!impl_->easy_pool.empty()) {
     e = impl_->easy_pool.back();
@@ -356,6 +451,8 @@ void CurlLoop::Finish(Transfer* t, Result<HttpResponse> result) {
   std::unique_ptr<Transfer> owned = std::move(it->second);
   impl_->active.erase(it);
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  owned->host->active--;
+  ForgetIfIdle(owned->host);
   curl_multi_remove_handle(impl_->multi, owned->easy);
   curl_slist_free_all(owned->header_list);
   owned->header_list = nullptr;
@@ -375,13 +472,35 @@ void CurlLoop::Finish(Transfer* t, Result<HttpResponse> result) {
   StartQueued();
 }
 
+// Starts waiting transfers while there are slots, one server's at a time in turn.
+// Not reentrant: a transfer that fails as it starts finishes, and Finish calls here.
 void CurlLoop::StartQueued() {
-  while (!impl_->queue.empty() && impl_->active.size() < options_.max_in_flight) {
-    auto t = std::move(impl_->queue.front());
-    impl_->queue.pop_front();
-    queued_.fetch_sub(1, std::memory_order_relaxed);
-    Start(std::move(t));
+  if (impl_->starting_queued) return;
+  impl_->starting_queued = true;
+  auto& hosts = impl_->waiting_hosts;
+  for (bool started = true; started && impl_->active.size() < options_.max_in_flight;) {
+    started = false;
+    for (size_t i = 0; i < hosts.size();) {
+      HostSlots* h = hosts[i];
+      if (!HasSlot(*h)) {
+        ++i;
+        continue;
+      }
+      auto t = std::move(h->waiting.front());
+      h->waiting.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
+      bool last = h->waiting.empty();
+      if (last) {  // off the list before Start, which may forget `h`
+        hosts[i] = hosts.back();
+        hosts.pop_back();
+      } else {
+        ++i;
+      }
+      Start(std::move(t));
+      started = true;
+    }
   }
+  impl_->starting_queued = false;
 }
 
 void CurlLoop::DrainCompleted() {

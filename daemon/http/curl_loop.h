@@ -91,7 +91,9 @@ class CurlLoop {
   CurlLoop(const CurlLoop&) = delete;
   CurlLoop& operator=(const CurlLoop&) = delete;
 
-  // Starts `request` (or queues it while max_in_flight transfers run).
+  // Starts `request`, or queues it while max_in_flight transfers run or its server
+  // (scheme://host:port) has max_host_connections running; a queued request whose
+  // deadline passes ends then with kDeadlineExceeded.
   // `done` gets the response for any HTTP status (the caller interprets it),
   // or kUnavailable/kDeadlineExceeded for transport failures (message names
   // the URL's host and curl's reason), kCancelled after Cancel(). Returns an
@@ -115,6 +117,7 @@ class CurlLoop {
  private:
   friend struct CurlCallbacks;
   struct Transfer;
+  struct HostSlots;
   struct SocketWatch;
   struct Impl;
 
@@ -124,6 +127,11 @@ class CurlLoop {
   void Finish(Transfer* t, core::Result<HttpResponse> result);
   void DrainCompleted();
   void StartQueued();
+  bool HasSlot(const HostSlots& host) const;
+  void ForgetIfIdle(HostSlots* host);
+  std::vector<std::unique_ptr<Transfer>> TakeWaiting(
+      const std::function<bool(const Transfer&)>& match);
+  void WakeForWaitingAt(core::Deadline at);
 
   Options options_;
   std::unique_ptr<Impl> impl_;

@@ -227,5 +227,103 @@ TEST(CurlLoopBudgetTest, InFlightBudgetIsNeverExceeded) {
   EXPECT_EQ(loop.Queued(), 0u);
 }
 
+// Requests to one server beyond its connections wait in the loop, in order, and
+// leave the other servers' requests alone.
+TEST(CurlLoopBudgetTest, AServerGetsAtMostItsConnectionsAndOthersGoOn) {
+  testing::FaultServer slow, fast;
+  slow.AddObject("obj", std::string(200000, 'x'));
+  fast.AddObject("obj", std::string(1000, 'y'));
+  CurlLoop::Options opts;
+  opts.max_in_flight = 10;
+  opts.max_host_connections = 2;
+  CurlLoop loop(opts);
+  std::atomic<int> slow_running{0}, slow_peak{0}, slow_done{0}, fast_ok{0};
+  std::atomic<int> slow_done_when_fast_done{-1};
+  const std::string slow_url = slow.BaseUrl() + "/srv/stall/ns/obj";  // holds ~5 s
+  loop.SetRequestObserverForTest([&](const HttpRequest& r) {
+    if (r.url != slow_url) return;
+    int now = ++slow_running;
+    int seen = slow_peak.load();
+    while (now > seen && !slow_peak.compare_exchange_weak(seen, now)) {
+    }
+  });
+  for (int i = 0; i < 6; ++i) {
+    HttpRequest r;
+    r.url = slow_url;
+    r.deadline = core::DeadlineAfter(std::chrono::seconds(3));
+    loop.Submit(std::move(r), [&](core::Result<HttpResponse>) {
+      --slow_running;
+      ++slow_done;
+    });
+  }
+  std::promise<void> fast_finished;
+  for (int i = 0; i < 2; ++i) {
+    HttpRequest r;
+    r.url = fast.BaseUrl() + "/srv/ok/ns/obj";
+    loop.Submit(std::move(r), [&, i](core::Result<HttpResponse> res) {
+      if (res.ok() && res->body == std::string(1000, 'y')) ++fast_ok;
+      if (i == 1) {
+        slow_done_when_fast_done = slow_done.load();
+        fast_finished.set_value();
+      }
+    });
+  }
+  fast_finished.get_future().wait();
+  EXPECT_EQ(fast_ok.load(), 2);
+  EXPECT_EQ(slow_done_when_fast_done.load(), 0);  // not behind the slow server's queue
+  for (int i = 0; i < 200 && slow_done.load() < 6; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(slow_done.load(), 6);
+  EXPECT_EQ(slow_peak.load(), 2);
+  EXPECT_EQ(loop.InFlight(), 0u);
+  EXPECT_EQ(loop.Queued(), 0u);
+}
+
+// A request waiting for its server's only connection ends at its own deadline,
+// or when cancelled, not when the connection frees.
+TEST(CurlLoopBudgetTest, AWaitingRequestEndsAtItsDeadlineOrWhenCancelled) {
+  testing::FaultServer server;
+  server.AddObject("obj", std::string(200000, 'x'));
+  CurlLoop::Options opts;
+  opts.max_host_connections = 1;
+  CurlLoop loop(opts);
+  const std::string url = server.BaseUrl() + "/srv/stall/ns/obj";  // holds ~5 s
+  std::atomic<bool> first_done{false};
+  HttpRequest first;
+  first.url = url;
+  first.deadline = core::DeadlineAfter(std::chrono::seconds(4));
+  uint64_t first_id =
+      loop.Submit(std::move(first), [&](core::Result<HttpResponse>) { first_done = true; });
+
+  std::promise<std::pair<core::StatusCode, bool>> expired, cancelled;
+  HttpRequest late;
+  late.url = url;
+  late.deadline = core::DeadlineAfter(std::chrono::milliseconds(200));
+  loop.Submit(std::move(late), [&](core::Result<HttpResponse> res) {
+    expired.set_value({res.status().code(), first_done.load()});
+  });
+  HttpRequest dropped;
+  dropped.url = url;
+  dropped.deadline = core::DeadlineAfter(std::chrono::seconds(4));
+  uint64_t dropped_id = loop.Submit(std::move(dropped), [&](core::Result<HttpResponse> res) {
+    cancelled.set_value({res.status().code(), first_done.load()});
+  });
+
+  auto [code, first_was_done] = expired.get_future().get();
+  EXPECT_EQ(code, core::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(first_was_done);
+  EXPECT_EQ(loop.Queued(), 1u);
+  loop.Cancel(dropped_id);
+  std::tie(code, first_was_done) = cancelled.get_future().get();
+  EXPECT_EQ(code, core::StatusCode::kCancelled);
+  EXPECT_FALSE(first_was_done);
+  loop.Cancel(first_id);
+  for (int i = 0; i < 100 && !first_done.load(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(first_done.load());
+  EXPECT_EQ(loop.InFlight(), 0u);
+  EXPECT_EQ(loop.Queued(), 0u);
+}
+
 }  // namespace
 }  // namespace perch::http
