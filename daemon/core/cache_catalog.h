@@ -112,6 +112,10 @@ struct CatalogOptions {
   // Size and free space of the cache's filesystem; null: the configured
   // capacity is never capped.
   std::function<Status(uint64_t* total, uint64_t* free)> disk_space;
+  // Called on the disk executor once the start-up walk (Reconcile) is over and what it
+  // held (a sorted copy of every record's key) is freed: the daemon hands free memory
+  // back to the system then. Null: nothing.
+  std::function<void()> after_walk;
 };
 
 // Lets one warning through per `period` and counts the others, so that a

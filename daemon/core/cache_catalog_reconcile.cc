@@ -26,7 +26,10 @@ bool CacheCatalog::Adopt(const BlockKey& key, uint64_t length) {
 }
 
 void CacheCatalog::Reconcile() {
-  disk_.Post([this] { ReconcileNow(); });
+  disk_.Post([this] {
+    ReconcileNow();
+    if (options_.after_walk) options_.after_walk();
+  });
 }
 
 void CacheCatalog::ReconcileNow() {

@@ -79,6 +79,31 @@ TEST(CacheCatalogTest, ReconcileAdoptsOrphansAndDropsRecordsWithoutFiles) {
   EXPECT_EQ(index.CountPrefix("b/"), 3u);
 }
 
+// The daemon returns free memory to the system when the walk is over: the hook
+// runs once, after the catalog has become authoritative, never before.
+TEST(CacheCatalogTest, AfterWalkRunsOnceWhenTheWalkIsOver) {
+  MemIndex index;
+  MemBlockStore store;
+  ASSERT_TRUE(store.Write(BlockKey{"orphan", 0}, std::string(700, 'y')).ok());
+  InlineExecutor disk;
+  int calls = 0;
+  bool reconciled_then = false;
+  CatalogOptions options;
+  CacheCatalog* seen = nullptr;
+  options.after_walk = [&] {
+    calls++;
+    reconciled_then =
+        seen != nullptr && seen->reconciled() && seen->Contains(BlockKey{"orphan", 0});
+  };
+  CacheCatalog catalog(index, store, disk, options, nullptr);
+  seen = &catalog;
+  ASSERT_TRUE(catalog.Load().ok());
+  EXPECT_EQ(calls, 0);
+  catalog.Reconcile();
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(reconciled_then);
+}
+
 // Issue 14: a cold read goes straight to the fetch once the catalog is
 // authoritative (after the start-up walk), instead of probing the store for
 // a file that cannot be there; before the walk an orphan is still a hit.
@@ -139,7 +164,8 @@ TEST(CacheCatalogTest, AnEmptyIndexIsRebuiltFromTheStoreAndAdoptedBlocksGoFirst)
   InlineExecutor disk;
   for (uint64_t b = 0; b < 4; ++b)
     ASSERT_TRUE(store.Write(BlockKey{"old", b}, std::string(1000, 'o')).ok());
-  CacheCatalog catalog(index, store, disk, CatalogOptions{6000, 0.95, 0.5, 1, nullptr}, nullptr);
+  CacheCatalog catalog(index, store, disk, CatalogOptions{6000, 0.95, 0.5, 1, nullptr, nullptr},
+                       nullptr);
   ASSERT_TRUE(catalog.Load().ok());
   catalog.Reconcile();
   EXPECT_EQ(catalog.cached_bytes(), 4000u);
@@ -178,8 +204,9 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
   MemBlockStore& store = node.store;
   FakeDisk fs{200 * kMiB, 0, &store};
   testing::StackConfig config;
-  config.catalog = CatalogOptions{1ULL << 30, 0.95, 0.85, 1024,
-                                  [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); }};
+  config.catalog = CatalogOptions{
+      1ULL << 30, 0.95, 0.85, 1024, [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); },
+      nullptr};
   config.block_size = kMiB;
   ASSERT_TRUE(node.Build(config).ok());
   CacheCatalog& catalog = node.stack().catalog();
