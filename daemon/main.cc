@@ -437,12 +437,14 @@ int main(int argc, char** argv) {
   // Everything perchd creates (block files, the index, sockets' directories)
   // is private to it: cached paths of protected namespaces must not leak.
   ::umask(077);
+#if !PERCH_TCMALLOC
   // glibc gives each thread that allocates an arena of its own, up to 8 per
   // core, and memory freed in one is not reused by another: at 1 M cached
   // objects that kept ~100 MiB more resident during a warm (issue 14). Two
   // arenas, before any thread exists; MALLOC_ARENA_MAX in the environment
-  // still decides when set.
+  // still decides when set. (tcmalloc's thread caches share one heap.)
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
+#endif
   using perch::ConfigError;
   perch::DaemonConfig cfg;
   CLI::App app{
