@@ -257,12 +257,13 @@ TEST(CurlLoopBudgetTest, AServerGetsAtMostItsConnectionsAndOthersGoOn) {
     });
   }
   std::promise<void> fast_finished;
+  std::atomic<int> fast_done{0};
   for (int i = 0; i < 2; ++i) {
     HttpRequest r;
     r.url = fast.BaseUrl() + "/srv/ok/ns/obj";
-    loop.Submit(std::move(r), [&, i](core::Result<HttpResponse> res) {
+    loop.Submit(std::move(r), [&](core::Result<HttpResponse> res) {
       if (res.ok() && res->body == std::string(1000, 'y')) ++fast_ok;
-      if (i == 1) {
+      if (++fast_done == 2) {  // the two run at once: either may end last
         slow_done_when_fast_done = slow_done.load();
         fast_finished.set_value();
       }
