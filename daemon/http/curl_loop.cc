@@ -114,11 +114,11 @@ std::string_view ServerOf(std::string_view url) {
   return url.substr(0, url.find_first_of("/?#", b));
 }
 
+// "http://host:port/a/b?q" -> "host:port" (for messages).
 std::string HostOf(std::string_view url) {
-  size_t b = url.find("://");
-  b = b == std::string_view::npos ? 0 : b + 3;
-  size_t e = url.find_first_of("/?#", b);
-  return std::string(url.substr(b, e == std::string_view::npos ? e : e - b));
+  std::string_view server = ServerOf(url);
+  size_t b = server.find("://");
+  return std::string(b == std::string_view::npos ? server : server.substr(b + 3));
 }
 
 }  // namespace
@@ -316,7 +316,8 @@ void CurlLoop::StartOrQueue(std::unique_ptr<Transfer> t) {
 
 bool CurlLoop::HasSlot(const HostSlots& host) const {
   return impl_->active.size() < options_.max_in_flight &&
-         host.active < static_cast<size_t>(std::max(1L, options_.max_host_connections));
+         (options_.max_host_connections <= 0 ||
+          host.active < static_cast<size_t>(options_.max_host_connections));
 }
 
 void CurlLoop::ForgetIfIdle(HostSlots* host) {

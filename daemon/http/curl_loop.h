@@ -75,7 +75,7 @@ class CurlLoop {
  public:
   struct Options {
     size_t max_in_flight = 256;      // global budget of concurrent transfers
-    long max_host_connections = 64;  // per host:port
+    long max_host_connections = 64;  // per scheme://host:port; 0 = no limit (as curl's)
     std::string ca_file;             // extra CA bundle for https ("" = system)
     std::string user_agent = "perch/0.1";
   };

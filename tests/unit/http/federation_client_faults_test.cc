@@ -195,6 +195,14 @@ TEST_F(FaultsTest, MalformedDirectorAnswersAreClearErrors) {
 namespace perch::http {
 namespace {
 
+// peak = max(peak, now), from any thread.
+template <typename T>
+void RaisePeak(std::atomic<T>& peak, T now) {
+  T seen = peak.load();
+  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+  }
+}
+
 TEST(CurlLoopBudgetTest, InFlightBudgetIsNeverExceeded) {
   testing::FaultServer server;
   server.AddObject("obj", std::string(200000, 'x'));
@@ -203,10 +211,7 @@ TEST(CurlLoopBudgetTest, InFlightBudgetIsNeverExceeded) {
   CurlLoop loop(opts);
   std::atomic<size_t> peak{0};
   loop.SetRequestObserverForTest([&](const HttpRequest&) {
-    size_t now = loop.InFlight() + 1;  // the transfer being started
-    size_t seen = peak.load();
-    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
-    }
+    RaisePeak(peak, loop.InFlight() + 1);  // the transfer being started
   });
   std::atomic<int> done{0}, ok{0};
   for (int i = 0; i < 30; ++i) {
@@ -241,11 +246,7 @@ TEST(CurlLoopBudgetTest, AServerGetsAtMostItsConnectionsAndOthersGoOn) {
   std::atomic<int> slow_done_when_fast_done{-1};
   const std::string slow_url = slow.BaseUrl() + "/srv/stall/ns/obj";  // holds ~5 s
   loop.SetRequestObserverForTest([&](const HttpRequest& r) {
-    if (r.url != slow_url) return;
-    int now = ++slow_running;
-    int seen = slow_peak.load();
-    while (now > seen && !slow_peak.compare_exchange_weak(seen, now)) {
-    }
+    if (r.url == slow_url) RaisePeak(slow_peak, ++slow_running);
   });
   for (int i = 0; i < 6; ++i) {
     HttpRequest r;
