@@ -34,8 +34,11 @@ TCK=$(getconf CLK_TCK)
 mapfile -t ORIGIN_PIDS < <(pgrep -x xrootd)
 awk -v o="$ORIGIN/bench/" '{ print "url = \"" o $0 "\"\noutput = \"/dev/null\"" }' "$WORK/files.txt" > "$WORK/curl.cfg"
 
-# line NAME WALL READER_S ORIGIN_TICKS [PERCHD_TICKS]
+# line NAME WALL READER_S ORIGIN_TICKS [PERCHD_TICKS]: one pass, also kept in
+# $WORK/passes (name, files/s, perchd us per file) for the summary.
 line() {
+  awk -v n="$1" -v w="$2" -v t="$TCK" -v f="$SMALL_FILES" -v p="${5:-}" \
+    'BEGIN { printf "%s\t%.1f\t%s\n", n, f / w, (p == "" ? "" : p * 1e6 / t / f) }' >> "$WORK/passes"
   awk -v n="$1" -v w="$2" -v c="$3" -v x="$4" -v p="${5:-}" -v t="$TCK" -v f="$SMALL_FILES" 'BEGIN {
     printf "%-36s %6.0f files/s  reader %4.0f us  origin %4.0f us", n, f / w, c * 1e6 / f, x * 1e6 / t / f
     if (p != "") printf "  perchd %4.0f us", p * 1e6 / t / f
@@ -67,3 +70,25 @@ for r in $(seq "${ROUNDS:-3}"); do
     rm -rf "$cache"
   done
 done
+
+# Per build, over the rounds: its rate as a fraction of the same round's curl
+# rate (min, median, max; rounds at 0.5 or more) and perchd's median CPU per file.
+echo
+echo "Summary, each pass against the curl pass of its round:"
+awk -F'\t' '
+  $1 == "curl, origin" { curl = $2; next }
+  { r = $2 / curl; k = $1; n[k]++; ratio[k, n[k]] = r; cpu[k, n[k]] = $3; if (r >= 0.5) ok[k]++
+    if (!(k in seen)) { seen[k] = 1; order[++m] = k } }
+  function median(a, k, c,   i, j, t, v) {
+    for (i = 1; i <= c; i++) v[i] = a[k, i]
+    for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+    return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
+  }
+  END {
+    for (b = 1; b <= m; b++) {
+      k = order[b]; lo = 1e9; hi = 0
+      for (i = 1; i <= n[k]; i++) { lo = ratio[k, i] < lo ? ratio[k, i] : lo; hi = ratio[k, i] > hi ? ratio[k, i] : hi }
+      printf "%-36s x curl %.2f-%.2f, median %.2f; %d of %d rounds >= 0.5; perchd median %.0f us per file\n",
+        k, lo, hi, median(ratio, k, n[k]), ok[k], n[k], median(cpu, k, n[k])
+    }
+  }' "$WORK/passes"

@@ -39,6 +39,7 @@ PackFiles::~PackFiles() {
   {
     std::lock_guard<std::mutex> l(mu_);
     stopping_ = true;
+    TrimLocked();
   }
   holes_cv_.notify_all();
   if (puncher_.joinable()) puncher_.join();
@@ -101,6 +102,7 @@ Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string
       struct stat st {};
       if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
       const uint64_t before = active_;
+      TrimLocked();
       active_ = next;
       active_end_ = 0;
       active_file_ =
@@ -114,6 +116,7 @@ Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string
     placed.offset = active_end_;
     placed.file = active_file_;
     active_end_ += extent;
+    if (active_end_ > reserved_end_) ReserveLocked(placed.offset);
     live_[active_]++;
   }
   if (!PwriteAll(placed.file.fd->fd(), header, data, placed.offset)) {
@@ -122,6 +125,34 @@ Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string
     return ErrnoStatus("write", PathOf(placed.pack), err == 0 ? EIO : err);
   }
   return placed;
+}
+
+void PackFiles::ReserveLocked(uint64_t from) {
+  // Allocated ahead of the writes (the file grows to reserved_end_, zeros
+  // past its last record): the writes that follow fill blocks the filesystem
+  // has already found, which on ext4 costs a quarter less CPU per record than
+  // allocating them as each write comes (issue 14). Where the filesystem
+  // cannot, or the disk is full, the writes allocate as before (and fail with
+  // kNoSpace).
+  if (!reserve_works_) return;
+  from = std::max(from, reserved_end_);
+  const uint64_t to = std::max(active_end_, std::min(active_end_ + kReserveBytes, max_bytes_));
+  if (::fallocate(active_file_.fd->fd(), 0, static_cast<off_t>(from),
+                  static_cast<off_t>(to - from)) == 0) {
+    reserved_end_ = to;
+  } else if (errno == EOPNOTSUPP) {
+    reserve_works_ = false;
+  }
+}
+
+void PackFiles::TrimLocked() {
+  // What was reserved past the last record goes back to the filesystem. The
+  // writes in flight are all below active_end_, so none is cut.
+  if (active_file_.fd != nullptr && reserved_end_ > active_end_ &&
+      ::ftruncate(active_file_.fd->fd(), static_cast<off_t>(active_end_)) != 0) {
+    spdlog::debug("cache: could not trim {}: {}", PathOf(active_), std::strerror(errno));
+  }
+  reserved_end_ = 0;
 }
 
 Result<PackFiles::File> PackFiles::Open(uint64_t pack) {

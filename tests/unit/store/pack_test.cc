@@ -350,6 +350,37 @@ TEST_F(PackTest, BlockFilesOfEarlierVersionsAreStillReadAndRemoved) {
   EXPECT_FALSE(fs::exists(file));
 }
 
+// The active pack is allocated ahead of its writes (fewer allocations per
+// record); what was never written goes back as the pack is left and when the
+// store closes, so only records hold disk space.
+TEST_F(PackTest, APackIsAllocatedAheadAndTrimmedWhenLeft) {
+  const uint64_t max_bytes = 1 << 20;
+  auto store = Store(max_bytes);
+  const std::string d = Data(60000, 7);  // a 60 KiB extent: 17 to a pack, 4 KiB left over
+  const uint64_t extent = PackFiles::Extent(d.size() + 1);
+  ASSERT_EQ(extent, 60u << 10);
+  ASSERT_TRUE(store->Write(BlockKey{"aa00", 0}, d).ok());
+  ASSERT_EQ(Packs().size(), 1u);
+  const fs::path first = fs::path(store->PackDir()) / *Packs().begin();
+  EXPECT_EQ(Allocated(first), max_bytes) << "allocated ahead, up to the pack's size";
+  for (int i = 1; i < 17; ++i)
+    ASSERT_TRUE(store->Write(BlockKey{"aa" + std::to_string(10 + i), 0}, d).ok());
+  ASSERT_EQ(Packs().size(), 1u);
+  ASSERT_TRUE(store->Write(BlockKey{"bb00", 0}, d).ok());
+  ASSERT_EQ(Packs().size(), 2u);
+  EXPECT_EQ(Allocated(first), 17 * extent) << "the unwritten tail went as the pack was left";
+  EXPECT_EQ(fs::file_size(first), 17 * extent);
+  const fs::path second = fs::path(store->PackDir()) / *Packs().rbegin();
+  EXPECT_EQ(Allocated(second), max_bytes);
+  store.reset();
+  EXPECT_EQ(Allocated(second), extent) << "trimmed when the store closed";
+  EXPECT_EQ(fs::file_size(second), extent);
+  store = Store(max_bytes);
+  auto r = store->Read(BlockKey{"bb00", 0}, 0, d.size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, d);
+}
+
 TEST_F(PackTest, ConcurrentWritersGetDisjointRecords) {
   auto store = Store(/*max_bytes=*/256 << 10);
   std::vector<std::thread> threads;
