@@ -21,7 +21,8 @@
 # Env: SMALL_FILES (2000), LARGE_MB (1024), READERS (32), TAG (file suffix),
 # PERCH_BIN (build/bin), STRACE (1: the strace pass; 0: skip it), ENDPOINT (1: the
 # same reads through perchd's HTTP endpoint with curl; 0: skip them), PERF (1: one
-# more cold pass, cache on tmpfs, under `perf record -g`, summarized into
+# more cold pass, cache on tmpfs, under `perf record -g`, summarized (also by
+# subsystem: bench/tools/perf-subsystems.py) into
 # cost-<date>[-TAG]-profile.txt; 0: skip it), SWEEP (1: cold passes with 1, 4, 16,
 # 64 readers and with 4, 16, 64 FUSE threads), XROOTDFS (1: a cold pass through
 # XRootD's own FUSE client, its CPU per file), READER (threads: perch-bench-read;
@@ -254,6 +255,9 @@ if [[ ${PERF:-1} == 1 ]] && command -v perf >/dev/null; then
     echo "Time including callees, by system call and by perch function (top 40):"
     perf report -i "$WORK/perf.data" --children -g none --sort sym --stdio 2>/dev/null |
       grep -E '^ +[0-9].*(__x64_sys_|perch::)' | head -40 || true
+    echo
+    echo "By subsystem (bench/tools/perf-subsystems.py):"
+    perf script -i "$WORK/perf.data" -F ip,sym,dso 2>/dev/null | python3 bench/tools/perf-subsystems.py || true
   } > "$PROFILE"
 fi
 

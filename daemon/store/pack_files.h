@@ -11,9 +11,9 @@
 // project's reference machine creating the file was the largest single cost of
 // a cold small file (issue 14).
 //
-// The active pack is allocated kReserveBytes ahead of its writes (fallocate;
-// fewer allocations per record), and cut back to its last record when it is
-// left or the class is destroyed.
+// On ext4 the active pack is allocated kReserveBytes ahead of its writes
+// (fallocate; fewer allocations per record), and cut back to its last record
+// when it is left or the class is destroyed.
 //
 // Dropping a record frees its bytes by punching a hole over them
 // (fallocate), `grace` later, on a thread of this class's: a reply may still
@@ -127,8 +127,11 @@ class PackFiles {
   uint64_t active_end_ = 0;  // Protected by mu_
   // The active pack is allocated, and sized, up to here (0: nothing reserved).
   uint64_t reserved_end_ = 0;  // Protected by mu_
-  bool reserve_works_ = true;  // Protected by mu_: false once the filesystem said EOPNOTSUPP
-  File active_file_;           // Protected by mu_
+  // Protected by mu_: whether to allocate ahead (decided at the first pack
+  // this process makes, by its filesystem; false once it said EOPNOTSUPP).
+  bool reserve_checked_ = false;
+  bool reserve_works_ = false;
+  File active_file_;  // Protected by mu_
   // Records in each pack of this process not yet dropped.
   std::map<uint64_t, uint64_t> live_;  // Protected by mu_
   std::deque<Hole> holes_;             // Protected by mu_, in order of `due`
