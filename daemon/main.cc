@@ -270,7 +270,11 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   if (!index.ok())
     return ExitFor(core::InternalError("cannot open the cache index: " + index.status().message()));
   store::FileBlockStore blocks(cfg.cache_dir, cfg.block_size);
-  blocks.PackSmallObjects(**index);  // small files share pack files, named in the index
+  // Small files share pack files, named in the index; on ext4 a pack is
+  // allocated ahead of its records by at most a 1024th of the quota.
+  blocks.PackSmallObjects(**index, store::PackFiles::kDefaultMaxBytes,
+                          store::PackFiles::kDefaultGrace,
+                          store::PackFiles::ReserveFor(cfg.cache_size));
   // Before any block is written: which earlier blocks may skip the CRC pass.
   if (auto trust = blocks.BeginRun(); !trust.ok()) {
     return ExitFor(core::InternalError("cannot record this run in the cache directory: " +

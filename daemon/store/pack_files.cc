@@ -43,8 +43,17 @@ bool PackNumber(const std::string& name, uint64_t* pack) {
 }  // namespace
 
 PackFiles::PackFiles(std::string dir, uint64_t max_bytes, std::chrono::milliseconds grace,
-                     size_t open_files)
-    : dir_(std::move(dir)), max_bytes_(max_bytes), grace_(grace), open_(open_files) {}
+                     size_t open_files, uint64_t reserve_bytes)
+    : dir_(std::move(dir)),
+      max_bytes_(max_bytes),
+      grace_(grace),
+      reserve_bytes_(reserve_bytes),
+      open_(open_files) {}
+
+uint64_t PackFiles::ReserveFor(uint64_t quota) {
+  const uint64_t r = std::min<uint64_t>(quota / 1024, kMaxReserveBytes);
+  return r < (1 << 20) ? 0 : r / kAlign * kAlign;
+}
 
 PackFiles::~PackFiles() {
   {
@@ -114,7 +123,7 @@ Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string
       if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
       if (!reserve_checked_) {
         reserve_checked_ = true;
-        reserve_works_ = ReservingPays(f.fd);
+        reserve_works_ = reserve_bytes_ > 0 && ReservingPays(f.fd);
       }
       const uint64_t before = active_;
       TrimLocked();
@@ -148,7 +157,7 @@ void PackFiles::ReserveLocked(uint64_t from) {
   // (a full disk), the writes allocate as before (and fail with kNoSpace).
   if (!reserve_works_) return;
   from = std::max(from, reserved_end_);
-  const uint64_t to = std::max(active_end_, std::min(active_end_ + kReserveBytes, max_bytes_));
+  const uint64_t to = std::max(active_end_, std::min(active_end_ + reserve_bytes_, max_bytes_));
   if (::fallocate(active_file_.fd->fd(), 0, static_cast<off_t>(from),
                   static_cast<off_t>(to - from)) == 0) {
     reserved_end_ = to;

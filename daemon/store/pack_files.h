@@ -11,9 +11,10 @@
 // project's reference machine creating the file was the largest single cost of
 // a cold small file (issue 14).
 //
-// On ext4 the active pack is allocated kReserveBytes ahead of its writes
+// On ext4 the active pack is allocated `reserve_bytes` ahead of its writes
 // (fallocate; fewer allocations per record), and cut back to its last record
-// when it is left or the class is destroyed.
+// when it is left or the class is destroyed. What is allocated ahead is disk
+// the cache's quota does not count: perchd sizes it by the quota (ReserveFor).
 //
 // Dropping a record frees its bytes by punching a hole over them
 // (fallocate), `grace` later, on a thread of this class's: a reply may still
@@ -54,11 +55,18 @@ class PackFiles {
   static constexpr uint64_t kAlign = 4096;
   static constexpr uint64_t kDefaultMaxBytes = 64 << 20;
   static constexpr std::chrono::milliseconds kDefaultGrace{1000};
-  // How far ahead of its writes the active pack is allocated.
-  static constexpr uint64_t kReserveBytes = 8 << 20;
+  // The most the active pack is allocated ahead of its writes.
+  static constexpr uint64_t kMaxReserveBytes = 8 << 20;
 
+  // `reserve_bytes`: how far ahead of its writes the active pack is
+  // allocated (0: not at all; on ext4 only).
   explicit PackFiles(std::string dir, uint64_t max_bytes = kDefaultMaxBytes,
-                     std::chrono::milliseconds grace = kDefaultGrace, size_t open_files = 64);
+                     std::chrono::milliseconds grace = kDefaultGrace, size_t open_files = 64,
+                     uint64_t reserve_bytes = 0);
+  // What to allocate ahead for a cache of `quota` bytes: a 1024th of it, at
+  // most kMaxReserveBytes, and nothing below 1 MiB (a small quota is not
+  // overshot by more than a record's padding).
+  static uint64_t ReserveFor(uint64_t quota);
   // Punches what still waits for its grace (nothing reads any more).
   ~PackFiles();
   PackFiles(const PackFiles&) = delete;
@@ -118,6 +126,7 @@ class PackFiles {
   const std::string dir_;
   const uint64_t max_bytes_;
   const std::chrono::milliseconds grace_;
+  const uint64_t reserve_bytes_;
   OpenFileCache<uint64_t, File> open_;
 
   std::mutex mu_;

@@ -363,7 +363,8 @@ TEST_F(PackTest, BlockFilesOfEarlierVersionsAreStillReadAndRemoved) {
 void PackTest::ExpectAllocatedAheadOnlyOnExt4(const fs::path& dir) {
   const uint64_t max_bytes = 1 << 20;
   auto store = std::make_unique<FileBlockStore>(dir.string(), kBlock);
-  store->PackSmallObjects(index_, max_bytes, std::chrono::milliseconds(0));
+  store->PackSmallObjects(index_, max_bytes, std::chrono::milliseconds(0),
+                          PackFiles::kMaxReserveBytes);
   struct statfs sfs {};
   ASSERT_EQ(::statfs(dir.c_str(), &sfs), 0);
   const bool ahead = sfs.f_type == EXT4_SUPER_MAGIC;
@@ -392,7 +393,8 @@ void PackTest::ExpectAllocatedAheadOnlyOnExt4(const fs::path& dir) {
   EXPECT_EQ(Allocated(second), extent) << "trimmed when the store closed";
   EXPECT_LE(fs::file_size(second), extent);
   store = std::make_unique<FileBlockStore>(dir.string(), kBlock);
-  store->PackSmallObjects(index_, max_bytes, std::chrono::milliseconds(0));
+  store->PackSmallObjects(index_, max_bytes, std::chrono::milliseconds(0),
+                          PackFiles::kMaxReserveBytes);
   auto r = store->Read(BlockKey{"bb00", 0}, 0, d.size());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(*r, d);
@@ -410,6 +412,18 @@ TEST_F(PackTest, APackOnTmpfsIsNotAllocatedAhead) {
   ASSERT_NE(mkdtemp(t.data()), nullptr);
   ExpectAllocatedAheadOnlyOnExt4(t);
   fs::remove_all(t);
+}
+
+// What is allocated ahead is disk the quota does not count: a 1024th of the
+// quota at most, nothing for a quota under 1 GiB, never more than 8 MiB.
+TEST(PackReserveTest, AtMostA1024thOfTheQuota) {
+  EXPECT_EQ(PackFiles::ReserveFor(8 << 20), 0u);
+  EXPECT_EQ(PackFiles::ReserveFor(1ULL << 29), 0u);
+  EXPECT_EQ(PackFiles::ReserveFor(1ULL << 30), 1u << 20);
+  EXPECT_EQ(PackFiles::ReserveFor(3ULL << 30), 3u << 20);
+  EXPECT_EQ(PackFiles::ReserveFor(10ULL << 30), 8u << 20);
+  EXPECT_EQ(PackFiles::ReserveFor(1ULL << 40), PackFiles::kMaxReserveBytes);
+  EXPECT_EQ(PackFiles::ReserveFor(1500ULL << 20) % PackFiles::kAlign, 0u);
 }
 
 TEST_F(PackTest, ConcurrentWritersGetDisjointRecords) {
