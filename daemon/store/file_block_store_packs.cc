@@ -85,8 +85,8 @@ ParsedHeader ReadNamedRecord(int fd, const FileBlockStore::PackLocation& loc, st
 void FileBlockStore::PackSmallObjects(core::Index& locations, uint64_t max_bytes,
                                       std::chrono::milliseconds grace, uint64_t reserve_bytes) {
   locations_ = &locations;
-  packs_ =
-      std::make_unique<PackFiles>(PackDir(), max_bytes, grace, /*open_files=*/64, reserve_bytes);
+  packs_ = std::make_unique<PackFiles>(PackDir(), max_bytes, grace, PackFiles::kDefaultOpenFiles,
+                                       reserve_bytes);
 }
 
 std::optional<FileBlockStore::PackLocation> FileBlockStore::LocationOf(

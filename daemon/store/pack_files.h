@@ -55,14 +55,15 @@ class PackFiles {
   static constexpr uint64_t kAlign = 4096;
   static constexpr uint64_t kDefaultMaxBytes = 64 << 20;
   static constexpr std::chrono::milliseconds kDefaultGrace{1000};
+  static constexpr size_t kDefaultOpenFiles = 64;
   // The most the active pack is allocated ahead of its writes.
   static constexpr uint64_t kMaxReserveBytes = 8 << 20;
 
   // `reserve_bytes`: how far ahead of its writes the active pack is
   // allocated (0: not at all; on ext4 only).
   explicit PackFiles(std::string dir, uint64_t max_bytes = kDefaultMaxBytes,
-                     std::chrono::milliseconds grace = kDefaultGrace, size_t open_files = 64,
-                     uint64_t reserve_bytes = 0);
+                     std::chrono::milliseconds grace = kDefaultGrace,
+                     size_t open_files = kDefaultOpenFiles, uint64_t reserve_bytes = 0);
   // What to allocate ahead for a cache of `quota` bytes: a 1024th of it, at
   // most kMaxReserveBytes, and nothing below 1 MiB (a small quota is not
   // overshot by more than a record's padding).
