@@ -37,12 +37,13 @@ awk -v o="$ORIGIN/bench/" '{ print "url = \"" o $0 "\"\noutput = \"/dev/null\"" 
 # line NAME WALL READER_S ORIGIN_TICKS [PERCHD_TICKS]: one pass, also kept in
 # $WORK/passes (name, files/s, perchd us per file) for the summary.
 line() {
-  awk -v n="$1" -v w="$2" -v t="$TCK" -v f="$SMALL_FILES" -v p="${5:-}" \
-    'BEGIN { printf "%s\t%.1f\t%s\n", n, f / w, (p == "" ? "" : p * 1e6 / t / f) }' >> "$WORK/passes"
-  awk -v n="$1" -v w="$2" -v c="$3" -v x="$4" -v p="${5:-}" -v t="$TCK" -v f="$SMALL_FILES" 'BEGIN {
+  awk -v n="$1" -v w="$2" -v c="$3" -v x="$4" -v p="${5:-}" -v t="$TCK" -v f="$SMALL_FILES" \
+    -v passes="$WORK/passes" 'BEGIN {
+    perchd = p == "" ? "" : p * 1e6 / t / f
     printf "%-36s %6.0f files/s  reader %4.0f us  origin %4.0f us", n, f / w, c * 1e6 / f, x * 1e6 / t / f
-    if (p != "") printf "  perchd %4.0f us", p * 1e6 / t / f
-    printf "\n" }'
+    if (p != "") printf "  perchd %4.0f us", perchd
+    printf "\n"
+    printf "%s\t%.1f\t%s\n", n, f / w, perchd >> passes }'
 }
 
 echo "Cold small files, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $SMALL_FILES files, $READERS readers (${READER:-threads}), cache in ${CACHE_ROOT:-$WORK} (FRESH=${FRESH:-1}); CPU per file."

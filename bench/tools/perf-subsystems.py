@@ -39,6 +39,7 @@ PARTS = [
     ("HTTP", "libcurl", r"libcurl|curl_multi|Curl_"),
 ]
 COMPILED = [(s, p, re.compile(pat)) for s, p, pat in PARTS]
+SYSCALL = re.compile(r"__(?:x64|do)_sys_(\w+)")
 
 
 def syscall_of(stack):
@@ -51,8 +52,6 @@ def syscall_of(stack):
         return "(not named: switching threads)"
     return "(not named)"
 
-
-SYSCALL = re.compile(r"__(?:x64|do)_sys_(\w+)")
 
 
 def main():

@@ -121,14 +121,11 @@ Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string
       if (f.fd < 0) return ErrnoStatus("create", path, errno);
       struct stat st {};
       if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
-      if (!reserve_checked_) {
-        reserve_checked_ = true;
-        reserve_works_ = reserve_bytes_ > 0 && ReservingPays(f.fd);
-      }
       const uint64_t before = active_;
       TrimLocked();
       active_ = next;
       active_end_ = 0;
+      reserve_works_ = reserve_bytes_ > 0 && ReservingPays(f.fd);
       active_file_ =
           File{std::make_shared<const core::BlockFd>(f.fd), static_cast<uint64_t>(st.st_ino)};
       f.fd = -1;

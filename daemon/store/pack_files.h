@@ -65,8 +65,8 @@ class PackFiles {
                      std::chrono::milliseconds grace = kDefaultGrace,
                      size_t open_files = kDefaultOpenFiles, uint64_t reserve_bytes = 0);
   // What to allocate ahead for a cache of `quota` bytes: a 1024th of it, at
-  // most kMaxReserveBytes, and nothing below 1 MiB (a small quota is not
-  // overshot by more than a record's padding).
+  // most kMaxReserveBytes, and nothing for a quota under 1 GiB (a small quota
+  // is not overshot by more than a record's padding).
   static uint64_t ReserveFor(uint64_t quota);
   // Punches what still waits for its grace (nothing reads any more).
   ~PackFiles();
@@ -111,7 +111,7 @@ class PackFiles {
   // Lists the directory once: the first pack number of this process.
   void StartLocked();
   // Allocates the active pack from `from` (a record's offset) to
-  // kReserveBytes past active_end_, once active_end_ has passed
+  // reserve_bytes_ past active_end_, once active_end_ has passed
   // reserved_end_. Caller holds mu_.
   void ReserveLocked(uint64_t from);
   // Frees what the active pack has reserved past its last record (as the
@@ -137,9 +137,8 @@ class PackFiles {
   uint64_t active_end_ = 0;  // Protected by mu_
   // The active pack is allocated, and sized, up to here (0: nothing reserved).
   uint64_t reserved_end_ = 0;  // Protected by mu_
-  // Protected by mu_: whether to allocate ahead (decided at the first pack
-  // this process makes, by its filesystem; false once it said EOPNOTSUPP).
-  bool reserve_checked_ = false;
+  // Protected by mu_: whether to allocate the active pack ahead (decided as
+  // it is made, by its filesystem; false once it said EOPNOTSUPP).
   bool reserve_works_ = false;
   File active_file_;  // Protected by mu_
   // Records in each pack of this process not yet dropped.

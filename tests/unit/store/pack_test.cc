@@ -36,10 +36,12 @@ class PackTest : public StoreDirTest {
     s->PackSmallObjects(index_, max_bytes, std::chrono::milliseconds(0));
     return s;
   }
-  std::set<std::string> Packs() const {
+  // The pack files' names in the store at `dir` (dir_ unless given).
+  std::set<std::string> Packs(const fs::path& dir = {}) const {
     std::set<std::string> out;
     std::error_code ec;
-    for (auto& e : fs::directory_iterator(dir_ / "packs", ec)) out.insert(e.path().filename());
+    for (auto& e : fs::directory_iterator((dir.empty() ? dir_ : dir) / "packs", ec))
+      out.insert(e.path().filename());
     return out;
   }
   // Bytes the filesystem holds for `path` (holes hold none).
@@ -371,23 +373,18 @@ void PackTest::ExpectAllocatedAheadOnlyOnExt4(const fs::path& dir) {
   const std::string d = testing::Data(60000, 7);  // a 60 KiB extent: 17 to a pack, 4 KiB left
   const uint64_t extent = PackFiles::Extent(d.size() + 1);
   ASSERT_EQ(extent, 60u << 10);
-  auto packs = [&] {
-    std::set<fs::path> out;
-    for (auto& e : fs::directory_iterator(store->PackDir())) out.insert(e.path());
-    return out;
-  };
   ASSERT_TRUE(store->Write(BlockKey{"aa00", 0}, d).ok());
-  ASSERT_EQ(packs().size(), 1u);
-  const fs::path first = *packs().begin();
+  ASSERT_EQ(Packs(dir).size(), 1u);
+  const fs::path first = fs::path(store->PackDir()) / *Packs(dir).begin();
   EXPECT_EQ(Allocated(first), ahead ? max_bytes : extent)
       << (ahead ? "allocated ahead, up to the pack's size" : "only what was written");
   for (int i = 1; i < 17; ++i)
     ASSERT_TRUE(store->Write(BlockKey{"aa" + std::to_string(10 + i), 0}, d).ok());
-  ASSERT_EQ(packs().size(), 1u);
+  ASSERT_EQ(Packs(dir).size(), 1u);
   ASSERT_TRUE(store->Write(BlockKey{"bb00", 0}, d).ok());
-  ASSERT_EQ(packs().size(), 2u);
+  ASSERT_EQ(Packs(dir).size(), 2u);
   EXPECT_EQ(Allocated(first), 17 * extent) << "the unwritten tail went as the pack was left";
-  const fs::path second = *packs().rbegin();
+  const fs::path second = fs::path(store->PackDir()) / *Packs(dir).rbegin();
   EXPECT_EQ(Allocated(second), ahead ? max_bytes : extent);
   store.reset();
   EXPECT_EQ(Allocated(second), extent) << "trimmed when the store closed";
