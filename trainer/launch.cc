@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -125,6 +126,19 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args,
     return failure;
   }
   return checkpointed ? 85 : 0;
+}
+
+std::vector<std::string> RankShareArgs(int threads, int workers, int nproc, int cores,
+                                       bool omp_set) {
+  const std::string share = std::to_string(std::max(1, cores / std::max(1, nproc)));
+  std::vector<std::string> args;
+  if (threads == 0 && !omp_set) {
+    args.insert(args.end(), {"--threads", share});
+  }
+  if (workers == 0) {
+    args.insert(args.end(), {"--workers", share});
+  }
+  return args;
 }
 
 }  // namespace perch::trainer

@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "client/cli_exit.h"
 #include "perch/version.h"
@@ -25,15 +28,37 @@ std::atomic<int> g_stop_signal{0};
 
 void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 
-// SIGTERM/SIGINT set the stop flag; a hint command that exits early must not kill the trainer
-// with SIGPIPE.
+// SIGTERM/SIGINT set the stop flag, which training polls between steps; a hint command that
+// exits early must not kill the trainer with SIGPIPE.
+//
+// The two stop signals are blocked in this thread, and so in every thread started after it
+// (they inherit the mask: loader workers, libtorch's and CUDA's threads), and one thread takes
+// them with sigwait. No library call is interrupted by them then: on an H200, SIGTERMs sent
+// during CUDA's start-up crashed perch-train (SIGSEGV, 2 of 5 tries, SA_RESTART or not) while
+// the handler ran in whichever thread the kernel chose. The handler stays, for threads that
+// libraries started before this. Child processes inherit the block: a rank (launch.cc) takes a
+// signal sent before it is ready once it is; the hint command unblocks them (SendHints).
 void InstallSignalHandlers() {
   struct sigaction sa = {};
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::thread([stop] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&stop, &sig) == 0) {
+        g_stop_signal.store(sig);
+      }
+    }
+  }).detach();
 }
 
 // "90", "90s", "15m", "2h" -> seconds; throws CLI::ValidationError.
@@ -236,7 +261,8 @@ int main(int argc, char** argv) {
   int nproc = 1;
   std::string master;
   AddDistributedOptions(app, &o, &nproc, &master);
-  app.add_option("--workers", o.workers, "loader threads (default: one per core)")
+  app.add_option("--workers", o.workers,
+                 "loader threads (default: one per core; with --nproc N, cores/N per rank)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--prefetch", o.prefetch, "batches the loader prepares ahead (default 3)")
       ->check(CLI::PositiveNumber);
@@ -276,7 +302,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed for weights, sample order and augmentation");
   app.add_option("--device", o.device, "auto (default), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--threads", o.threads, "libtorch intra-op threads (default: libtorch's)")
+  app.add_option(
+         "--threads", o.threads,
+         "libtorch intra-op threads (default: libtorch's; with --nproc N, cores/N per rank)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-every", o.log_every, "print progress every N steps (default 50)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
@@ -316,8 +344,13 @@ int main(int argc, char** argv) {
   InstallSignalHandlers();
   o.stop_signal = &g_stop_signal;
   if (nproc > 1) {
-    return perch::trainer::LaunchLocalRanks(nproc, std::vector<std::string>(argv + 1, argv + argc),
-                                            &g_stop_signal);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    for (std::string& a : perch::trainer::RankShareArgs(
+             o.threads, o.workers, nproc, static_cast<int>(std::thread::hardware_concurrency()),
+             std::getenv("OMP_NUM_THREADS") != nullptr)) {
+      args.push_back(std::move(a));
+    }
+    return perch::trainer::LaunchLocalRanks(nproc, args, &g_stop_signal);
   }
   return perch::trainer::Run(o);
 }

@@ -327,6 +327,15 @@ int Run(const TrainOptions& o) {
     spdlog::error("--device cuda, but this libtorch has no CUDA or no GPU is visible");
     return 1;
   }
+  // Each rank trains on the GPU of its local rank (CUDA_VISIBLE_DEVICES narrows what it sees).
+  if (o.dist.world_size > 1 && o.device != "cpu" && torch::cuda::is_available() &&
+      o.dist.local_rank >= static_cast<int>(torch::cuda::device_count())) {
+    spdlog::error(
+        "rank {} would train on GPU {} (its local rank), but this node shows {} CUDA device(s): "
+        "start at most that many ranks per node, or train with --device cpu",
+        o.dist.rank, o.dist.local_rank, torch::cuda::device_count());
+    return 1;
+  }
   try {
     std::unique_ptr<ProcessGroup> group;
     if (o.dist.world_size > 1) {

@@ -1,6 +1,7 @@
 #include "trainer/trainer_support.h"
 
 #include <ATen/autocast_mode.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -147,7 +148,15 @@ void SendHints(const std::string& command, const std::vector<std::string>& paths
     return;
   }
   const auto t0 = Clock::now();
+  // perch-train blocks SIGTERM/SIGINT outside its signal thread (main.cc); the command must not
+  // inherit that, or stopping the job would not stop it.
+  sigset_t stop, old;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_UNBLOCK, &stop, &old);
   FILE* pipe = popen(command.c_str(), "w");
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pipe == nullptr) {
     spdlog::warn("cannot run the hint command '{}'; going on without hints", command);
     return;

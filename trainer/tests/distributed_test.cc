@@ -7,6 +7,8 @@
 
 #include <thread>
 
+#include "trainer/launch.h"
+
 namespace perch::trainer {
 namespace {
 
@@ -24,6 +26,16 @@ TEST(ParseMasterTest, HostAndPort) {
        {"", "host", "host:", ":80", "host:0", "host:65536", "host:80x", "host:1234567", "[]:80"}) {
     EXPECT_FALSE(ParseMaster(bad, &host, &port)) << bad;
   }
+}
+
+TEST(RankShareArgsTest, RanksShareTheCoresUnlessTold) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(RankShareArgs(0, 0, 2, 16, false), (V{"--threads", "8", "--workers", "8"}));
+  EXPECT_EQ(RankShareArgs(0, 0, 4, 2, false), (V{"--threads", "1", "--workers", "1"}));
+  EXPECT_EQ(RankShareArgs(3, 0, 2, 16, false), (V{"--workers", "8"}));
+  EXPECT_EQ(RankShareArgs(0, 0, 2, 16, true), (V{"--workers", "8"}));
+  EXPECT_EQ(RankShareArgs(0, 5, 2, 16, false), (V{"--threads", "8"}));
+  EXPECT_EQ(RankShareArgs(2, 5, 2, 16, false), V{});
 }
 
 TEST(ProcessGroupTest, TwoRanksBroadcastAndAllReduce) {

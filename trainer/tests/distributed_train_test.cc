@@ -9,6 +9,8 @@
 //     a rank killed outright stops the job.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -33,6 +35,8 @@ class DistributedTrainTest : public ::testing::Test {
     fs::remove(dir_.path() / "data" / "val" / "n00000002" / "n00000002_1.JPEG");
   }
 
+  // On the CPU with one thread, as the weights are compared bit for bit (on a GPU node "auto"
+  // would train on CUDA, whose cuDNN kernels are not bit-reproducible).
   std::vector<std::string> Args(const fs::path& ckpt, int epochs = 2) {
     return {"--data-dir",
             (dir_.path() / "data" / "train").string(),
@@ -52,6 +56,8 @@ class DistributedTrainTest : public ::testing::Test {
             "1",
             "--threads",
             "1",
+            "--device",
+            "cpu",
             "--lr",
             "0.05",
             "--seed",
@@ -150,7 +156,10 @@ TEST_F(DistributedTrainTest, TwoRanksComputeWhatOneProcessComputesAndHintTheirSh
   EXPECT_EQ(sd["val"]["images"], 5);
   EXPECT_EQ(sd["val"]["top1"], sm["val"]["top1"]);
   EXPECT_EQ(sd["val"]["top5"], sm["val"]["top5"]);
-  EXPECT_NEAR(sd["val"]["loss"].get<double>(), sm["val"]["loss"].get<double>(), 1e-5);
+  // Relative: this loss can be large (BatchNorm statistics of two-image batches), and summed in
+  // another order its last digits differ (PyTorch 2.11: 77306041.6 against 77306043.2).
+  const double val_loss = sm["val"]["loss"].get<double>();
+  EXPECT_NEAR(sd["val"]["loss"].get<double>(), val_loss, 1e-5 * std::max(1.0, std::fabs(val_loss)));
 
   // Each rank hinted its own share of each epoch: 11 paths per epoch, the two shares together
   // cover the 21 files (one padded twice), and they are torch's DistributedSampler split.

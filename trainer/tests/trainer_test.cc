@@ -30,6 +30,8 @@ class TrainerTest : public ::testing::Test {
   void SetUp() override { testing::MakeSmallTree(dir_.path() / "data", 3, 6, 2, 48, 64); }
 
   // 18 images in batches of 4: 5 steps per epoch (the last one of 2 images), 3 epochs.
+  // On the CPU with one thread, as the weights are compared bit for bit (on a GPU node "auto"
+  // would train on CUDA, whose cuDNN kernels are not bit-reproducible).
   std::vector<std::string> Args(const fs::path& ckpt) {
     return {"--data-dir",
             (dir_.path() / "data" / "train").string(),
@@ -49,6 +51,8 @@ class TrainerTest : public ::testing::Test {
             "2",
             "--threads",
             "1",
+            "--device",
+            "cpu",
             "--lr",
             "0.05",
             "--label-smoothing",
