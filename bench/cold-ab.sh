@@ -8,8 +8,11 @@
 # alternating rounds show what a change does.
 #
 # READER: threads (default: perch-bench-read, one process with READERS threads, as a
-# data loader) or cat (xargs cat, a process per 25 files: the reader of the results
-# before the sixth round of "Cost per file", 2026-11-25).
+# data loader), listed (the same after listing the files' directories, as a data
+# loader's dataset scan does: on the mount the names come with their attributes through
+# readdirplus, and the opens need no LOOKUP), or cat (xargs cat, a process per 25 files:
+# the reader of the results before the sixth round of "Cost per file", 2026-11-25);
+# several, separated by spaces, give each build one pass per reader in each round.
 # Needs root (FUSE, drop_caches). Run after building the builds to compare:
 #   BINS="/tmp/before/bin build/bin" bench/cold-ab.sh
 # Env: BINS (directories with perchd, perchctl, perch-devfed; default
@@ -25,7 +28,8 @@ bench_setup cold-ab curl bc
 SMALL_FILES=${SMALL_FILES:-2000}
 READERS=${READERS:-32}
 BINS=${BINS:-$BIN}
-bench_reader "${READER:-threads}" SMALL_READER
+read -r -a KINDS <<< "${READER:-threads}"
+for k in "${KINDS[@]}"; do bench_reader "$k" SMALL_READER; done  # checks the names
 bench_data "$SMALL_FILES" 1
 (cd "$DATA" && find imagenet -type f -name '*.JPEG' | sort) > "$WORK/files.txt"
 bench_devfed devfed
@@ -34,16 +38,23 @@ TCK=$(getconf CLK_TCK)
 mapfile -t ORIGIN_PIDS < <(pgrep -x xrootd)
 awk -v o="$ORIGIN/bench/" '{ print "url = \"" o $0 "\"\noutput = \"/dev/null\"" }' "$WORK/files.txt" > "$WORK/curl.cfg"
 
-# line NAME WALL READER_S ORIGIN_TICKS [PERCHD_TICKS]: one pass, also kept in
+# line NAME WALL READER_S ORIGIN_TICKS [PERCHD_TICKS LOOKUPS]: one pass, also kept in
 # $WORK/passes (name, files/s, perchd us per file) for the summary.
 line() {
-  awk -v n="$1" -v w="$2" -v c="$3" -v x="$4" -v p="${5:-}" -v t="$TCK" -v f="$SMALL_FILES" \
+  awk -v n="$1" -v w="$2" -v c="$3" -v x="$4" -v p="${5:-}" -v l="${6:-}" -v t="$TCK" -v f="$SMALL_FILES" \
     -v passes="$WORK/passes" 'BEGIN {
     perchd = p == "" ? "" : p * 1e6 / t / f
     printf "%-36s %6.0f files/s  reader %4.0f us  origin %4.0f us", n, f / w, c * 1e6 / f, x * 1e6 / t / f
-    if (p != "") printf "  perchd %4.0f us", perchd
+    if (p != "") printf "  perchd %4.0f us  lookups %.2f per file", perchd, l / f
     printf "\n"
     printf "%s\t%.1f\t%s\n", n, f / w, perchd >> passes }'
+}
+
+# lookups -> FUSE LOOKUP requests perchd has answered so far.
+lookups() {
+  "$BIN/perchctl" --socket "$WORK/ctl.sock" stats --json | python3 -c '
+import json, sys
+print(sum(o["latency"]["count"] for o in json.load(sys.stdin)["fuse_ops"] if o["op"] == "lookup"))'
 }
 
 echo "Cold small files, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $SMALL_FILES files, $READERS readers (${READER:-threads}), cache in ${CACHE_ROOT:-$WORK} (FRESH=${FRESH:-1}); CPU per file."
@@ -53,22 +64,27 @@ for r in $(seq "${ROUNDS:-3}"); do
   read -r w u s < <(bench_run_cpu curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$WORK/curl.cfg")
   line "curl, origin" "$w" "$(echo "$u + $s" | bc -l)" $(($(bench_cpu_ticks "${ORIGIN_PIDS[@]}") - x0))
   for b in $BINS; do
-    BIN=$b
-    cache=${CACHE_ROOT:-$WORK}/cache-$r-$RANDOM
-    if [[ ${FRESH:-1} == 1 ]]; then
-      cache=${CACHE_ROOT:-$WORK}/cache
+    for kind in "${KINDS[@]}"; do
+      BIN=$b
+      name=$b
+      ((${#KINDS[@]} > 1)) && name="$b, $kind"
+      bench_reader "$kind" SMALL_READER
+      cache=${CACHE_ROOT:-$WORK}/cache-$r-$RANDOM
+      if [[ ${FRESH:-1} == 1 ]]; then
+        cache=${CACHE_ROOT:-$WORK}/cache
+        rm -rf "$cache"
+      fi
+      bench_mount "$cache" "$M"
+      drop
+      p0=$(bench_cpu_ticks "$PERCHD_PID")
+      x0=$(bench_cpu_ticks "${ORIGIN_PIDS[@]}")
+      read -r w u s < <(bench_run_cpu "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS")
+      bench_settle "$SMALL_FILES"
+      line "$name" "$w" "$(echo "$u + $s" | bc -l)" $(($(bench_cpu_ticks "${ORIGIN_PIDS[@]}") - x0)) \
+        $(($(bench_cpu_ticks "$PERCHD_PID") - p0)) "$(lookups)"
+      bench_umount "$M"
       rm -rf "$cache"
-    fi
-    bench_mount "$cache" "$M"
-    drop
-    p0=$(bench_cpu_ticks "$PERCHD_PID")
-    x0=$(bench_cpu_ticks "${ORIGIN_PIDS[@]}")
-    read -r w u s < <(bench_run_cpu "${SMALL_READER[@]}" "$M" "$WORK/files.txt" "$READERS")
-    bench_settle "$SMALL_FILES"
-    line "$b" "$w" "$(echo "$u + $s" | bc -l)" $(($(bench_cpu_ticks "${ORIGIN_PIDS[@]}") - x0)) \
-      $(($(bench_cpu_ticks "$PERCHD_PID") - p0))
-    bench_umount "$M"
-    rm -rf "$cache"
+    done
   done
 done
 

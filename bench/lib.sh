@@ -201,13 +201,17 @@ PY
 #   close, as a data loader's workers do (and as curl --parallel is one process).
 BENCH_READ_CAT=(bash -c 'cd "$1" && tr "\n" "\0" < "$2" | xargs -0 -P "$3" -n 25 cat > /dev/null' small)
 BENCH_READ_THREADS=(bash -c 'exec "$0" -C "$1" -j "$3" "$2" > /dev/null' "$BIN/perch-bench-read")
-# bench_reader KIND VAR: sets array VAR to the reader KIND names (threads or cat).
+# BENCH_READ_LISTED: the same after listing the files' directories, as a data loader's dataset
+# scan does (on the mount, readdirplus then gives the names' attributes: no LOOKUP per file).
+BENCH_READ_LISTED=(bash -c 'exec "$0" --list-dirs -C "$1" -j "$3" "$2" > /dev/null' "$BIN/perch-bench-read")
+# bench_reader KIND VAR: sets array VAR to the reader KIND names (threads, listed or cat).
 bench_reader() {
   local -n reader_cmd=$2
   case $1 in
     threads) reader_cmd=("${BENCH_READ_THREADS[@]}") ;;
+    listed) reader_cmd=("${BENCH_READ_LISTED[@]}") ;;
     cat) reader_cmd=("${BENCH_READ_CAT[@]}") ;;
-    *) echo "READER is threads or cat, not '$1'" >&2; exit 2 ;;
+    *) echo "READER is threads, listed or cat, not '$1'" >&2; exit 2 ;;
   esac
 }
 
