@@ -66,9 +66,9 @@ class ShardsTrainTest : public ::testing::Test {
   std::string Shards() const { return (dir_.path() / "shards").string(); }
   std::string ClassTars() const { return (dir_.path() / "class-tars").string(); }
 
-  // Training arguments shared by the tree and shard runs.
-  // On the CPU with one thread, as the weights are compared bit for bit (on a GPU node "auto"
-  // would train on CUDA, whose cuDNN kernels are not bit-reproducible).
+  // Training arguments shared by the tree and shard runs: on the CPU with one thread, as weights
+  // are compared bit for bit (on a GPU node "auto" would train on CUDA, whose cuDNN kernels are
+  // not bit-reproducible).
   std::vector<std::string> Args(const std::string& name, int epochs) {
     return {"--val-dir",
             (dir_.path() / "data" / "val").string(),
