@@ -6,7 +6,9 @@
 #   - straight from the origin with curl (keep-alive, READERS transfers in
 #     parallel): the CPU a plain HTTP client spends on the same GETs;
 #   - through perch: cold (new cache, page cache dropped), from its disk cache
-#     (remounted, page cache dropped) and from the page cache (read again);
+#     (remounted, page cache dropped) and from the page cache (read again); cold
+#     once more by the other reader, and once with the directories listed first
+#     (as a data loader's dataset scan: no LOOKUP per file);
 #   - the large file also from local disk (page cache dropped), and once more
 #     with the disk taken out: perch's cache dir and a local copy on tmpfs.
 # For each pass: wall time, perchd's CPU (utime+stime of all its threads from
@@ -179,6 +181,14 @@ rm -rf "$WORK/cache"
 bench_mount "$WORK/cache" "$M"
 drop
 SETTLE=$SMALL_FILES pass "perch cold ($OTHER)" "$SMALL_FILES" file "$SMB" "${OTHER_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
+bench_umount "$M"
+# A data loader's way: the dataset's directories listed first (readdirplus brings the names'
+# attributes, so the opens need no LOOKUP), the listing inside the pass.
+bench_reader listed LISTED_READER
+rm -rf "$WORK/cache"
+bench_mount "$WORK/cache" "$M"
+drop
+SETTLE=$SMALL_FILES pass "perch cold (listed first)" "$SMALL_FILES" file "$SMB" "${LISTED_READER[@]}" "$M" "$WORK/files.txt" "$READERS"
 bench_umount "$M"
 
 # The same files through perch's HTTP endpoint (curl, as from the origin
