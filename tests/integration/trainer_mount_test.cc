@@ -47,6 +47,14 @@ TEST_F(TrainerOnMountTest, EpochOrderReachesPerchdAsHints) {
   auto s = CtlJson({"stats", "--json"});
   EXPECT_EQ(s["prefetch"]["hinted_files"], 48u) << s.dump();  // two epochs of 24 files
   EXPECT_EQ(s["misses"], 24u);                                // each file fetched once
+  // The trainer lists its dataset first (ImageFolder), so readdirplus gives the kernel every
+  // name with its attributes and the 48 opens need no LOOKUP: the few left are the directories'
+  // (a cold image is then one FUSE request, its READ).
+  uint64_t lookups = 0;
+  for (const auto& op : s["fuse_ops"]) {
+    if (op["op"] == "lookup") lookups = op["latency"]["count"].get<uint64_t>();
+  }
+  EXPECT_LE(lookups, 5u) << s["fuse_ops"].dump();
 
   // Off when asked: an empty hint command.
   r = RunToExit("/usr/bin/env", {"PERCH_SOCKET=" + Socket(), PERCH_TRAIN_PATH, "--data-dir",
