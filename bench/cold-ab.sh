@@ -51,11 +51,7 @@ line() {
 }
 
 # lookups -> FUSE LOOKUP requests perchd has answered so far.
-lookups() {
-  "$BIN/perchctl" --socket "$WORK/ctl.sock" stats --json | python3 -c '
-import json, sys
-print(sum(o["latency"]["count"] for o in json.load(sys.stdin)["fuse_ops"] if o["op"] == "lookup"))'
-}
+lookups() { bench_fuse_counts "$WORK/ctl.sock" | tr ' ' '\n' | sed -n 's/^lookup=//p'; }
 
 echo "Cold small files, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $SMALL_FILES files, $READERS readers (${READER:-threads}), cache in ${CACHE_ROOT:-$WORK} (FRESH=${FRESH:-1}); CPU per file."
 for r in $(seq "${ROUNDS:-3}"); do

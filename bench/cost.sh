@@ -57,14 +57,7 @@ OUT=$WORK/report.txt
 # perchd_cpu -> "user_ticks sys_ticks" of perchd (all threads)
 perchd_cpu() { awk '{ print $14, $15 }' "/proc/$PERCHD_PID/stat"; }
 # fuse_counts -> "op=count ..." of perchd's FUSE requests so far
-fuse_counts() {
-  "$BIN/perchctl" --socket "$CTL" stats --json |
-    python3 -c '
-import json, sys
-d = json.load(sys.stdin)["fuse_ops"]  # a list; a map before perchctl 0.1.0 of 2026-11-23 (PERCH_BIN)
-ops = {o["op"]: o["latency"]["count"] for o in d} if isinstance(d, list) else {k: v["count"] for k, v in d.items()}
-print(" ".join("%s=%d" % kv for kv in sorted(ops.items())))'
-}
+fuse_counts() { bench_fuse_counts "$CTL"; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 # under_tracer CACHE_DIR TRACER...: one cold pass of the small files while
 # `TRACER... -p <perchd>` watches perchd (stopped with SIGINT once the blocks are stored).

@@ -215,6 +215,17 @@ bench_reader() {
   esac
 }
 
+# bench_fuse_counts SOCKET -> "op=count ..." of the FUSE requests the perchd of SOCKET (run
+# from $BIN) has answered so far.
+bench_fuse_counts() {
+  "$BIN/perchctl" --socket "$1" stats --json |
+    python3 -c '
+import json, sys
+d = json.load(sys.stdin)["fuse_ops"]  # a list; a map before perchctl 0.1.0 of 2026-11-23 (PERCH_BIN)
+ops = {o["op"]: o["latency"]["count"] for o in d} if isinstance(d, list) else {k: v["count"] for k, v in d.items()}
+print(" ".join("%s=%d" % kv for kv in sorted(ops.items())))'
+}
+
 # bench_settle BLOCKS: waits (up to 60 s) until the perchd of $WORK/ctl.sock has
 # stored BLOCKS blocks, so that the CPU of a cold pass includes writing what it fetched.
 bench_settle() {
