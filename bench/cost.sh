@@ -56,8 +56,6 @@ OUT=$WORK/report.txt
 
 # perchd_cpu -> "user_ticks sys_ticks" of perchd (all threads)
 perchd_cpu() { awk '{ print $14, $15 }' "/proc/$PERCHD_PID/stat"; }
-# fuse_counts -> "op=count ..." of perchd's FUSE requests so far
-fuse_counts() { bench_fuse_counts "$CTL"; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 # under_tracer CACHE_DIR TRACER...: one cold pass of the small files while
 # `TRACER... -p <perchd>` watches perchd (stopped with SIGINT once the blocks are stored).
@@ -93,11 +91,11 @@ pass() {
   local l0 u0 s0 f0 rc u1 s1 f1
   l0=$(load)
   read -r u0 s0 < <(perchd_cpu)
-  f0=$([[ ${DAEMON:-perchd} == perchd ]] && fuse_counts || true)
+  f0=$([[ ${DAEMON:-perchd} == perchd ]] && bench_fuse_counts "$CTL" || true)
   rc=$(bench_run_cpu "$@")
   [[ -z ${SETTLE:-} ]] || bench_settle "$SETTLE"
   read -r u1 s1 < <(perchd_cpu)
-  f1=$([[ ${DAEMON:-perchd} == perchd ]] && fuse_counts || true)
+  f1=$([[ ${DAEMON:-perchd} == perchd ]] && bench_fuse_counts "$CTL" || true)
   python3 - "$name" "$units" "$uname" "$mb" "$rc" "$u0" "$s0" "$u1" "$s1" "$TCK" "$l0" "$f0" "$f1" "${DAEMON:-perchd}" <<'PY' | tee -a "$OUT"
 import sys
 name, units, uname, mb, rc, u0, s0, u1, s1, tck, load, f0, f1, daemon = sys.argv[1:]

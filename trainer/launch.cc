@@ -141,4 +141,12 @@ std::vector<std::string> RankShareArgs(int threads, int workers, int nproc, int 
   return args;
 }
 
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
 }  // namespace perch::trainer

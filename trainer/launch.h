@@ -11,6 +11,8 @@
 #ifndef PERCH_TRAINER_LAUNCH_H_
 #define PERCH_TRAINER_LAUNCH_H_
 
+#include <signal.h>
+
 #include <atomic>
 #include <string>
 #include <vector>
@@ -28,6 +30,11 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args,
 // torchrun gives each process one OpenMP thread.
 std::vector<std::string> RankShareArgs(int threads, int workers, int nproc, int cores,
                                        bool omp_set);
+
+// The signals that stop a run (a checkpoint, exit 85): SIGTERM and SIGINT. perch-train takes them
+// in one thread and blocks them in every other (main.cc); a child that is not a rank gets them
+// unblocked (SendHints).
+sigset_t StopSignals();
 
 }  // namespace perch::trainer
 

@@ -46,10 +46,7 @@ void InstallSignalHandlers() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
+  const sigset_t stop = perch::trainer::StopSignals();
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   std::thread([stop] {
     for (;;) {

@@ -1,7 +1,6 @@
 #include "trainer/trainer_support.h"
 
 #include <ATen/autocast_mode.h>
-#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -11,6 +10,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+
+#include "trainer/launch.h"
 
 namespace perch::trainer {
 
@@ -150,10 +151,8 @@ void SendHints(const std::string& command, const std::vector<std::string>& paths
   const auto t0 = Clock::now();
   // perch-train blocks SIGTERM/SIGINT outside its signal thread (main.cc); the command must not
   // inherit that, or stopping the job would not stop it.
-  sigset_t stop, old;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
+  const sigset_t stop = StopSignals();
+  sigset_t old;
   pthread_sigmask(SIG_UNBLOCK, &stop, &old);
   FILE* pipe = popen(command.c_str(), "w");
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
