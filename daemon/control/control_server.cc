@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "daemon/control/process_stats.h"
 #include "daemon/control/stats_proto.h"
 #include "proto/control_address.h"
 #include "proto/perch.grpc.pb.h"
@@ -218,7 +219,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
     auto* r = ctx->DefaultReactor();
     try {
       // A name core counts and Stats lacks is a bug the unit tests catch; the rest is served.
-      core::Status st = ToProto(node_.Stats(), reply);
+      core::Status st = StatsNow(node_.Stats(), reply);
       if (!st.ok()) spdlog::error("control: stats: {}", st.ToString());
       r->Finish(grpc::Status::OK);
     } catch (const std::exception& e) {

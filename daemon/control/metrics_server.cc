@@ -9,8 +9,8 @@
 #include <boost/beast/http.hpp>
 
 #include "daemon/control/control_server.h"
+#include "daemon/control/process_stats.h"
 #include "daemon/control/prometheus.h"
-#include "daemon/control/stats_proto.h"
 #include "proto/control_address.h"
 
 namespace perch::control {
@@ -52,7 +52,7 @@ class Session : public std::enable_shared_from_this<Session> {
       response_.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
       try {
         v1::Stats stats;
-        core::Status st = ToProto(node_.Stats(), &stats);
+        core::Status st = StatsNow(node_.Stats(), &stats);
         if (!st.ok()) spdlog::error("metrics: {}", st.ToString());  // a bug; the rest is served
         response_.body() = RenderPrometheus(stats);
       } catch (const std::exception& e) {

@@ -85,8 +85,9 @@ void AddNumber(const Message& m, const FieldDescriptor* f, const std::string& pr
                const std::string& labels, Exposition* out) {
   const v1::Metric& opt = f->options().GetExtension(v1::metric);
   const bool counter = opt.type() == v1::Metric::COUNTER;
-  const std::string name =
-      "perch_" + (opt.name().empty() ? prefix + f->name() : opt.name()) + (counter ? "_total" : "");
+  const std::string name = (opt.standard() ? "" : "perch_") +
+                           (opt.name().empty() ? prefix + f->name() : opt.name()) +
+                           (counter ? "_total" : "");
   const Reflection* r = m.GetReflection();
   std::string value;
   switch (f->cpp_type()) {

@@ -9,8 +9,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/integration/mounted_federation.h"
 #include "tests/integration/stats_json.h"
@@ -114,6 +119,31 @@ TEST_F(ControlTest, StatsCountWhatWasRead) {
   EXPECT_GE(s["bytes_from_cache"].get<uint64_t>() - from_cache0, bytes);
   const uint64_t hits = s["hits"];
 
+  // perchd's own footprint, as the kernel sees that process (not perchctl's).
+  const json& p = s["process"];
+  const std::string proc = "/proc/" + std::to_string(perchd_.pid());
+  std::istringstream stat(ReadLocalFile(proc + "/stat"));
+  std::string field;
+  std::vector<std::string> fields;
+  while (stat >> field) fields.push_back(field);
+  ASSERT_GT(fields.size(), 15u);  // no spaces in "(perchd)"
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double cpu = (std::stod(fields[13]) + std::stod(fields[14])) / ticks;
+  EXPECT_GT(p["cpu_seconds"].get<double>(), 0.0);
+  EXPECT_LE(p["cpu_seconds"].get<double>(), cpu + 0.5) << cpu;
+  EXPECT_LE(p["cpu_system_seconds"].get<double>(), p["cpu_seconds"].get<double>());
+  uint64_t rss_pages = 0;
+  std::istringstream(ReadLocalFile(proc + "/statm")) >> rss_pages >> rss_pages;
+  const double rss = static_cast<double>(rss_pages * static_cast<uint64_t>(::getpagesize()));
+  EXPECT_GT(p["resident_bytes"].get<double>(), rss / 2) << rss;
+  EXPECT_LT(p["resident_bytes"].get<double>(), rss * 2) << rss;
+  const auto count = [](const std::string& dir) {
+    return static_cast<uint64_t>(std::distance(fs::directory_iterator(dir), {}));
+  };
+  EXPECT_NEAR(p["open_fds"].get<double>(), static_cast<double>(count(proc + "/fd")), 16);
+  EXPECT_NEAR(p["threads"].get<double>(), static_cast<double>(count(proc + "/task")), 4);
+  EXPECT_GT(p["max_fds"].get<uint64_t>(), p["open_fds"].get<uint64_t>());
+
   // The human form shows the same figures.
   RunResult human = Ctl({"stats"});
   EXPECT_EQ(human.exit_code, 0) << human.output;
@@ -122,6 +152,8 @@ TEST_F(ControlTest, StatsCountWhatWasRead) {
             std::string::npos)
       << human.output;
   EXPECT_NE(human.output.find("/test/a"), std::string::npos) << human.output;
+  EXPECT_NE(human.output.find(", cpu "), std::string::npos) << human.output;
+  EXPECT_NE(human.output.find(", resident "), std::string::npos) << human.output;
 
   // Extended attributes: what is cached, who served it, where it lives.
   char buf[512];
@@ -302,6 +334,15 @@ TEST_F(ControlTest, MetricsParseWithPromtool) {
       << text;
   EXPECT_NE(text.find("perch_fuse_op_duration_seconds_bucket{op=\"read\",le=\"+Inf\"}"),
             std::string::npos);
+  // Prometheus's standard process metrics, under their own names.
+  for (const char* family :
+       {"process_cpu_seconds_total counter", "process_resident_memory_bytes gauge",
+        "process_open_fds gauge", "process_max_fds gauge"}) {
+    EXPECT_NE(text.find("\n# TYPE " + std::string(family) + "\n"), std::string::npos)
+        << family << "\n"
+        << text;
+  }
+  EXPECT_EQ(text.find("perch_process_cpu_seconds"), std::string::npos) << text;
   RunResult missing = RunToExit(
       "/usr/bin/curl", {"-s", "-o", "/dev/null", "-w", "%{http_code}", "http://" + addr + "/x"});
   EXPECT_EQ(missing.output, "404");
