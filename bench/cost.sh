@@ -12,7 +12,9 @@
 #   - the large file also from local disk (page cache dropped), and once more
 #     with the disk taken out: perch's cache dir and a local copy on tmpfs.
 # For each pass: wall time, perchd's CPU (utime+stime of all its threads from
-# /proc/PID/stat, before/after), the reader's CPU (its children's rusage), the
+# /proc/PID/stat, before/after), the same per thread by name (perch-net,
+# perch-disk, perch-fuse, ...: the busiest one thread bounds one perchd's rate
+# however many cores a node has), the reader's CPU (its children's rusage), the
 # FUSE requests perchd answered (perchctl stats --json: fuse_ops counts), and
 # the machine's load. Then one more cold pass of the small files under
 # `strace -c -f` gives perchd's system calls per cold file (strace slows it:
@@ -88,17 +90,19 @@ bench_reader "$OTHER" OTHER_READER
 # appends a line to the report.
 pass() {
   local name=$1 units=$2 uname=$3 mb=$4; shift 4
-  local l0 u0 s0 f0 rc u1 s1 f1
+  local l0 u0 s0 f0 t0 rc u1 s1 f1 t1
   l0=$(load)
   read -r u0 s0 < <(perchd_cpu)
   f0=$([[ ${DAEMON:-perchd} == perchd ]] && bench_fuse_counts "$CTL" || true)
+  t0=$(bench_threads "$PERCHD_PID")
   rc=$(bench_run_cpu "$@")
   [[ -z ${SETTLE:-} ]] || bench_settle "$SETTLE"
   read -r u1 s1 < <(perchd_cpu)
   f1=$([[ ${DAEMON:-perchd} == perchd ]] && bench_fuse_counts "$CTL" || true)
-  python3 - "$name" "$units" "$uname" "$mb" "$rc" "$u0" "$s0" "$u1" "$s1" "$TCK" "$l0" "$f0" "$f1" "${DAEMON:-perchd}" <<'PY' | tee -a "$OUT"
+  t1=$(bench_threads "$PERCHD_PID")
+  python3 - "$name" "$units" "$uname" "$mb" "$rc" "$u0" "$s0" "$u1" "$s1" "$TCK" "$l0" "$f0" "$f1" "${DAEMON:-perchd}" "$t0" "$t1" <<'PY' | tee -a "$OUT"
 import sys
-name, units, uname, mb, rc, u0, s0, u1, s1, tck, load, f0, f1, daemon = sys.argv[1:]
+name, units, uname, mb, rc, u0, s0, u1, s1, tck, load, f0, f1, daemon, t0, t1 = sys.argv[1:]
 units, mb, tck = float(units), float(mb), int(tck)
 w, ru, rs = map(float, rc.split())
 pu, ps = (int(u1) - int(u0)) / tck, (int(s1) - int(s0)) / tck
@@ -114,6 +118,28 @@ print(f"{name:<28} {w:7.2f} s {rate} {mb / w:7.0f} MB/s | "
       f"{(ru + rs) * 1e6 / mb:6.0f} us/MB | load {load}")
 if ops_s:
     print(f"{'':<28} FUSE requests per {uname}: {ops_s}")
+# Per thread, by name (time on a CPU): the busiest one thread bounds one perchd's rate on any
+# number of cores.
+def threads(text):
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 3:
+            out[f[0]] = (f[1], int(f[2]))
+    return out
+a, b = threads(t0), threads(t1)
+if uname == "file" and b:
+    by_name, busiest = {}, ("", 0)
+    for tid, (comm, ns) in b.items():
+        d = ns - a.get(tid, (comm, 0))[1]
+        by_name[comm] = by_name.get(comm, 0) + d
+        busiest = max(busiest, (comm, d), key=lambda x: x[1])
+    parts = [f"{c} {d / 1e3 / units:.0f}" for c, d in sorted(by_name.items(), key=lambda x: -x[1])
+             if d / 1e3 / units >= 0.5]
+    top = busiest[1] / 1e3 / units
+    ceiling = f" (one {daemon}: at most {1e6 / top:,.0f} files/s on any number of cores)" if top > 0 else ""
+    print(f"{'':<28} {daemon} by thread, us per file: {', '.join(parts)}; busiest one thread: "
+          f"{busiest[0]} {top:.0f} us{ceiling}")
 PY
 }
 # plain NAME UNITS UNIT_NAME MB CMD...: a reader with no perchd (curl, local disk).

@@ -182,6 +182,17 @@ bench_cpu_ticks() {
   for p in "$@"; do cat "/proc/$p/stat"; done | awk '{ t += $14 + $15 } END { print t }'
 }
 
+# bench_threads PID -> "tid comm ns" for each live thread of PID: its time on a CPU in ns
+# (/proc/.../schedstat: exact, where utime and stime come in 10 ms ticks that a thread
+# busy for less than one shows as 0); comm as the threads named themselves (perch-net,
+# perch-disk, perch-fuse, ...).
+bench_threads() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    echo "${t##*/} $(tr ' ' _ < "$t/comm" 2>/dev/null) $(cut -d' ' -f1 "$t/schedstat" 2>/dev/null)"
+  done
+}
+
 # bench_run_cpu CMD... -> "wall_s user_s sys_s" of CMD and everything it waited for.
 bench_run_cpu() {
   python3 - "$@" <<'PY'

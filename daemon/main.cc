@@ -222,6 +222,8 @@ core::Status RunMounts(std::vector<std::unique_ptr<Federation>>& feds) {
   for (auto& f : feds) {
     auto r = std::make_unique<Runner>();
     r->thread = std::thread([&server = *f->server, r = r.get()] {
+      // libfuse's worker threads, started from this one, take its name.
+      pthread_setname_np(pthread_self(), "perch-fuse");
       sigset_t usr2;
       sigemptyset(&usr2);
       sigaddset(&usr2, SIGUSR2);
@@ -289,8 +291,9 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   loop_opts.ca_file = cfg.ca_file;
   loop_opts.user_agent = "perch/0.1";
   http::CurlLoop loop(loop_opts);
-  ThreadPoolExecutor disk(2);
-  ThreadPoolExecutor jobs(4);  // background work that may block: warm walks, listings, hints
+  ThreadPoolExecutor disk(2, "perch-disk");
+  ThreadPoolExecutor jobs(
+      4, "perch-jobs");  // background work that may block: warm walks, listings, hints
   core::CacheStack stack(**index, blocks, disk, jobs, StackOptionsOf(cfg));
   int rc = 0;
   if (core::Status s = stack.Open([&](const core::Status& why) { return (*index)->Reset(why); });

@@ -1,5 +1,7 @@
 #include "fuse/pending_replies.h"
 
+#include <pthread.h>
+
 #include <vector>
 
 namespace perch::fuse {
@@ -53,6 +55,7 @@ void PendingReplies::Expire(const std::vector<fuse_req*>& reqs) {
 }
 
 void PendingReplies::Loop() {
+  pthread_setname_np(pthread_self(), "perch-deadline");
   std::unique_lock<std::mutex> l(mu_);
   while (!closed_) {
     if (pending_.empty()) {

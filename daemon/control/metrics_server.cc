@@ -2,6 +2,7 @@
 // thread of its own. Every connection has a 5 s deadline, so a stuck scraper
 // cannot hold the thread, and a request is at most 8 KiB of headers and no
 // body, so a client cannot make it allocate.
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -130,6 +131,7 @@ core::Status MetricsServer::Start(const std::string& address, bool allow_remote)
              std::to_string(local.port());
   impl_->Accept();
   impl_->thread = std::thread([impl = impl_.get()] {
+    pthread_setname_np(pthread_self(), "perch-metrics");
     try {
       impl->io.run();
     } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -90,7 +91,10 @@ core::Status HttpEndpoint::Start(const std::string& address, bool allow_remote) 
     ::inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
     address_ = "[" + std::string(ip) + "]:" + std::to_string(ntohs(in6->sin6_port));
   }
-  acceptor_ = std::thread([this] { AcceptLoop(); });
+  acceptor_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "perch-http");  // its connections' threads take it
+    AcceptLoop();
+  });
   spdlog::info("HTTP endpoint on http://{}/ (GET, HEAD, PROPFIND of federation paths)", address_);
   return core::Status::Ok();
 }

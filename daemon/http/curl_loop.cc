@@ -1,6 +1,7 @@
 #include "daemon/http/curl_loop.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -204,6 +205,7 @@ CurlLoop::CurlLoop(Options options)
   curl_multi_setopt(impl_->multi, CURLMOPT_MAXCONNECTS,
                     static_cast<long>(std::max<size_t>(options_.max_in_flight, 16)));
   thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "perch-net");
     try {
       impl_->io.run();
     } catch (const std::exception& e) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -208,7 +209,10 @@ void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length) {
       holes_.push_back(
           Hole{pack, offset, Extent(length), std::chrono::steady_clock::now() + grace_});
       if (grace_.count() > 0 && !puncher_.joinable())
-        puncher_ = std::thread([this] { PunchLoop(); });
+        puncher_ = std::thread([this] {
+          pthread_setname_np(pthread_self(), "perch-punch");
+          PunchLoop();
+        });
     }
   }
   if (grace_.count() == 0) {

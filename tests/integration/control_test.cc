@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -309,6 +310,29 @@ TEST_F(ControlTest, HealthReportsAnUnreachableFederation) {
   r = Ctl({"health"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("UNREACHABLE"), std::string::npos) << r.output;
+}
+
+// perchd's threads carry names (top -H, perf, bench/cost.sh's CPU per thread): the network
+// loop, the FUSE workers (named by the thread that starts them), the disk and jobs pools.
+TEST_F(ControlTest, ThreadsAreNamedByTheirWork) {
+  Mount();
+  ASSERT_EQ(ReadFile("a/f3"), Original("a/f3"));  // the pools' threads name themselves at work
+  std::map<std::string, int> names;
+  for (int i = 0; i < 100; ++i) {
+    names.clear();
+    for (const auto& t :
+         fs::directory_iterator("/proc/" + std::to_string(perchd_.pid()) + "/task")) {
+      std::string comm = ReadLocalFile(t.path() / "comm");
+      while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+      names[comm]++;
+    }
+    if (names.count("perch-disk")) break;  // written after the read was answered
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(names["perch-net"], 1) << ::testing::PrintToString(names);
+  EXPECT_GE(names["perch-fuse"], 1) << ::testing::PrintToString(names);
+  EXPECT_GE(names["perch-disk"], 1) << ::testing::PrintToString(names);
+  EXPECT_GE(names["perch-deadline"], 1) << ::testing::PrintToString(names);
 }
 
 TEST_F(ControlTest, MetricsParseWithPromtool) {
