@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 
@@ -279,6 +280,7 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c,
   r.Str("token_file", &c->token_file);
   r.Time("op_timeout", &c->op_timeout);
   r.Count("fuse_threads", &c->fuse_threads);
+  r.Count("net_threads", &c->net_threads);
   r.Count("max_requests_in_flight", &c->max_requests_in_flight);
   r.Real("high_watermark", &c->high_watermark);
   r.Real("low_watermark", &c->low_watermark);
@@ -319,6 +321,11 @@ std::vector<MountConfig> MountsOf(const DaemonConfig& c) {
   return {m};
 }
 
+size_t NetThreadsOf(const DaemonConfig& c, unsigned cores) {
+  if (c.net_threads > 0) return c.net_threads;
+  return std::clamp<size_t>(cores / 4, 1, 8);
+}
+
 void Validate(const DaemonConfig& c) {
   std::set<std::string> mountpoints, federations;
   for (const MountConfig& m : MountsOf(c)) {
@@ -341,6 +348,7 @@ void Validate(const DaemonConfig& c) {
   }
   if (c.op_timeout < std::chrono::milliseconds(100))
     throw ConfigError("op_timeout must be at least 100ms");
+  if (c.net_threads > 64) throw ConfigError("net_threads must be at most 64");
   if (std::string why = CheckControlAddress(c.control_address); !why.empty())
     throw ConfigError(why);
   if (std::string why = CheckMetricsAddress(c.metrics_address, c.metrics_allow_remote);

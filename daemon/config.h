@@ -49,6 +49,9 @@ struct DaemonConfig {
   std::string protected_group;
   std::chrono::milliseconds op_timeout{30000};  // every FUSE request is answered within this
   unsigned fuse_threads = 32;
+  // Network loops (threads that run HTTP transfers and answer the reads they
+  // serve); 0 = one per 4 cores, 1 to 8 (NetThreadsOf).
+  unsigned net_threads = 0;
   size_t max_requests_in_flight = 256;
   double high_watermark = 0.95;
   double low_watermark = 0.85;
@@ -95,5 +98,9 @@ std::vector<std::string> ConfigKeys();
 // distinct, watermarks, block size bounds, control and metrics
 // addresses on loopback unless allowed). Throws ConfigError.
 void Validate(const DaemonConfig& config);
+
+// The network loops perchd runs: net_threads, or when 0 one per 4 of `cores`,
+// at least 1 and at most 8.
+size_t NetThreadsOf(const DaemonConfig& config, unsigned cores);
 
 }  // namespace perch

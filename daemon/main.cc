@@ -123,14 +123,14 @@ core::Result<std::vector<std::unique_ptr<Federation>>> PrepareMounts(const Daemo
 }
 
 // Adds `f` to the stack over its own client, and checks that it can serve.
-core::Status AddMount(const DaemonConfig& cfg, http::CurlLoop& loop, core::CacheStack& stack,
-                      Federation& f) {
+core::Status AddMount(const DaemonConfig& cfg, const std::vector<http::CurlLoop*>& loops,
+                      core::CacheStack& stack, Federation& f) {
   http::FederationClientOptions client_opts;
   client_opts.token_file = f.cfg.token_file.empty() ? cfg.token_file : f.cfg.token_file;
   client_opts.namespace_token_files = f.cfg.namespace_tokens;
   client_opts.namespace_token_files.insert(cfg.namespace_tokens.begin(),
                                            cfg.namespace_tokens.end());
-  f.client = std::make_unique<http::FederationClient>(loop, f.url, client_opts);
+  f.client = std::make_unique<http::FederationClient>(loops, f.url, client_opts);
   core::MountSpec spec;
   spec.federation_id = f.url.ToString();
   spec.federation = f.url.discovery_url;
@@ -189,17 +189,19 @@ core::Result<fuse::FuseOptions> FuseOptionsOf(const DaemonConfig& cfg, core::Cac
   return o;
 }
 
-// Sums the federation clients' counters (the one loop's queue is shared).
+// Sums the federation clients' counters and the net loops' queues (shared by the clients).
 core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& feds,
-                             const http::CurlLoop& loop) {
+                             const std::vector<http::CurlLoop*>& loops) {
   core::NetworkStats n;
-  n.inflight_requests = loop.InFlight();
-  n.queued_requests = loop.Queued();
+  for (const http::CurlLoop* loop : loops) {
+    n.inflight_requests += loop->InFlight();
+    n.queued_requests += loop->Queued();
+  }
   for (const auto& f : feds) {
-    const http::FederationCounters& c = f->client->counters();
-    n.range_gets += c.range_gets.load();
-    n.failovers += c.failovers.load();
-    n.resumes += c.resumes.load();
+    const http::FederationCounts c = f->client->counters();
+    n.range_gets += c.range_gets;
+    n.failovers += c.failovers;
+    n.resumes += c.resumes;
   }
   return n;
 }
@@ -286,11 +288,24 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
                  trust->inherited ? "blocks of earlier runs are trusted (clean end or same boot)"
                                   : "blocks of earlier runs get a CRC check on first read");
   }
+  // The network loops: each client has a shard on every one (FederationClient), and
+  // reads spread over them by path. The request budget and the connections per
+  // server are shared out, so that N loops open no more than one would.
+  const size_t net_threads = NetThreadsOf(cfg, std::thread::hardware_concurrency());
   http::CurlLoop::Options loop_opts;
-  loop_opts.max_in_flight = cfg.max_requests_in_flight;
+  loop_opts.max_in_flight = (cfg.max_requests_in_flight + net_threads - 1) / net_threads;
+  loop_opts.max_host_connections =
+      (loop_opts.max_host_connections + static_cast<long>(net_threads) - 1) /
+      static_cast<long>(net_threads);
   loop_opts.ca_file = cfg.ca_file;
   loop_opts.user_agent = "perch/0.1";
-  http::CurlLoop loop(loop_opts);
+  std::vector<std::unique_ptr<http::CurlLoop>> net;
+  std::vector<http::CurlLoop*> loops;
+  for (size_t i = 0; i < net_threads; ++i) {
+    net.push_back(std::make_unique<http::CurlLoop>(loop_opts));
+    loops.push_back(net.back().get());
+  }
+  spdlog::info("network: {} loop{}", net_threads, net_threads == 1 ? "" : "s");
   ThreadPoolExecutor disk(2, "perch-disk");
   ThreadPoolExecutor jobs(
       4, "perch-jobs");  // background work that may block: warm walks, listings, hints
@@ -303,7 +318,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   // The catalog's load freed as much as it kept (index blocks, keys, values).
   ReleaseFreeMemory();
   for (size_t i = 0; rc == 0 && i < feds->size(); ++i) {
-    if (core::Status s = AddMount(cfg, loop, stack, *(*feds)[i]); !s.ok()) rc = ExitFor(s);
+    if (core::Status s = AddMount(cfg, loops, stack, *(*feds)[i]); !s.ok()) rc = ExitFor(s);
   }
   core::OpMetrics op_metrics;
   auto fopts = FuseOptionsOf(cfg, stack, op_metrics);
@@ -321,7 +336,7 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
 
   // The control plane: perchctl over gRPC, Prometheus, warm jobs.
   core::NodeControl node(
-      stack, cfg.cache_dir, op_metrics, [&feds, &loop] { return NetworkOf(*feds, loop); },
+      stack, cfg.cache_dir, op_metrics, [&feds, &loops] { return NetworkOf(*feds, loops); },
       [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {
         return DiskSpace(dir, total, free);
       });
@@ -377,7 +392,9 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
     spdlog::info("unmounting {}", f->cfg.mountpoint);
     f->server->Unmount();
   }
-  loop.Shutdown();       // in-flight fetches end (cancelled) while the cache objects still exist
+  for (http::CurlLoop* loop : loops) {
+    loop->Shutdown();  // in-flight fetches end (cancelled) while the cache objects still exist
+  }
   http_endpoint.Join();  // its reads have ended with the fetches
   jobs.Join();
   stack.Close();

@@ -44,9 +44,7 @@ http::FederationClient& DirectFetcher::ClientFor(const http::FederationUrl& url)
 
 Result<FetchReport> DirectFetcher::Fetch(const http::FederationUrl& url, const TempFile& file) {
   http::FederationClient& client = ClientFor(url);
-  const http::FederationCounters& counters = client.counters();
-  uint64_t bytes_before = counters.body_bytes, resumes_before = counters.resumes;
-  uint64_t failovers_before = counters.failovers;
+  const http::FederationCounts before = client.counters();
 
   core::Deadline stat_deadline = core::DeadlineAfter(60s);
   auto attr = core::WaitFor<core::FileAttr>(
@@ -113,9 +111,10 @@ Result<FetchReport> DirectFetcher::Fetch(const http::FederationUrl& url, const T
   FetchReport report;
   report.via = "federation";
   report.file_bytes = size;
-  report.network_bytes = counters.body_bytes - bytes_before;
-  report.resumes = counters.resumes - resumes_before;
-  report.failovers = counters.failovers - failovers_before;
+  const http::FederationCounts after = client.counters();
+  report.network_bytes = after.body_bytes - before.body_bytes;
+  report.resumes = after.resumes - before.resumes;
+  report.failovers = after.failovers - before.failovers;
   report.server = client.LastServer(url.path);
   return report;
 }

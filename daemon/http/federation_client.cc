@@ -14,23 +14,39 @@ using core::Deadline;
 using core::ObjectPath;
 using core::Result;
 
-FederationClient::FederationClient(CurlLoop& loop, FederationUrl url,
+FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, FederationUrl url,
                                    FederationClientOptions options)
-    : url_(url), loop_(loop) {
-  auto token_file = options.token_file;
-  auto token_ttl = options.token_ttl;
-  auto by_prefix = options.namespace_token_files;
-  ctx_ = std::make_shared<ClientContext>(loop, std::move(url), std::move(options));
-  director_ = std::make_shared<DirectorClient>(ctx_);
-  auto auth = std::make_shared<NamespaceAuth>(TokenFinder(token_file), url_.token_name, token_ttl,
-                                              std::move(by_prefix));
-  reader_ = std::make_shared<RangeReader>(ctx_, director_, auth);
-  lister_ = std::make_shared<Lister>(ctx_, director_, auth, reader_);
+    : url_(url) {
+  PERCH_CHECK(!loops.empty());
+  for (CurlLoop* loop : loops) {
+    Shard shard{loop, std::make_shared<ClientContext>(*loop, url, options), nullptr, nullptr,
+                nullptr};
+    shard.director = std::make_shared<DirectorClient>(shard.ctx);
+    auto auth = std::make_shared<NamespaceAuth>(TokenFinder(options.token_file), url_.token_name,
+                                                options.token_ttl, options.namespace_token_files);
+    shard.reader = std::make_shared<RangeReader>(shard.ctx, shard.director, auth);
+    shard.lister = std::make_shared<Lister>(shard.ctx, shard.director, auth, shard.reader);
+    shards_.push_back(std::move(shard));
+  }
 }
 
 FederationClient::~FederationClient() = default;
 
-const FederationCounters& FederationClient::counters() const { return ctx_->counters; }
+FederationCounts FederationClient::counters() const {
+  FederationCounts sum;
+  for (const Shard& s : shards_) {
+    const FederationCounters& c = s.ctx->counters;
+    sum.discovery_queries += c.discovery_queries.load();
+    sum.director_queries += c.director_queries.load();
+    sum.propfinds += c.propfinds.load();
+    sum.range_gets += c.range_gets.load();
+    sum.body_bytes += c.body_bytes.load();
+    sum.bytes_delivered += c.bytes_delivered.load();
+    sum.failovers += c.failovers.load();
+    sum.resumes += c.resumes.load();
+  }
+  return sum;
+}
 
 ObjectPath FederationClient::ToFederation(const ObjectPath& rel) const {
   if (url_.path.IsRoot()) return rel;
@@ -38,20 +54,32 @@ ObjectPath FederationClient::ToFederation(const ObjectPath& rel) const {
   return PERCH_CHECKED(ObjectPath::Parse(url_.path.str() + rel.str()));
 }
 
+const FederationClient::Shard& FederationClient::ReaderOf(const ObjectPath& fed) const {
+  if (shards_.size() == 1) return shards_[0];
+  return shards_[std::hash<std::string>{}(fed.str()) % shards_.size()];
+}
+
 std::string FederationClient::LastServer(const ObjectPath& path) const {
-  return reader_->ServedBy(ToFederation(path).str());
+  const ObjectPath fed = ToFederation(path);
+  return ReaderOf(fed).reader->ServedBy(fed.str());
 }
 
 void FederationClient::Stat(const ObjectPath& path, Deadline deadline,
                             std::function<void(Result<core::FileAttr>)> done) {
-  loop_.Post([lister = lister_, fed = ToFederation(path), deadline,
-              done = std::move(done)]() mutable { lister->Stat(fed, deadline, std::move(done)); });
+  const Shard& s = shards_[0];
+  s.loop->Post(
+      [lister = s.lister, fed = ToFederation(path), deadline, done = std::move(done)]() mutable {
+        lister->Stat(fed, deadline, std::move(done));
+      });
 }
 
 void FederationClient::List(const ObjectPath& path, Deadline deadline,
                             std::function<void(Result<std::vector<core::DirEntry>>)> done) {
-  loop_.Post([lister = lister_, fed = ToFederation(path), deadline,
-              done = std::move(done)]() mutable { lister->List(fed, deadline, std::move(done)); });
+  const Shard& s = shards_[0];
+  s.loop->Post(
+      [lister = s.lister, fed = ToFederation(path), deadline, done = std::move(done)]() mutable {
+        lister->List(fed, deadline, std::move(done));
+      });
 }
 
 void FederationClient::ReadRange(const ObjectPath& path, const core::ObjectVersion& version,
@@ -61,25 +89,29 @@ void FederationClient::ReadRange(const ObjectPath& path, const core::ObjectVersi
     if (range.offset >= version.size) range.length = 0;
     range.length = std::min(range.length, version.size - std::min(range.offset, version.size));
   }
+  ObjectPath fed = ToFederation(path);
+  const Shard& s = ReaderOf(fed);
   if (range.length == 0) {
-    loop_.Post([done = std::move(done)] { done(core::Bytes()); });
+    s.loop->Post([done = std::move(done)] { done(core::Bytes()); });
     return;
   }
-  loop_.Post([reader = reader_, fed = ToFederation(path), version, range, deadline,
-              done = std::move(done)]() mutable {
+  s.loop->Post([reader = s.reader, fed = std::move(fed), version, range, deadline,
+                done = std::move(done)]() mutable {
     reader->Read(fed, version, range, deadline, std::move(done));
   });
 }
 
 void FederationClient::SetProgressHookForTest(
     std::function<void(const std::string&, uint64_t)> hook) {
-  loop_.Post([reader = reader_, hook = std::move(hook)]() mutable {
-    reader->SetProgressHook(std::move(hook));
-  });
+  for (const Shard& s : shards_) {
+    s.loop->Post([reader = s.reader, hook]() mutable { reader->SetProgressHook(std::move(hook)); });
+  }
 }
 
 void FederationClient::InvalidateForTest() {
-  loop_.Post([director = director_] { director->InvalidateAll(); });
+  for (const Shard& s : shards_) {
+    s.loop->Post([director = s.director] { director->InvalidateAll(); });
+  }
 }
 
 }  // namespace perch::http

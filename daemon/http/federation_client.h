@@ -30,8 +30,16 @@
 // namespace table), RangeReader (Range GETs with failover and resume, policy
 // in failover.h), Lister (PROPFIND), NamespaceAuth (tokens).
 //
-// Thread-safety: all public methods are safe from any thread; all state lives
-// on the CurlLoop's thread. Callbacks run on that thread.
+// Shards: given several CurlLoops (perchd's `net_threads`), the client keeps
+// one shard per loop: its own director answers, readers and listers, all on
+// that loop's thread, so no state is shared between threads. A read goes to
+// the shard of its path (the same file always to the same one); Stat and List
+// go to the first. Each shard asks the director once per namespace and learns
+// a failing server by itself: with N shards a dead cache may cost N failovers.
+//
+// Thread-safety: all public methods are safe from any thread; a shard's state
+// lives on its CurlLoop's thread. Callbacks run on the thread of the shard
+// that served the call.
 #pragma once
 
 #include <functional>
@@ -50,9 +58,25 @@ class DirectorClient;
 class Lister;
 class RangeReader;
 
+// The sums of every shard's FederationCounters, at one moment.
+struct FederationCounts {
+  uint64_t discovery_queries = 0;
+  uint64_t director_queries = 0;
+  uint64_t propfinds = 0;
+  uint64_t range_gets = 0;
+  uint64_t body_bytes = 0;
+  uint64_t bytes_delivered = 0;
+  uint64_t failovers = 0;
+  uint64_t resumes = 0;
+};
+
 class FederationClient : public core::Origin {
  public:
-  FederationClient(CurlLoop& loop, FederationUrl url, FederationClientOptions options = {});
+  // One shard per loop of `loops` (not empty; each outlives this client).
+  FederationClient(const std::vector<CurlLoop*>& loops, FederationUrl url,
+                   FederationClientOptions options = {});
+  FederationClient(CurlLoop& loop, FederationUrl url, FederationClientOptions options = {})
+      : FederationClient(std::vector<CurlLoop*>{&loop}, std::move(url), std::move(options)) {}
   ~FederationClient() override;
 
   void Stat(const core::ObjectPath& path, core::Deadline deadline,
@@ -64,7 +88,7 @@ class FederationClient : public core::Origin {
                  std::function<void(core::Result<core::Bytes>)> done) override;
 
   const FederationUrl& url() const { return url_; }
-  const FederationCounters& counters() const;
+  FederationCounts counters() const;
 
   // The server (scheme://host:port) that last delivered bytes of `path`;
   // "" if none has since start.
@@ -78,16 +102,23 @@ class FederationClient : public core::Origin {
   void InvalidateForTest();
 
  private:
+  // The parts of one loop. Shared with that loop thread's tasks, which may
+  // outlive this object (a transfer cancelled when the CurlLoop shuts down
+  // still completes).
+  struct Shard {
+    CurlLoop* loop;
+    std::shared_ptr<ClientContext> ctx;
+    std::shared_ptr<DirectorClient> director;
+    std::shared_ptr<RangeReader> reader;
+    std::shared_ptr<Lister> lister;
+  };
+
   core::ObjectPath ToFederation(const core::ObjectPath& rel) const;
+  // The shard that reads the federation path `fed`.
+  const Shard& ReaderOf(const core::ObjectPath& fed) const;
 
   FederationUrl url_;
-  CurlLoop& loop_;
-  // Shared with the loop thread's tasks, which may outlive this object (a
-  // transfer cancelled when the CurlLoop shuts down still completes).
-  std::shared_ptr<ClientContext> ctx_;
-  std::shared_ptr<DirectorClient> director_;
-  std::shared_ptr<RangeReader> reader_;
-  std::shared_ptr<Lister> lister_;
+  std::vector<Shard> shards_;  // constant after construction
 };
 
 }  // namespace perch::http

@@ -51,6 +51,7 @@ cache_size = "50G"
 block_size = 8388608
 op_timeout = "10s"
 fuse_threads = 8
+net_threads = 3
 high_watermark = 0.9
 low_watermark = 0.8
 dir_ttl = 60
@@ -63,6 +64,8 @@ fuse_read_ahead = "4M"
   EXPECT_EQ(c.block_size, 8u << 20);
   EXPECT_EQ(c.op_timeout, std::chrono::seconds(10));
   EXPECT_EQ(c.fuse_threads, 8u);
+  EXPECT_EQ(c.net_threads, 3u);
+  EXPECT_EQ(NetThreadsOf(c, 64), 3u);
   EXPECT_EQ(c.dir_ttl, std::chrono::seconds(60));
   EXPECT_EQ(c.fuse_read_ahead, 4u << 20);
   EXPECT_NO_THROW(Validate(c));
@@ -86,6 +89,19 @@ TEST_F(ConfigFileTest, ErrorsNameTheProblem) {
       EXPECT_NE(std::string(e.what()).find(k.needle), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(ConfigValidateTest, NetThreadsAreOnePerFourCoresUnlessSet) {
+  DaemonConfig c;
+  EXPECT_EQ(NetThreadsOf(c, 1), 1u);
+  EXPECT_EQ(NetThreadsOf(c, 2), 1u);
+  EXPECT_EQ(NetThreadsOf(c, 8), 2u);
+  EXPECT_EQ(NetThreadsOf(c, 16), 4u);
+  EXPECT_EQ(NetThreadsOf(c, 256), 8u);
+  c.net_threads = 2;
+  EXPECT_EQ(NetThreadsOf(c, 1), 2u);
+  c.net_threads = 65;
+  EXPECT_THROW(Validate(c), ConfigError);
 }
 
 TEST(ConfigValidateTest, CrossFieldRules) {
