@@ -323,7 +323,7 @@ std::vector<MountConfig> MountsOf(const DaemonConfig& c) {
 
 size_t NetThreadsOf(const DaemonConfig& c, unsigned cores) {
   if (c.net_threads > 0) return c.net_threads;
-  return std::clamp<size_t>(cores / 4, 1, 8);
+  return std::clamp<size_t>(cores / 2, 2, 8);
 }
 
 void Validate(const DaemonConfig& c) {

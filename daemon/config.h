@@ -50,7 +50,7 @@ struct DaemonConfig {
   std::chrono::milliseconds op_timeout{30000};  // every FUSE request is answered within this
   unsigned fuse_threads = 32;
   // Network loops (threads that run HTTP transfers and answer the reads they
-  // serve); 0 = one per 4 cores, 1 to 8 (NetThreadsOf).
+  // serve); 0 = one per 2 cores, 2 to 8 (NetThreadsOf).
   unsigned net_threads = 0;
   size_t max_requests_in_flight = 256;
   double high_watermark = 0.95;
@@ -99,8 +99,9 @@ std::vector<std::string> ConfigKeys();
 // addresses on loopback unless allowed). Throws ConfigError.
 void Validate(const DaemonConfig& config);
 
-// The network loops perchd runs: net_threads, or when 0 one per 4 of `cores`,
-// at least 1 and at most 8.
+// The network loops perchd runs: net_threads, or when 0 one per 2 of `cores`,
+// at least 2 (a second loop gains even on 2 cores: one runs while the other
+// waits) and at most 8.
 size_t NetThreadsOf(const DaemonConfig& config, unsigned cores);
 
 }  // namespace perch

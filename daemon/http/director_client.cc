@@ -143,32 +143,42 @@ Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(const ObjectPa
   std::string rel = fed_path.str().substr(entry->prefix.IsRoot() ? 0 : entry->prefix.str().size());
   const ObjectPath rel_path = PERCH_CHECKED(ObjectPath::Parse(rel.empty() ? "/" : rel));
   int rel_depth = static_cast<int>(rel_path.Segments().size());
+  // The Link URL is server base + object path: with the part below the
+  // namespace (its depth) stripped, it is the namespace root on that server,
+  // and the answer serves every object of the namespace. If any URL does not
+  // generalise (a depth that disagrees, a path that does not end in the
+  // object's), the answer is for this object only and every URL is used as
+  // it came: a base stripped for some servers and not others would send the
+  // others' reads to the namespace root.
+  struct Server {
+    std::string url;   // the Link URL, without a trailing slash
+    std::string root;  // the namespace root on that server ("" if it does not generalise)
+  };
+  std::vector<Server> servers;
   for (const LinkEntry& link : links) {
-    if (entry->server_bases.size() >= max_servers) break;
+    if (servers.size() >= max_servers) break;
     auto split = SplitHttpUrl(link.url);
     if (!split.ok()) continue;
     std::string path = split->path;
     while (path.size() > 1 && path.back() == '/') path.pop_back();
-    // The Link URL is server base + object path; strip the part below the
-    // namespace (its depth) to get the namespace root on that server.
-    if (link.depth >= 0 && link.depth != rel_depth) entry->cacheable = false;
-    if (!rel.empty()) {
-      if (auto base = StripDecodedSuffix(path, rel_path)) {
-        path = *base;
-      } else {
-        // Could not generalise: use the URL for this object only.
-        entry->cacheable = false;
-        entry->prefix = fed_path;
-        entry->server_bases.push_back(split->base + split->path);
-        continue;
+    Server server{split->base + path, ""};
+    if (link.depth < 0 || link.depth == rel_depth) {
+      if (rel.empty()) {
+        server.root = server.url;
+      } else if (auto base = StripDecodedSuffix(path, rel_path)) {
+        server.root = split->base + *base;
       }
     }
-    entry->server_bases.push_back(split->base + path);
+    if (server.root.empty()) entry->cacheable = false;
+    servers.push_back(std::move(server));
   }
-  if (entry->server_bases.empty()) {
+  if (servers.empty()) {
     return core::CorruptError(what + ": no usable server URL", FailureSite::kDirector);
   }
   if (!entry->cacheable) entry->prefix = fed_path;
+  for (const Server& server : servers) {
+    entry->server_bases.push_back(entry->cacheable ? server.root : server.url);
+  }
   return std::shared_ptr<const NamespaceEntry>(entry);
 }
 
@@ -242,12 +252,13 @@ void DirectorClient::FinishDiscovery(Result<std::string> result) {
 
 // ---- director ----
 
-std::shared_ptr<const NamespaceEntry> DirectorClient::Lookup(const ObjectPath& fed_path) {
+std::shared_ptr<const NamespaceEntry> NamespaceAnswers::Longest(const ObjectPath& fed_path) {
+  std::lock_guard<std::mutex> l(mu_);
   std::shared_ptr<const NamespaceEntry> best;
   auto now = Clock::now();
-  for (auto it = namespaces_.begin(); it != namespaces_.end();) {
+  for (auto it = by_prefix_.begin(); it != by_prefix_.end();) {
     if (now >= it->second->expires) {
-      it = namespaces_.erase(it);
+      it = by_prefix_.erase(it);
       continue;
     }
     if (fed_path.HasPrefix(it->second->prefix) &&
@@ -256,6 +267,28 @@ std::shared_ptr<const NamespaceEntry> DirectorClient::Lookup(const ObjectPath& f
     }
     ++it;
   }
+  return best;
+}
+
+void NamespaceAnswers::Put(std::shared_ptr<const NamespaceEntry> entry) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (by_prefix_.size() >= NamespaceDirectory::kMaxPrefixes) by_prefix_.clear();
+  by_prefix_[entry->prefix.str()] = std::move(entry);
+}
+
+void NamespaceAnswers::Erase(const std::shared_ptr<const NamespaceEntry>& entry) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = by_prefix_.find(entry->prefix.str());
+  if (it != by_prefix_.end() && it->second == entry) by_prefix_.erase(it);
+}
+
+void NamespaceAnswers::Clear() {
+  std::lock_guard<std::mutex> l(mu_);
+  by_prefix_.clear();
+}
+
+std::shared_ptr<const NamespaceEntry> DirectorClient::Lookup(const ObjectPath& fed_path) {
+  std::shared_ptr<const NamespaceEntry> best = answers_->Longest(fed_path);
   // A nested namespace the director advertises but has not been asked about
   // yet must not be served by its parent's servers.
   if (best) {
@@ -300,8 +333,7 @@ void DirectorClient::FinishResolve(const ObjectPath& fed_path,
   if (r.ok() && (*r)->cacheable) {
     // A nested namespace's answer must not hide its parent's: both stay, the
     // longest prefix wins per path.
-    if (namespaces_.size() >= NamespaceDirectory::kMaxPrefixes) namespaces_.clear();
-    namespaces_[(*r)->prefix.str()] = *r;
+    answers_->Put(*r);
     directory_.AddSeen((*r)->prefix, (*r)->require_token);
   }
   auto it = waiters_.find(fed_path.str());
@@ -348,12 +380,11 @@ void DirectorClient::Query(const std::string& director, const ObjectPath& fed_pa
 }
 
 void DirectorClient::Invalidate(const std::shared_ptr<const NamespaceEntry>& entry) {
-  auto it = namespaces_.find(entry->prefix.str());
-  if (it != namespaces_.end() && it->second == entry) namespaces_.erase(it);
+  answers_->Erase(entry);
 }
 
 void DirectorClient::InvalidateAll() {
-  namespaces_.clear();
+  answers_->Clear();
   director_.clear();
   discovery_error_ = Status();
   list_expires_ = Clock::time_point();

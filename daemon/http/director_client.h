@@ -9,11 +9,15 @@
 // one director query.
 //
 // Thread-safety: every method runs on the CurlLoop's thread; callbacks too.
+// The answers themselves (NamespaceAnswers) may be shared by the clients of
+// several loops (FederationClient's shards), so that one shard's answer
+// serves the others' reads.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,11 +52,33 @@ core::Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(
     const core::ObjectPath& fed_path, const HttpResponse& answer, size_t max_servers,
     core::Clock::time_point expires);
 
+// Director answers by namespace prefix (cacheable ones only), for every
+// object below their prefix until they expire. Thread-safe: the DirectorClients
+// of one FederationClient's shards share one.
+class NamespaceAnswers {
+ public:
+  // The unexpired answer with the longest prefix holding `fed_path`; null if
+  // none (expired answers are dropped on the way).
+  std::shared_ptr<const NamespaceEntry> Longest(const core::ObjectPath& fed_path);
+  void Put(std::shared_ptr<const NamespaceEntry> entry);
+  // Forgets `entry` if it is still the answer for its prefix.
+  void Erase(const std::shared_ptr<const NamespaceEntry>& entry);
+  void Clear();
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const NamespaceEntry>> by_prefix_;  // Protected by mu_
+};
+
 class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
  public:
   using NsCallback = std::function<void(core::Result<std::shared_ptr<const NamespaceEntry>>)>;
 
-  explicit DirectorClient(std::shared_ptr<ClientContext> ctx) : ctx_(std::move(ctx)) {}
+  // `answers`: shared with the DirectorClients of other loops (a new table of its own if null).
+  explicit DirectorClient(std::shared_ptr<ClientContext> ctx,
+                          std::shared_ptr<NamespaceAnswers> answers = nullptr)
+      : ctx_(std::move(ctx)),
+        answers_(answers ? std::move(answers) : std::make_shared<NamespaceAnswers>()) {}
 
   // The namespace entry for federation path `fed_path`: from the table, or
   // asked of the director (kNotFound when no namespace holds the path).
@@ -93,7 +119,7 @@ class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
   core::Status discovery_error_;
   core::Clock::time_point discovery_error_expires_;
   std::vector<std::function<void(core::Result<std::string>)>> discovery_waiters_;
-  std::map<std::string, std::shared_ptr<const NamespaceEntry>> namespaces_;
+  const std::shared_ptr<NamespaceAnswers> answers_;
   std::map<std::string, std::vector<NsCallback>> waiters_;
   NamespaceDirectory directory_;
   core::Status list_status_ = core::UnavailableError("not fetched yet");

@@ -18,10 +18,11 @@ FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, Federati
                                    FederationClientOptions options)
     : url_(url) {
   PERCH_CHECK(!loops.empty());
+  auto answers = std::make_shared<NamespaceAnswers>();  // one shard's answer serves every shard
   for (CurlLoop* loop : loops) {
     Shard shard{loop, std::make_shared<ClientContext>(*loop, url, options), nullptr, nullptr,
                 nullptr};
-    shard.director = std::make_shared<DirectorClient>(shard.ctx);
+    shard.director = std::make_shared<DirectorClient>(shard.ctx, answers);
     auto auth = std::make_shared<NamespaceAuth>(TokenFinder(options.token_file), url_.token_name,
                                                 options.token_ttl, options.namespace_token_files);
     shard.reader = std::make_shared<RangeReader>(shard.ctx, shard.director, auth);

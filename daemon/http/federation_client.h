@@ -32,10 +32,11 @@
 //
 // Shards: given several CurlLoops (perchd's `net_threads`), the client keeps
 // one shard per loop: its own director answers, readers and listers, all on
-// that loop's thread, so no state is shared between threads. A read goes to
+// that loop's thread; only the director's answers (NamespaceAnswers, locked)
+// are shared, so that one shard's answer serves every shard. A read goes to
 // the shard of its path (the same file always to the same one); Stat and List
-// go to the first. Each shard asks the director once per namespace and learns
-// a failing server by itself: with N shards a dead cache may cost N failovers.
+// go to the first. Each shard learns a failing server by itself: with N shards
+// a dead cache may cost N failovers.
 //
 // Thread-safety: all public methods are safe from any thread; a shard's state
 // lives on its CurlLoop's thread. Callbacks run on the thread of the shard

@@ -208,13 +208,20 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
       return reply(status, status >= 400 ? "{\"status\":\"error\",\"msg\":\"injected\"}" : "",
                    headers);
     }
+    // As Pelican's director: depth is the number of path components of the
+    // object path below the namespace prefix (getLinkDepth).
+    int depth = 0;
+    for (size_t i = 3; i < target.size(); ++i) {
+      if (target[i] == '/' && i + 1 < target.size() && target[i + 1] != '/') ++depth;
+    }
     std::string link;
     int pri = 1;
     for (const std::string& b : links) {
       std::string base = b == "refuse" ? "http://127.0.0.1:1"
                                        : "http://127.0.0.1:" + std::to_string(port) + "/srv/" + b;
-      link += (link.empty() ? "" : ", ") + ("<" + base + target + ">; rel=\"duplicate\"; pri=" +
-                                            std::to_string(pri++) + "; depth=1");
+      link += (link.empty() ? "" : ", ") +
+              ("<" + base + target + ">; rel=\"duplicate\"; pri=" + std::to_string(pri++) +
+               "; depth=" + std::to_string(depth));
     }
     l.unlock();
     return reply(307, "",

@@ -331,7 +331,7 @@ TEST_F(ControlTest, ThreadsAreNamedByTheirWork) {
     if (names.count("perch-disk")) break;  // written after the read was answered
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_EQ(names["perch-net"], 1) << ::testing::PrintToString(names);
+  EXPECT_GE(names["perch-net"], 2) << ::testing::PrintToString(names);  // net_threads: at least 2
   EXPECT_GE(names["perch-fuse"], 1) << ::testing::PrintToString(names);
   EXPECT_GE(names["perch-disk"], 1) << ::testing::PrintToString(names);
   EXPECT_GE(names["perch-deadline"], 1) << ::testing::PrintToString(names);

@@ -91,15 +91,15 @@ TEST_F(ConfigFileTest, ErrorsNameTheProblem) {
   }
 }
 
-TEST(ConfigValidateTest, NetThreadsAreOnePerFourCoresUnlessSet) {
+TEST(ConfigValidateTest, NetThreadsAreOnePerTwoCoresUnlessSet) {
   DaemonConfig c;
-  EXPECT_EQ(NetThreadsOf(c, 1), 1u);
-  EXPECT_EQ(NetThreadsOf(c, 2), 1u);
-  EXPECT_EQ(NetThreadsOf(c, 8), 2u);
-  EXPECT_EQ(NetThreadsOf(c, 16), 4u);
-  EXPECT_EQ(NetThreadsOf(c, 256), 8u);
-  c.net_threads = 2;
   EXPECT_EQ(NetThreadsOf(c, 1), 2u);
+  EXPECT_EQ(NetThreadsOf(c, 2), 2u);
+  EXPECT_EQ(NetThreadsOf(c, 8), 4u);
+  EXPECT_EQ(NetThreadsOf(c, 16), 8u);
+  EXPECT_EQ(NetThreadsOf(c, 256), 8u);
+  c.net_threads = 1;
+  EXPECT_EQ(NetThreadsOf(c, 16), 1u);
   c.net_threads = 65;
   EXPECT_THROW(Validate(c), ConfigError);
 }

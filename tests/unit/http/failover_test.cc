@@ -191,6 +191,24 @@ TEST(ParseDirectorAnswerTest, AnEscapedSlashIsNotASegmentBoundary) {
   EXPECT_EQ((*e)->prefix.str(), "/ns/x/y");
 }
 
+TEST(ParseDirectorAnswerTest, AnAnswerForOneObjectKeepsEveryUrlWhole) {
+  // The second server's depth disagrees with the path below the namespace: the
+  // answer is for this object only, and the first server's URL, which would
+  // generalise, must not be cut to the namespace root either.
+  auto path = ObjectPath::Parse("/ns/d/small");
+  auto r = Redirect({{"link",
+                      "<http://c1:1/ns/d/small>; rel=\"duplicate\"; pri=1; depth=2, "
+                      "<http://c2:2/ns/d/small>; rel=\"duplicate\"; pri=2; depth=1"},
+                     {"x-pelican-namespace", "namespace=/ns, require-token=false"}});
+  auto e = ParseDirectorAnswer(*path, r, 6, Clock::now() + std::chrono::seconds(60));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_FALSE((*e)->cacheable);
+  EXPECT_EQ((*e)->prefix.str(), "/ns/d/small");
+  ASSERT_EQ((*e)->server_bases.size(), 2u);
+  EXPECT_EQ((*e)->ServerUrl(0, *path), "http://c1:1/ns/d/small");
+  EXPECT_EQ((*e)->ServerUrl(1, *path), "http://c2:2/ns/d/small");
+}
+
 TEST(ParseDirectorAnswerTest, ErrorsAreClassified) {
   HttpResponse r;
   r.head.status = 404;
