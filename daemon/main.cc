@@ -307,8 +307,8 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   }
   spdlog::info("network: {} loop{}", net_threads, net_threads == 1 ? "" : "s");
   ThreadPoolExecutor disk(2, "perch-disk");
-  ThreadPoolExecutor jobs(
-      4, "perch-jobs");  // background work that may block: warm walks, listings, hints
+  // Background work that may block: warm walks, listings, hints.
+  ThreadPoolExecutor jobs(4, "perch-jobs");
   core::CacheStack stack(**index, blocks, disk, jobs, StackOptionsOf(cfg));
   int rc = 0;
   if (core::Status s = stack.Open([&](const core::Status& why) { return (*index)->Reset(why); });

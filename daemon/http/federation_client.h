@@ -31,9 +31,10 @@
 // in failover.h), Lister (PROPFIND), NamespaceAuth (tokens).
 //
 // Shards: given several CurlLoops (perchd's `net_threads`), the client keeps
-// one shard per loop: its own director answers, readers and listers, all on
-// that loop's thread; only the director's answers (NamespaceAnswers, locked)
-// are shared, so that one shard's answer serves every shard. A read goes to
+// one shard per loop: its own DirectorClient (discovery, namespace list),
+// RangeReader and Lister, all on that loop's thread; only the director's
+// answers (NamespaceAnswers, locked) are shared, so that one shard's answer
+// serves every shard. A read goes to
 // the shard of its path (the same file always to the same one); Stat and List
 // go to the first. Each shard learns a failing server by itself: with N shards
 // a dead cache may cost N failovers.
