@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <array>
@@ -22,11 +23,19 @@
 namespace perch::control {
 namespace {
 
-// Spends about `d` of CPU in this thread (user and system: getppid is a system call).
+// This thread's CPU time so far.
+std::chrono::nanoseconds ThreadCpu() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+// Spends `d` of CPU in this thread (user and system: getppid is a system call), however
+// busy the machine is.
 void Burn(std::chrono::milliseconds d) {
-  const auto end = std::chrono::steady_clock::now() + d;
+  const auto end = ThreadCpu() + d;
   volatile uint64_t sink = 0;
-  while (std::chrono::steady_clock::now() < end) {
+  while (ThreadCpu() < end) {
     for (int i = 0; i < 1000; ++i) sink = sink + static_cast<uint64_t>(::getppid());
   }
 }
