@@ -198,7 +198,7 @@ core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& fed
     n.queued_requests += loop->Queued();
   }
   for (const auto& f : feds) {
-    const http::FederationCounts c = f->client->counters();
+    const http::FederationCounters::Values c = f->client->counters();
     n.range_gets += c.range_gets;
     n.failovers += c.failovers;
     n.resumes += c.resumes;

@@ -44,7 +44,7 @@ http::FederationClient& DirectFetcher::ClientFor(const http::FederationUrl& url)
 
 Result<FetchReport> DirectFetcher::Fetch(const http::FederationUrl& url, const TempFile& file) {
   http::FederationClient& client = ClientFor(url);
-  const http::FederationCounts before = client.counters();
+  const http::FederationCounters::Values before = client.counters();
 
   core::Deadline stat_deadline = core::DeadlineAfter(60s);
   auto attr = core::WaitFor<core::FileAttr>(
@@ -111,7 +111,7 @@ Result<FetchReport> DirectFetcher::Fetch(const http::FederationUrl& url, const T
   FetchReport report;
   report.via = "federation";
   report.file_bytes = size;
-  const http::FederationCounts after = client.counters();
+  const http::FederationCounters::Values after = client.counters();
   report.network_bytes = after.body_bytes - before.body_bytes;
   report.resumes = after.resumes - before.resumes;
   report.failovers = after.failovers - before.failovers;

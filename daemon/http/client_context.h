@@ -48,6 +48,28 @@ struct FederationCounters {
   std::atomic<uint64_t> bytes_delivered{0};  // bytes handed to callers
   std::atomic<uint64_t> failovers{0};        // moves to the next server after a failure
   std::atomic<uint64_t> resumes{0};          // attempts that started past the range's first byte
+
+  // The counters at one moment; summed over a FederationClient's shards.
+  struct Values {
+    uint64_t discovery_queries = 0, director_queries = 0, propfinds = 0, range_gets = 0,
+             body_bytes = 0, bytes_delivered = 0, failovers = 0, resumes = 0;
+    Values& operator+=(const Values& o) {
+      discovery_queries += o.discovery_queries;
+      director_queries += o.director_queries;
+      propfinds += o.propfinds;
+      range_gets += o.range_gets;
+      body_bytes += o.body_bytes;
+      bytes_delivered += o.bytes_delivered;
+      failovers += o.failovers;
+      resumes += o.resumes;
+      return *this;
+    }
+  };
+  Values Take() const {
+    return Values{discovery_queries.load(), director_queries.load(), propfinds.load(),
+                  range_gets.load(),        body_bytes.load(),       bytes_delivered.load(),
+                  failovers.load(),         resumes.load()};
+  }
 };
 
 struct ClientContext {

@@ -33,19 +33,9 @@ FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, Federati
 
 FederationClient::~FederationClient() = default;
 
-FederationCounts FederationClient::counters() const {
-  FederationCounts sum;
-  for (const Shard& s : shards_) {
-    const FederationCounters& c = s.ctx->counters;
-    sum.discovery_queries += c.discovery_queries.load();
-    sum.director_queries += c.director_queries.load();
-    sum.propfinds += c.propfinds.load();
-    sum.range_gets += c.range_gets.load();
-    sum.body_bytes += c.body_bytes.load();
-    sum.bytes_delivered += c.bytes_delivered.load();
-    sum.failovers += c.failovers.load();
-    sum.resumes += c.resumes.load();
-  }
+FederationCounters::Values FederationClient::counters() const {
+  FederationCounters::Values sum;
+  for (const Shard& s : shards_) sum += s.ctx->counters.Take();
   return sum;
 }
 

@@ -60,18 +60,6 @@ class DirectorClient;
 class Lister;
 class RangeReader;
 
-// The sums of every shard's FederationCounters, at one moment.
-struct FederationCounts {
-  uint64_t discovery_queries = 0;
-  uint64_t director_queries = 0;
-  uint64_t propfinds = 0;
-  uint64_t range_gets = 0;
-  uint64_t body_bytes = 0;
-  uint64_t bytes_delivered = 0;
-  uint64_t failovers = 0;
-  uint64_t resumes = 0;
-};
-
 class FederationClient : public core::Origin {
  public:
   // One shard per loop of `loops` (not empty; each outlives this client).
@@ -90,7 +78,8 @@ class FederationClient : public core::Origin {
                  std::function<void(core::Result<core::Bytes>)> done) override;
 
   const FederationUrl& url() const { return url_; }
-  FederationCounts counters() const;
+  // Every shard's counters summed, at one moment.
+  FederationCounters::Values counters() const;
 
   // The server (scheme://host:port) that last delivered bytes of `path`;
   // "" if none has since start.

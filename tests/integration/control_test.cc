@@ -314,6 +314,17 @@ TEST_F(ControlTest, HealthReportsAnUnreachableFederation) {
   EXPECT_NE(r.output.find("UNREACHABLE"), std::string::npos) << r.output;
 }
 
+// The name (comm) of each thread of `pid`, by thread id.
+std::map<std::string, std::string> ThreadNames(pid_t pid) {
+  std::map<std::string, std::string> out;
+  for (const auto& t : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::string comm = ReadLocalFile(t.path() / "comm");
+    while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+    out[t.path().filename().string()] = comm;
+  }
+  return out;
+}
+
 // perchd's threads carry names (top -H, perf, bench/cost.sh's CPU per thread): the network
 // loop, the FUSE workers (named by the thread that starts them), the disk and jobs pools.
 TEST_F(ControlTest, ThreadsAreNamedByTheirWork) {
@@ -322,12 +333,7 @@ TEST_F(ControlTest, ThreadsAreNamedByTheirWork) {
   std::map<std::string, int> names;
   for (int i = 0; i < 100; ++i) {
     names.clear();
-    for (const auto& t :
-         fs::directory_iterator("/proc/" + std::to_string(perchd_.pid()) + "/task")) {
-      std::string comm = ReadLocalFile(t.path() / "comm");
-      while (!comm.empty() && comm.back() == '\n') comm.pop_back();
-      names[comm]++;
-    }
+    for (const auto& [tid, comm] : ThreadNames(perchd_.pid())) names[comm]++;
     if (names.count("perch-disk")) break;  // written after the read was answered
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -340,9 +346,10 @@ TEST_F(ControlTest, ThreadsAreNamedByTheirWork) {
 // Each perch-net thread's time on a CPU so far (ns, /proc/.../schedstat), by thread id.
 std::map<std::string, uint64_t> NetLoopTimes(pid_t pid) {
   std::map<std::string, uint64_t> out;
-  for (const auto& t : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
-    if (ReadLocalFile(t.path() / "comm") != "perch-net\n") continue;
-    out[t.path().filename().string()] = std::stoull(ReadLocalFile(t.path() / "schedstat"));
+  for (const auto& [tid, comm] : ThreadNames(pid)) {
+    if (comm != "perch-net") continue;
+    out[tid] =
+        std::stoull(ReadLocalFile("/proc/" + std::to_string(pid) + "/task/" + tid + "/schedstat"));
   }
   return out;
 }
