@@ -1,13 +1,18 @@
 // Fuzzes the director's header parsers and Content-Range. The input is one
 // header value; for X-Pelican-Authorization its lines are the header lines.
 // Invariants: Link entries are bounded, sorted and http(s); a Content-Range
-// has first <= last < total.
+// has first <= last < total. Then the whole director answer
+// (ParseDirectorAnswer): line 1 the object's path, line 2 X-Pelican-Namespace,
+// the rest the Link header. Invariants: 1 to max_servers servers; the answer
+// holds the object; one for this object only is named by the object's path;
+// every server's URL of the object is an http(s) URL.
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "daemon/core/limits.h"
+#include "daemon/http/director_client.h"
 #include "daemon/http/pelican_headers.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -39,6 +44,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto cr = http::ParseContentRange(v); cr.ok()) {
     FUZZ_CHECK(cr->first <= cr->last);
     FUZZ_CHECK(cr->total < 0 || cr->last < static_cast<uint64_t>(cr->total));
+  }
+  if (lines.size() >= 3) {
+    auto path = core::ObjectPath::Parse(lines[0]);
+    if (!path.ok()) return 0;
+    http::HttpResponse answer;
+    answer.head.status = 307;
+    std::string link;
+    for (size_t i = 2; i < lines.size(); ++i) link += (i > 2 ? "\n" : "") + lines[i];
+    answer.head.headers = {{"x-pelican-namespace", lines[1]}, {"link", link}};
+    constexpr size_t kMaxServers = 6;
+    auto e = http::ParseDirectorAnswer(*path, answer, kMaxServers, core::Clock::now());
+    if (e.ok()) {
+      FUZZ_CHECK(!(*e)->server_bases.empty() && (*e)->server_bases.size() <= kMaxServers);
+      FUZZ_CHECK(path->HasPrefix((*e)->prefix));
+      FUZZ_CHECK((*e)->cacheable || (*e)->prefix == *path);
+      for (size_t i = 0; i < (*e)->server_bases.size(); ++i) {
+        const std::string url = (*e)->ServerUrl(i, *path);
+        FUZZ_CHECK(url.starts_with("http://") || url.starts_with("https://"));
+      }
+    }
   }
   return 0;
 }
