@@ -299,6 +299,14 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed for weights, sample order and augmentation");
   app.add_option("--device", o.device, "auto (default), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--precision", o.precision,
+                 "fp32 or bf16: bf16 autocast for the forward pass, weights and optimizer in fp32 "
+                 "(default: bf16 on CUDA, fp32 on the CPU)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--memory-format", o.memory_format,
+                 "channels-last or contiguous: layout of the 4-d weights and the images "
+                 "(default: channels-last on CUDA, contiguous on the CPU)")
+      ->check(CLI::IsMember({"channels-last", "contiguous"}));
   app.add_option(
          "--threads", o.threads,
          "libtorch intra-op threads (default: libtorch's; with --nproc N, cores/N per rank)")

@@ -62,17 +62,19 @@ StepResult Training::Step(const Batch& batch, bool bad_data, double lr) {
     const int64_t n = std::min(batch.size, begin + chunk) - begin;
     if (n >= 2) {
       torch::Tensor x = batch.images.narrow(0, begin, n).to(device_, /*non_blocking=*/true);
-      if (cuda_) {
+      if (channels_last_) {
         x = x.contiguous(at::MemoryFormat::ChannelsLast);
-        SetCudaAutocast(true);
+      }
+      if (autocast_) {
+        SetAutocast(device_.type(), true);
       }
       torch::Tensor y = batch.labels.narrow(0, begin, n).to(device_, /*non_blocking=*/true);
       torch::Tensor logits = model_->forward(x);
       torch::Tensor loss = torch::nn::functional::cross_entropy(
           logits.to(torch::kFloat), y,
           torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(o_.label_smoothing));
-      if (cuda_) {
-        SetCudaAutocast(false);
+      if (autocast_) {
+        SetAutocast(device_.type(), false);
       }
       loss.backward();
       // item() waits for the step, which also guarantees that the non_blocking copy out of the
@@ -160,7 +162,7 @@ Metrics Training::Validate() {
     torch::NoGradGuard no_grad;
     group_->Broadcast(buffers);
   }
-  const Metrics m = Evaluate(model_, *val_loader_, device_, cuda_, cuda_);
+  const Metrics m = Evaluate(model_, *val_loader_, device_, autocast_, channels_last_);
   if (group_ == nullptr) {
     return m;
   }
@@ -178,8 +180,8 @@ Metrics Training::Validate() {
 }
 
 int Training::Train() {
-  if (cuda_) {
-    SetCudaAutocast(false);
+  if (autocast_) {
+    SetAutocast(device_.type(), false);
   }
   const int64_t epoch_length = loader_->EpochLength();
   Batch batch;
@@ -188,6 +190,11 @@ int Training::Train() {
     loader_->StartEpoch(epoch_, position_);
     model_->train();
     auto loop_start = Clock::now();
+    const auto epoch_start = loop_start;
+    const int64_t epoch_images0 = run_images_;
+    const double epoch_wait0 = loader_->stats().wait_seconds;
+    double epoch_loss = 0;
+    int64_t epoch_steps = 0;
     while (step_ < total_steps_ && loader_->Next(&batch)) {
       const double lr = schedule_.At(step_);
       const StepResult r = Step(batch, batch.skipped > 0 && TooManyUnreadable(), lr);
@@ -207,6 +214,8 @@ int Training::Train() {
         window_images_ += r.images;
         window_loss_ += last_loss_;
         ++window_steps_;
+        epoch_loss += last_loss_;
+        ++epoch_steps;
         if (!std::isfinite(last_loss_)) {
           spdlog::error("loss is {} at step {}; stopping (lower --lr?)", last_loss_, step_);
           train_seconds_ += Seconds(loop_start);
@@ -234,6 +243,8 @@ int Training::Train() {
     if (position_ < epoch_length) {
       break;  // max_steps reached mid-epoch
     }
+    EpochDone(epoch_start, epoch_images0, epoch_wait0,
+              epoch_loss / std::max<int64_t>(1, epoch_steps));
     ++epoch_;
     position_ = 0;
     if (val_loader_ && (epoch_ < o_.epochs && step_ < total_steps_)) {

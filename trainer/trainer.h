@@ -71,9 +71,15 @@ struct TrainOptions {
   int64_t checkpoint_every_steps = 0;  // 0: at epoch ends and on stop only
   uint64_t seed = 0;
   std::string device = "auto";  // auto | cpu | cuda
-  int threads = 0;              // intra-op threads for libtorch; 0: its default
-  int log_every = 50;           // steps
-  std::string hint_command;     // gets each epoch's remaining file order on stdin
+  // "" (bf16 on CUDA, fp32 on the CPU) | fp32 | bf16: bf16 autocast for the forward pass, with
+  // fp32 weights, gradients and optimizer state (no loss scaling: bf16 has fp32's range).
+  std::string precision;
+  // "" (channels-last on CUDA, contiguous on the CPU) | channels-last | contiguous: the layout of
+  // the 4-d weights and of the images (channels-last is what cuDNN's tensor-core kernels want).
+  std::string memory_format;
+  int threads = 0;           // intra-op threads for libtorch; 0: its default
+  int log_every = 50;        // steps
+  std::string hint_command;  // gets each epoch's remaining file order on stdin
   bool loader_only = false;
   DistributedOptions dist;                        // world_size 1: no process group
   const std::atomic<int>* stop_signal = nullptr;  // nonzero: checkpoint and stop

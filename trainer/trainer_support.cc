@@ -21,14 +21,20 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// bf16 autocast for CUDA. PyTorch 2.4 replaced the CUDA-specific calls with device-typed ones.
-void SetCudaAutocast(bool enabled) {
+// bf16 autocast. PyTorch 2.4 replaced the per-device calls (CUDA: set_enabled, CPU:
+// set_cpu_enabled) with device-typed ones.
+void SetAutocast(c10::DeviceType device, bool enabled) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+  at::autocast::set_autocast_dtype(device, at::kBFloat16);
+  at::autocast::set_autocast_enabled(device, enabled);
 #else
-  at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-  at::autocast::set_enabled(enabled);
+  if (device == c10::DeviceType::CUDA) {
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(enabled);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(enabled);
+  }
 #endif
   if (!enabled) {
     // As leaving Python's outermost autocast region does: drop the cached bf16 weight copies.
@@ -56,11 +62,11 @@ Metrics Evaluate(ResNet& model, Loader& loader, const torch::Device& device, boo
     }
     torch::Tensor y = batch.labels.to(device, /*non_blocking=*/true);
     if (autocast) {
-      SetCudaAutocast(true);
+      SetAutocast(device.type(), true);
     }
     torch::Tensor logits = model->forward(x).to(torch::kFloat);
     if (autocast) {
-      SetCudaAutocast(false);
+      SetAutocast(device.type(), false);
     }
     loss_sum += torch::nn::functional::cross_entropy(logits, y).item<double>() * batch.size;
     const int64_t k = std::min<int64_t>(5, logits.size(1));

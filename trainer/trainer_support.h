@@ -26,8 +26,9 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since);
 
-// bf16 autocast for CUDA (on/off); off also drops the cached bf16 weight copies.
-void SetCudaAutocast(bool enabled);
+// bf16 autocast on `device` (CUDA or the CPU), on or off; off also drops the cached bf16 weight
+// copies.
+void SetAutocast(c10::DeviceType device, bool enabled);
 
 struct Metrics {
   double loss = 0;

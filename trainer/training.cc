@@ -24,6 +24,8 @@ Training::Training(const TrainOptions& o, TrainData train_data,
   const int gpu = group_ != nullptr ? o.dist.local_rank : 0;
   device_ = cuda_ ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu))
                   : torch::Device(torch::kCPU);
+  autocast_ = o.precision.empty() ? cuda_ : o.precision == "bf16";
+  channels_last_ = o.memory_format.empty() ? cuda_ : o.memory_format == "channels-last";
   if (cuda_) {
     at::globalContext().setAllowTF32CuBLAS(true);
     at::globalContext().setAllowTF32CuDNN(true);
@@ -35,7 +37,7 @@ Training::Training(const TrainOptions& o, TrainData train_data,
   const int64_t num_classes = train_data_.num_classes;
   model_ = ResNet(o.arch, num_classes);
   model_->to(device_);
-  if (cuda_) {  // channels_last
+  if (channels_last_) {
     torch::NoGradGuard no_grad;
     for (auto& p : model_->parameters()) {
       if (p.dim() == 4) {
@@ -282,6 +284,8 @@ json Training::Summary(const char* status) {
       {"status", status},
       {"arch", o_.arch},
       {"device", cuda_ ? "cuda" : "cpu"},
+      {"precision", autocast_ ? "bf16" : "fp32"},
+      {"memory_format", channels_last_ ? "channels-last" : "contiguous"},
       {"world_size", group_ != nullptr ? group_->world_size() : 1},
       {"epochs", o_.epochs},
       {"epoch", epoch_},
@@ -294,7 +298,8 @@ json Training::Summary(const char* status) {
         {"images", run_images_},
         {"train_seconds", train_seconds_},
         {"images_per_second", run_images_ / std::max(train_seconds_, 1e-9)},
-        {"data_wait_fraction", wait / std::max(train_seconds_, 1e-9)}}},
+        {"data_wait_fraction", wait / std::max(train_seconds_, 1e-9)},
+        {"epochs", epochs_}}},
       {"images_per_second", JsonInt(t, "images") / std::max(JsonDouble(t, "train_seconds"), 1e-9)},
       {"data_wait_fraction",
        JsonDouble(t, "wait_seconds") / std::max(JsonDouble(t, "train_seconds"), 1e-9)},
@@ -327,6 +332,29 @@ void Training::LogProgress(double lr) {
   window_images_ = 0;
   window_loss_ = 0;
   window_steps_ = 0;
+}
+
+// One line and one summary entry per epoch that ended in this run: its images, the wall time from
+// its start to its last step, the part of that spent waiting for the loader, and the mean training
+// loss of its steps (a resumed epoch counts from the resume).
+void Training::EpochDone(Clock::time_point start, int64_t images_before, double wait_before,
+                         double loss) {
+  const double secs = std::max(Seconds(start), 1e-9);
+  const int64_t images = run_images_ - images_before;
+  const double wait = loader_->stats().wait_seconds - wait_before;
+  epochs_.push_back({{"epoch", epoch_},
+                     {"images", images},
+                     {"seconds", secs},
+                     {"loss", loss},
+                     {"images_per_second", images / secs},
+                     {"data_wait_fraction", wait / secs}});
+  if (primary()) {
+    std::printf(
+        "epoch %lld done: %lld images in %.2f s, %.1f images/s, data wait %.1f%%, loss %.4f\n",
+        static_cast<long long>(epoch_), static_cast<long long>(images), secs, images / secs,
+        100.0 * wait / secs, loss);
+    std::fflush(stdout);
+  }
 }
 
 // Every rank returns 85 after rank 0 has saved (the barrier keeps a launcher such as torchrun

@@ -57,6 +57,7 @@ class Training {
   void Save(const char* why);
   json Summary(const char* status);
   void LogProgress(double lr);
+  void EpochDone(Clock::time_point start, int64_t images_before, double wait_before, double loss);
   int Checkpointed();
   Metrics Validate();
   int Finish();
@@ -67,6 +68,8 @@ class Training {
   std::unique_ptr<ImageFolder> val_data_;
   ProcessGroup* group_;
   bool cuda_ = false;
+  bool autocast_ = false;       // bf16 autocast on device_ (--precision)
+  bool channels_last_ = false;  // --memory-format
   torch::Device device_{torch::kCPU};
   ResNet model_{nullptr};
   std::unique_ptr<Sgd> sgd_;
@@ -96,6 +99,7 @@ class Training {
   int64_t window_images_ = 0;
   double window_loss_ = 0;
   int64_t window_steps_ = 0;
+  json epochs_ = json::array();  // this run's epochs: images, seconds, loss, data wait
 };
 
 }  // namespace perch::trainer
