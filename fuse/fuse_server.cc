@@ -24,6 +24,7 @@
 
 #include "daemon/core/log_escape.h"
 #include "daemon/core/wait.h"
+#include "fuse/inode_number.h"
 #include "fuse/kernel_tuning.h"
 
 namespace perch::fuse {
@@ -151,7 +152,7 @@ struct FuseServer::Ops {
       e.ino = self->Remember(child);
       e.attr_timeout = self->options_.attr_timeout;
       e.entry_timeout = self->options_.entry_timeout;
-      self->FillStat(e.ino, *attr, &e.attr);
+      self->FillStat(child, *attr, &e.attr);
       if (fuse_reply_entry(req, &e) != 0) self->Forget(e.ino, 1);  // the kernel never got it
     })
   }
@@ -175,7 +176,7 @@ struct FuseServer::Ops {
       auto attr = self->fs_.GetAttr(path);
       if (!attr.ok()) return ReplyStatus(req, "getattr", attr.status());
       struct stat st {};
-      self->FillStat(ino, *attr, &st);
+      self->FillStat(path, *attr, &st);
       fuse_reply_attr(req, &st, self->options_.attr_timeout);
     })
   }
@@ -196,7 +197,7 @@ struct FuseServer::Ops {
     })
   }
 
-  static void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+  static void ReadDirCommon(fuse_req_t req, fuse_ino_t, size_t size, off_t off,
                             struct fuse_file_info* fi, bool plus) {
     PERCH_FUSE_GUARD(req, plus ? "readdirplus" : "readdir", {
       FuseServer* self = Self(req);
@@ -219,7 +220,9 @@ struct FuseServer::Ops {
         size_t n;
         if (!plus) {
           struct stat st {};
-          st.st_ino = dot ? (i == 0 ? ino : FUSE_ROOT_ID) : 0;
+          // Never 0: glibc's readdir() skips such entries.
+          st.st_ino = dot ? (i == 0 ? InodeNumberOf(h->path) : FUSE_ROOT_ID)
+                          : InodeNumberOf(*h->path.Child(name));
           st.st_mode = attr.is_dir ? S_IFDIR : S_IFREG;
           n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st,
                                 static_cast<off_t>(i + 1));
@@ -227,14 +230,14 @@ struct FuseServer::Ops {
         } else {
           fuse_entry_param e{};
           if (dot) {
-            e.attr.st_ino = i == 0 ? ino : FUSE_ROOT_ID;
+            e.attr.st_ino = i == 0 ? InodeNumberOf(h->path) : FUSE_ROOT_ID;
             e.attr.st_mode = S_IFDIR;
           } else {
             ObjectPath child = *h->path.Child(name);
             e.ino = self->Remember(child);
             e.attr_timeout = self->options_.attr_timeout;
             e.entry_timeout = self->options_.entry_timeout;
-            self->FillStat(e.ino, attr, &e.attr);
+            self->FillStat(child, attr, &e.attr);
           }
           n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e,
                                      static_cast<off_t>(i + 1));
@@ -563,9 +566,9 @@ bool FuseServer::PathOf(uint64_t ino, ObjectPath* out) {
   return true;
 }
 
-void FuseServer::FillStat(uint64_t ino, const core::FileAttr& a, struct stat* st) const {
+void FuseServer::FillStat(const ObjectPath& path, const core::FileAttr& a, struct stat* st) const {
   std::memset(st, 0, sizeof(*st));
-  st->st_ino = ino;
+  st->st_ino = InodeNumberOf(path);
   if (a.restricted) {
     // Readable by root and the configured group only: the daemon reads with
     // its token, so the mount must not hand the bytes to every local user.

@@ -145,7 +145,8 @@ class FuseServer {
   uint64_t Remember(const core::ObjectPath& path);  // +1 lookup
   void Forget(uint64_t ino, uint64_t n);
   bool PathOf(uint64_t ino, core::ObjectPath* out);
-  void FillStat(uint64_t ino, const core::FileAttr& a, struct stat* st) const;
+  // Attributes as the kernel sees them; st_ino is InodeNumberOf(path).
+  void FillStat(const core::ObjectPath& path, const core::FileAttr& a, struct stat* st) const;
 
   core::FileSystem& fs_;
   FuseOptions options_;  // max_io cut to what splices (constructor); constant after
