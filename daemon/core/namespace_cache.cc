@@ -63,8 +63,8 @@ void DropUnservable(const ObjectPath& dir, std::vector<DirEntry>* entries) {
   entries->resize(kept);
   if (dropped > 0) {
     spdlog::warn(
-        "namespace: listing of {} has {} entr{} the mount cannot serve (name too long, with a "
-        "control character, '.', '..', a size beyond {} bytes, or too many entries), e.g. '{}'; "
+        "namespace: listing of {} has {} entr{} the mount cannot serve (a name too long, with "
+        "'/' or NUL, '.', '..', a size beyond {} bytes, or too many entries), e.g. '{}'; "
         "skipped",
         EscapeForLog(dir.str()), dropped, dropped == 1 ? "y" : "ies", kMaxObjectSize,
         EscapeForLog(example, 300));
@@ -261,7 +261,9 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
       auto it = std::find_if(parent->entries.begin(), parent->entries.end(),
                              [&](const DirEntry& d) { return d.name == path.Name(); });
       if (it != parent->entries.end()) return it->attr;
-      if (complete) {
+      // XRootD (5.5) lists a 255-byte name cut to 254 bytes: a name of the
+      // longest length is asked of the origin, whatever the listing says.
+      if (complete && path.Name().size() < kMaxNameBytes) {
         StoreAttr(path, AttrEntry{false, {}, now + options_.negative_ttl.count()});
         return NotFoundError(path.str() + " does not exist (not in its directory's listing)");
       }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
 #include "daemon/http/failover.h"
 
@@ -36,6 +37,9 @@ std::vector<core::DirEntry> Merge(std::vector<core::DirEntry> listing,
   return listing;
 }
 
+// The length XRootD cuts a 255-byte name to in its listings.
+constexpr size_t kCutLength = core::kMaxNameBytes - 1;
+
 // Is the federation itself unreachable (rather than merely without a list)?
 bool Unreachable(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
@@ -63,52 +67,75 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
   req.body = kPropfindBody;
   req.deadline = deadline;
   req.connect_timeout = ctx_->options.connect_timeout;
-  req.max_body = 256 << 20;
+  // The answer is parsed as it arrives: a directory of a million entries
+  // costs its entries, never the document (MultistatusParser).
+  struct Stream {
+    std::unique_ptr<MultistatusParser> parser;  // made at the first chunk of a 207
+    std::string error_body;                     // the start of any other answer
+  };
+  auto stream = std::make_shared<Stream>();
+  req.on_data = [stream, request_path](const HttpHead& head, std::string_view chunk) {
+    if (head.status != 207) {
+      constexpr size_t kKeep = 64 << 10;  // enough for StatusFromHttp's message
+      stream->error_body.append(
+          chunk.substr(0, kKeep - std::min(kKeep, stream->error_body.size())));
+      return true;
+    }
+    if (!stream->parser) {
+      HrefStyle style;
+      style.prefer_raw = head.Get("server").value_or("").starts_with("XrootD");
+      style.request_path = request_path;
+      stream->parser = std::make_unique<MultistatusParser>(style);
+    }
+    return stream->parser->Feed(chunk);  // false: unusable, stop the transfer
+  };
   ctx_->counters.propfinds++;
   std::string what = "PROPFIND " + fed.str();
   auto self = shared_from_this();
-  ctx_->loop.Submit(std::move(req), [self, entry, fed, depth, deadline, retried, what, request_path,
-                                     done = std::move(done)](Result<HttpResponse> r) mutable {
-    Status failure;
-    if (!r.ok()) {
-      failure = r.status().WithContext(what);
-    } else if (r->head.status != 207) {
-      failure = StatusFromHttp(r->head.status, what, FailureSite::kOrigin, r->body);
-    }
-    if (!failure.ok()) {
-      // Reads re-ask the director when servers fail; listings do the same,
-      // once, so that an origin that moved is found without waiting for the
-      // namespace entry to expire.
-      if (!retried && Classify(failure) == FailureClass::kServer &&
-          r.status().code() != StatusCode::kCancelled) {
-        self->director_->Invalidate(entry);
-        self->director_->Resolve(fed, deadline,
-                                 [self, fed, depth, deadline, failure,
-                                  done = std::move(done)](Result<EntryPtr> again) mutable {
-                                   if (!again.ok() || (*again)->collections_url.empty()) {
-                                     done(failure, "");
-                                     return;
-                                   }
-                                   self->Propfind(*again, fed, depth, deadline, true,
-                                                  std::move(done));
-                                 });
-        return;
-      }
-      done(failure, request_path);
-      return;
-    }
-    HrefStyle style;
-    style.prefer_raw = r->head.Get("server").value_or("").starts_with("XrootD");
-    style.request_path = request_path;
-    auto parsed = ParseMultistatus(r->body, style);
-    if (!parsed.ok()) {
-      done(Status(StatusCode::kCorrupt, what + ": " + parsed.status().message(),
-                  FailureSite::kOrigin, true),
-           request_path);
-      return;
-    }
-    done(std::move(*parsed), request_path);
-  });
+  ctx_->loop.Submit(
+      std::move(req), [self, entry, fed, depth, deadline, retried, what, request_path, stream,
+                       done = std::move(done)](Result<HttpResponse> r) mutable {
+        // A transfer the parser stopped ends kCancelled: the parser's reason counts.
+        const bool parser_stopped =
+            !r.ok() && r.status().code() == StatusCode::kCancelled && stream->parser != nullptr;
+        Status failure;
+        if (!r.ok() && !parser_stopped) {
+          failure = r.status().WithContext(what);
+        } else if (r.ok() && r->head.status != 207) {
+          failure = StatusFromHttp(r->head.status, what, FailureSite::kOrigin, stream->error_body);
+        }
+        if (!failure.ok()) {
+          // Reads re-ask the director when servers fail; listings do the same,
+          // once, so that an origin that moved is found without waiting for the
+          // namespace entry to expire.
+          if (!retried && Classify(failure) == FailureClass::kServer &&
+              r.status().code() != StatusCode::kCancelled) {
+            self->director_->Invalidate(entry);
+            self->director_->Resolve(fed, deadline,
+                                     [self, fed, depth, deadline, failure,
+                                      done = std::move(done)](Result<EntryPtr> again) mutable {
+                                       if (!again.ok() || (*again)->collections_url.empty()) {
+                                         done(failure, "");
+                                         return;
+                                       }
+                                       self->Propfind(*again, fed, depth, deadline, true,
+                                                      std::move(done));
+                                     });
+            return;
+          }
+          done(failure, request_path);
+          return;
+        }
+        auto parsed = stream->parser ? stream->parser->Finish() : ParseMultistatus("");
+        stream->parser.reset();
+        if (!parsed.ok()) {
+          done(Status(StatusCode::kCorrupt, what + ": " + parsed.status().message(),
+                      FailureSite::kOrigin, true),
+               request_path);
+          return;
+        }
+        done(std::move(*parsed), request_path);
+      });
 }
 
 // Answers `fed` from the namespace directory when it lies above the
@@ -164,6 +191,27 @@ void Lister::StatIn(EntryPtr entry, const ObjectPath& fed, core::Deadline deadli
     } else {
       reader_->Head(fed, deadline, std::move(done));
     }
+    return;
+  }
+  if (fed.Name().find('?') != std::string_view::npos && entry->prefix != fed) {
+    // XRootD (5.5) answers a PROPFIND of "d/?x" with d's own attributes (it
+    // takes "?x" for a query): the name is described by its directory's
+    // listing instead, which names it as it is.
+    ListIn(entry, fed.Parent(), deadline,
+           [fed, done = std::move(done)](Result<std::vector<core::DirEntry>> r) {
+             if (!r.ok()) {
+               done(r.status());
+               return;
+             }
+             for (const core::DirEntry& e : *r) {
+               if (e.name == fed.Name()) {
+                 done(e.attr);
+                 return;
+               }
+             }
+             done(core::NotFoundError(core::EscapeForLog(fed.str()) +
+                                      " is not in its directory's listing"));
+           });
     return;
   }
   Propfind(entry, fed, 0, deadline, false,
@@ -234,14 +282,82 @@ void Lister::ListIn(EntryPtr entry, const ObjectPath& fed, core::Deadline deadli
                done(r.status());
                return;
              }
-             auto listing = InterpretListing(*r, request_path);
+             auto listing = InterpretListing(std::move(*r), request_path);
              if (!listing.ok()) {
                done(listing.status());
                return;
              }
              for (core::DirEntry& e : listing->children) e.attr.restricted = entry->require_token;
-             done(Merge(std::move(listing->children), nested));
+             self->DropCutNames(
+                 entry, fed, deadline, std::move(listing->children),
+                 [nested, done = std::move(done)](std::vector<core::DirEntry> children) mutable {
+                   done(Merge(std::move(children), nested));
+                 });
            });
+}
+
+void Lister::DropCutNames(EntryPtr entry, const ObjectPath& dir, core::Deadline deadline,
+                          std::vector<core::DirEntry> children,
+                          std::function<void(std::vector<core::DirEntry>)> done) {
+  struct Check {
+    std::vector<core::DirEntry> children;
+    std::vector<size_t> suspects;  // indexes of names of kCutLength bytes
+    std::vector<bool> cut;
+    size_t pending = 0;
+    std::function<void(std::vector<core::DirEntry>)> done;
+  };
+  auto check = std::make_shared<Check>();
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (children[i].name.size() == kCutLength) check->suspects.push_back(i);
+  }
+  if (check->suspects.empty()) {
+    done(std::move(children));
+    return;
+  }
+  check->children = std::move(children);
+  check->cut.assign(check->suspects.size(), false);
+  check->pending = check->suspects.size();
+  check->done = std::move(done);
+  auto finish = [check, dir] {
+    std::vector<core::DirEntry> kept;
+    kept.reserve(check->children.size());
+    size_t k = 0, cut = 0;
+    for (size_t i = 0; i < check->children.size(); ++i) {
+      if (k < check->suspects.size() && check->suspects[k] == i && check->cut[k++]) {
+        ++cut;
+        continue;
+      }
+      kept.push_back(std::move(check->children[i]));
+    }
+    if (cut > 0) {
+      spdlog::warn(
+          "listing of {}: the origin names {} entr{} of {} bytes that it does not have (XRootD "
+          "cuts 255-byte names to 254 in listings); left out of the listing, the full names "
+          "still open",
+          core::EscapeForLog(dir.str()), cut, cut == 1 ? "y" : "ies", kCutLength);
+    }
+    check->done(std::move(kept));
+  };
+  for (size_t k = 0; k < check->suspects.size(); ++k) {
+    auto path = dir.Child(check->children[check->suspects[k]].name);
+    if (!path.ok()) {
+      if (--check->pending == 0) finish();
+      continue;
+    }
+    Propfind(entry, *path, 0, deadline, true,
+             [check, k, finish](Result<std::vector<DavResponse>> r, std::string) {
+               check->cut[k] = !r.ok() && r.status().code() == StatusCode::kNotFound;
+               if (r.ok() && r->size() == 1) {
+                 // The name's own attributes: a cut name repeating it may have
+                 // given the listing another file's.
+                 core::DirEntry& e = check->children[check->suspects[k]];
+                 bool restricted = e.attr.restricted;
+                 e.attr = r->front().attr;
+                 e.attr.restricted = restricted;
+               }
+               if (--check->pending == 0) finish();
+             });
+  }
 }
 
 }  // namespace perch::http

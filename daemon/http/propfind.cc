@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 #include <libxml/parser.h>
+#include <libxml/parserInternals.h>
 #include <libxml/tree.h>
 #include <spdlog/spdlog.h>
 
@@ -11,7 +12,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <set>
 
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
@@ -30,34 +30,111 @@ namespace {
 using core::CorruptError;
 using core::EscapeForLog;
 using core::Result;
+using core::Status;
+
+// --- Bytes XML cannot carry (MultistatusParser's comment) -------------------
+
+// The escape of byte `b`: code point U+10FF00 + b in UTF-8.
+void AppendEscaped(unsigned char b, std::string* out) {
+  out->push_back(static_cast<char>(0xF4));
+  out->push_back(static_cast<char>(0x8F));
+  out->push_back(static_cast<char>(0xBC | (b >> 6)));
+  out->push_back(static_cast<char>(0x80 | (b & 0x3F)));
+}
+
+// Turns escapes back into their bytes. F4 is a lead byte only, so a match is
+// always a whole character.
+std::string Unescape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto c = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+    if (c(i) == 0xF4 && i + 3 < s.size() && c(i + 1) == 0x8F && (c(i + 2) & 0xFC) == 0xBC &&
+        (c(i + 3) & 0xC0) == 0x80) {
+      out.push_back(static_cast<char>(((c(i + 2) & 0x03) << 6) | (c(i + 3) & 0x3F)));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// The length of the UTF-8 character at the start of `s` if it is well formed,
+// complete and a character XML 1.0 allows (and not one of the escapes);
+// 0 if it is not; -1 if `s` ends before it could tell.
+int XmlCharLength(std::string_view s) {
+  auto c = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char b = c(0);
+  if (b < 0x80) return (b >= 0x20 || b == '\t' || b == '\n') ? 1 : 0;  // CR: escaped, kept
+  int len = b >= 0xC2 && b <= 0xDF   ? 2
+            : b >= 0xE0 && b <= 0xEF ? 3
+            : b >= 0xF0 && b <= 0xF4 ? 4
+                                     : 0;
+  if (len == 0) return 0;
+  uint32_t cp = b & (0x7F >> len);
+  for (int k = 1; k < len; ++k) {
+    if (static_cast<size_t>(k) >= s.size()) return -1;
+    unsigned char x = c(k);
+    if ((x & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (x & 0x3F);
+  }
+  const uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;  // overlong, range
+  if (cp == 0xFFFE || cp == 0xFFFF) return 0;                                 // not XML chars
+  if (cp >= 0x10FF00) return 0;  // an escape's own range: escaped byte by byte, so kept exact
+  return len;
+}
+
+// --- The SAX state ------------------------------------------------------------
 
 constexpr const char kDavNs[] = "DAV:";
 
-bool IsDav(const xmlNode* n, const char* name) {
-  return n->type == XML_ELEMENT_NODE && n->ns != nullptr &&
-         std::strcmp(reinterpret_cast<const char*>(n->ns->href), kDavNs) == 0 &&
-         std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0;
-}
-
-const xmlNode* FirstDavChild(const xmlNode* parent, const char* name) {
-  for (const xmlNode* c = parent->children; c != nullptr; c = c->next) {
-    if (IsDav(c, name)) return c;
-  }
-  return nullptr;
-}
-
-std::string Text(const xmlNode* n) {
-  xmlChar* content = xmlNodeGetContent(n);
-  std::string out = content ? reinterpret_cast<const char*>(content) : "";
-  xmlFree(content);
-  size_t b = out.find_first_not_of(" \t\r\n");
-  size_t e = out.find_last_not_of(" \t\r\n");
-  return b == std::string::npos ? std::string() : out.substr(b, e - b + 1);
-}
-
-struct DocDeleter {
-  void operator()(xmlDoc* d) const { xmlFreeDoc(d); }
+// The elements perch reads, by where they may appear.
+enum class Kind {
+  kOther,
+  kMultistatus,
+  kResponse,
+  kHref,
+  kPropstat,
+  kStatus,
+  kProp,
+  kResourcetype,
+  kCollection,
+  kIscollection,
+  kLength,
+  kModified,
+  kEtag,
 };
+
+bool CollectsText(Kind k) {
+  return k == Kind::kHref || k == Kind::kStatus || k == Kind::kIscollection || k == Kind::kLength ||
+         k == Kind::kModified || k == Kind::kEtag;
+}
+
+// The most text perch keeps of one element (an href is at most
+// kMaxPathBytes + 1024, checked after).
+constexpr size_t kMaxTextBytes = 64 << 10;
+
+std::string Trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? std::string() : std::string(s.substr(b, e - b + 1));
+}
+
+// An href's text: leading white space goes (a path or URL starts with '/' or
+// a scheme); trailing white space only where a line break shows it is a
+// pretty-printer's, so that a name ending in spaces ("trail ") keeps them.
+std::string TrimHref(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  s.remove_prefix(b);
+  size_t e = s.find_last_not_of(" \t");
+  if (e != std::string::npos && (s[e] == '\n' || s[e] == '\r')) {
+    s = s.substr(0, s.find_last_not_of(" \t\r\n") + 1);
+  }
+  return std::string(s);
+}
 
 // The path part of an href (absolute URL or path), still as written.
 Result<std::string> HrefPath(std::string_view href) {
@@ -98,112 +175,386 @@ Result<std::string> HrefToPath(const std::string& path, bool raw) {
   return p->str();
 }
 
+// One property of a propstat, applied once its status is known.
+struct Prop {
+  Kind kind;
+  std::string text;         // for iscollection, getcontentlength, ...
+  bool collection = false;  // for resourcetype: <collection/> inside
+};
+
 }  // namespace
 
-Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const HrefStyle& style) {
-  if (xml.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return CorruptError("PROPFIND answer too large");
+struct MultistatusParser::State {
+  explicit State(HrefStyle s) : style(std::move(s)) {}
+  ~State() {
+    if (ctxt != nullptr) xmlFreeParserCtxt(ctxt);
   }
-  // No network, no entity substitution, no DTD loading: the body is untrusted.
-  std::unique_ptr<xmlDoc, DocDeleter> doc(
-      xmlReadMemory(xml.data(), static_cast<int>(xml.size()), "propfind.xml", nullptr,
-                    XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING));
-  if (!doc) {
-    const xmlError* err = xmlGetLastError();
+
+  // Stops the parse with `why` (the first reason wins).
+  void Fail(Status why) {
+    if (failure.ok()) failure = std::move(why);
+    if (ctxt != nullptr) xmlStopParser(ctxt);
+  }
+
+  void Start(const xmlChar* local, const xmlChar* uri);
+  void End();
+  void EndResponse();
+  void EndPropstat();
+  void Characters(const xmlChar* ch, int len) {
+    if (stack.empty() || !CollectsText(stack.back())) return;
+    if (text.size() + static_cast<size_t>(len) > kMaxTextBytes) {
+      Fail(CorruptError("PROPFIND answer has an element of more than " +
+                        std::to_string(kMaxTextBytes) + " bytes"));
+      return;
+    }
+    text.append(reinterpret_cast<const char*>(ch), static_cast<size_t>(len));
+  }
+
+  HrefStyle style;
+  xmlParserCtxtPtr ctxt = nullptr;
+  Status failure;
+  std::string pending;  // an incomplete UTF-8 character at the end of the last chunk
+  std::string escaped;  // the chunk as given to libxml2
+  uint64_t body_bytes = 0;
+  bool saw_root = false;
+
+  std::vector<Kind> stack;
+  std::string text;
+  // The response being read.
+  bool has_href = false;
+  std::string href;
+  bool found_ok = false;
+  bool has_resourcetype = false, has_iscollection = false;
+  bool size_ok = true;
+  std::string size_text;
+  core::FileAttr attr;
+  // The propstat being read.
+  bool has_status = false;
+  std::string status_text;
+  bool has_prop = false;
+  std::vector<Prop> props;
+
+  // Done responses: the href as written (decoded at the end, once the
+  // style is known), the attributes, whether the size was usable.
+  struct Done {
+    std::string href_path;
+    core::FileAttr attr;
+    bool size_ok;
+    std::string size_text;
+  };
+  std::vector<Done> done;
+  size_t responses = 0;
+  bool raw = false;
+};
+
+namespace {
+
+bool IsDavName(const xmlChar* local, const xmlChar* uri, const char* name) {
+  return uri != nullptr && std::strcmp(reinterpret_cast<const char*>(uri), kDavNs) == 0 &&
+         std::strcmp(reinterpret_cast<const char*>(local), name) == 0;
+}
+
+// What element `local` (in namespace `uri`) is, inside `parent`.
+Kind KindOf(Kind parent, const xmlChar* local, const xmlChar* uri) {
+  auto is = [&](const char* name) { return IsDavName(local, uri, name); };
+  switch (parent) {
+    case Kind::kMultistatus:
+      return is("response") ? Kind::kResponse : Kind::kOther;
+    case Kind::kResponse:
+      return is("href") ? Kind::kHref : is("propstat") ? Kind::kPropstat : Kind::kOther;
+    case Kind::kPropstat:
+      return is("status") ? Kind::kStatus : is("prop") ? Kind::kProp : Kind::kOther;
+    case Kind::kProp:
+      if (is("resourcetype")) return Kind::kResourcetype;
+      if (is("iscollection")) return Kind::kIscollection;
+      if (is("getcontentlength")) return Kind::kLength;
+      if (is("getlastmodified")) return Kind::kModified;
+      if (is("getetag")) return Kind::kEtag;
+      return Kind::kOther;
+    case Kind::kResourcetype:
+      return is("collection") ? Kind::kCollection : Kind::kOther;
+    default:
+      return Kind::kOther;
+  }
+}
+
+void OnStart(void* ctx, const xmlChar* local, const xmlChar*, const xmlChar* uri, int,
+             const xmlChar**, int, int, const xmlChar**) {
+  static_cast<MultistatusParser::State*>(ctx)->Start(local, uri);
+}
+void OnEnd(void* ctx, const xmlChar*, const xmlChar*, const xmlChar*) {
+  static_cast<MultistatusParser::State*>(ctx)->End();
+}
+void OnCharacters(void* ctx, const xmlChar* ch, int len) {
+  static_cast<MultistatusParser::State*>(ctx)->Characters(ch, len);
+}
+// libxml2's own errors are read from the context after each chunk.
+void OnStructuredError(void*, xmlErrorPtr) {}
+
+}  // namespace
+
+void MultistatusParser::State::Start(const xmlChar* local, const xmlChar* uri) {
+  if (stack.empty()) {
+    if (saw_root || !IsDavName(local, uri, "multistatus")) {
+      Fail(CorruptError("PROPFIND answer has no DAV:multistatus root"));
+      return;
+    }
+    saw_root = true;
+    stack.push_back(Kind::kMultistatus);
+    return;
+  }
+  Kind k = KindOf(stack.back(), local, uri);
+  stack.push_back(k);
+  if (CollectsText(k)) text.clear();
+  switch (k) {
+    case Kind::kResponse:
+      if (responses++ >= core::kMaxListingEntries) {
+        Fail(CorruptError("PROPFIND answer has more than " +
+                          std::to_string(core::kMaxListingEntries) + " entries"));
+        return;
+      }
+      has_href = found_ok = has_resourcetype = has_iscollection = false;
+      size_ok = true;
+      href.clear();
+      size_text.clear();
+      attr = core::FileAttr();
+      break;
+    case Kind::kPropstat:
+      has_status = has_prop = false;
+      status_text.clear();
+      props.clear();
+      break;
+    case Kind::kProp:
+      has_prop = true;
+      break;
+    case Kind::kResourcetype:
+      props.push_back(Prop{Kind::kResourcetype, "", false});
+      break;
+    case Kind::kCollection:
+      if (!props.empty() && props.back().kind == Kind::kResourcetype)
+        props.back().collection = true;
+      break;
+    default:
+      break;
+  }
+}
+
+void MultistatusParser::State::End() {
+  if (stack.empty()) return;
+  Kind k = stack.back();
+  stack.pop_back();
+  switch (k) {
+    case Kind::kHref:
+      if (!has_href) {  // the first href names the response
+        has_href = true;
+        href = TrimHref(Unescape(text));
+      }
+      break;
+    case Kind::kStatus:
+      if (!has_status) {
+        has_status = true;
+        status_text = Trim(text);
+      }
+      break;
+    case Kind::kIscollection:
+    case Kind::kLength:
+    case Kind::kModified:
+    case Kind::kEtag:
+      props.push_back(Prop{k, Trim(Unescape(text)), false});
+      break;
+    case Kind::kPropstat:
+      EndPropstat();
+      break;
+    case Kind::kResponse:
+      EndResponse();
+      break;
+    default:
+      break;
+  }
+}
+
+void MultistatusParser::State::EndPropstat() {
+  // A propstat whose status is not 200 describes properties the server does
+  // not have.
+  if (has_status && status_text.find(" 200") == std::string::npos) return;
+  if (!has_prop) return;
+  found_ok = true;
+  // XRootD 5.5 describes a file with an execute bit as <iscollection>0 and
+  // then again as <iscollection>1: resourcetype decides when present, else
+  // the first iscollection.
+  for (const Prop& p : props) {
+    switch (p.kind) {
+      case Kind::kResourcetype:
+        has_resourcetype = true;
+        attr.is_dir = p.collection;
+        break;
+      case Kind::kIscollection:
+        if (!has_resourcetype && !has_iscollection) attr.is_dir = p.text == "1";
+        has_iscollection = true;
+        break;
+      case Kind::kLength: {
+        size_text = p.text;
+        const std::string& t = p.text;
+        auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), attr.size);
+        size_ok = !t.empty() && ec == std::errc() && ptr == t.data() + t.size() &&
+                  attr.size <= core::kMaxObjectSize;
+        break;
+      }
+      case Kind::kModified: {
+        time_t when = curl_getdate(p.text.c_str(), nullptr);
+        attr.mtime = when < 0 ? 0 : static_cast<int64_t>(when);
+        break;
+      }
+      case Kind::kEtag: {
+        std::string t = p.text;
+        if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
+        attr.etag = std::move(t);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+void MultistatusParser::State::EndResponse() {
+  if (!has_href) {
+    Fail(CorruptError("PROPFIND response without href"));
+    return;
+  }
+  if (href.empty()) {
+    Fail(CorruptError("PROPFIND response with an empty href"));
+    return;
+  }
+  auto path = HrefPath(href);
+  if (!path.ok()) {
+    Fail(path.status());
+    return;
+  }
+  if (!found_ok) return;  // a response without a 200 propstat carries no attributes
+  raw |= HasRawCharacters(*path);
+  done.push_back(Done{std::move(*path), attr, size_ok, size_text});
+}
+
+MultistatusParser::MultistatusParser(HrefStyle style)
+    : state_(std::make_unique<State>(std::move(style))) {
+  xmlSAXHandler sax;
+  std::memset(&sax, 0, sizeof(sax));
+  // SAX2 callbacks only: no entity, DTD or external-subset handlers, so
+  // nothing declared in the document is expanded or fetched.
+  sax.initialized = XML_SAX2_MAGIC;
+  sax.startElementNs = OnStart;
+  sax.endElementNs = OnEnd;
+  sax.characters = OnCharacters;
+  sax.cdataBlock = OnCharacters;
+  sax.serror = OnStructuredError;
+  state_->ctxt = xmlCreatePushParserCtxt(&sax, state_.get(), nullptr, 0, "propfind.xml");
+  if (state_->ctxt == nullptr) {
+    state_->Fail(core::InternalError("libxml2 could not create a parser"));
+    return;
+  }
+  // The input is given as UTF-8 (with escapes) whatever the document declares.
+  xmlCtxtUseOptions(state_->ctxt, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING |
+                                      XML_PARSE_IGNORE_ENC);
+  xmlSwitchEncoding(state_->ctxt, XML_CHAR_ENCODING_UTF8);
+}
+
+MultistatusParser::~MultistatusParser() = default;
+
+bool MultistatusParser::Feed(std::string_view chunk) {
+  State& s = *state_;
+  if (!s.failure.ok()) return false;
+  s.body_bytes += chunk.size();
+  if (s.body_bytes > kMaxBodyBytes) {
+    s.Fail(
+        CorruptError("PROPFIND answer is larger than " + std::to_string(kMaxBodyBytes) + " bytes"));
+    return false;
+  }
+  // The bytes XML cannot carry become escapes; a character cut by the chunk's
+  // end waits for the next chunk.
+  std::string_view in = chunk;
+  std::string joined;
+  if (!s.pending.empty()) {
+    joined = s.pending + std::string(chunk);
+    in = joined;
+    s.pending.clear();
+  }
+  s.escaped.clear();
+  s.escaped.reserve(in.size() + in.size() / 8);
+  size_t i = 0;
+  while (i < in.size()) {
+    int len = XmlCharLength(in.substr(i));
+    if (len < 0) {
+      s.pending.assign(in.substr(i));
+      break;
+    }
+    if (len == 0) {
+      AppendEscaped(static_cast<unsigned char>(in[i]), &s.escaped);
+      ++i;
+      continue;
+    }
+    s.escaped.append(in.substr(i, static_cast<size_t>(len)));
+    i += static_cast<size_t>(len);
+  }
+  if (s.escaped.empty()) return true;
+  if (xmlParseChunk(s.ctxt, s.escaped.data(), static_cast<int>(s.escaped.size()), 0) != 0 &&
+      s.failure.ok()) {
+    const xmlError* err = xmlCtxtGetLastError(s.ctxt);
     std::string why = err && err->message ? err->message : "not well-formed";
     while (!why.empty() && why.back() == '\n') why.pop_back();
-    return CorruptError("PROPFIND answer is not valid XML: " + why);
+    s.Fail(CorruptError("PROPFIND answer is not valid XML: " + why));
   }
-  const xmlNode* root = xmlDocGetRootElement(doc.get());
-  if (root == nullptr || !IsDav(root, "multistatus")) {
-    return CorruptError("PROPFIND answer has no DAV:multistatus root");
-  }
-  // First pass: the hrefs, to decide how they are written.
-  std::vector<std::pair<const xmlNode*, std::string>> responses;
-  bool raw = false;
-  for (const xmlNode* r = root->children; r != nullptr; r = r->next) {
-    if (!IsDav(r, "response")) continue;
-    if (responses.size() > core::kMaxListingEntries) {
-      return CorruptError("PROPFIND answer has more than " +
-                          std::to_string(core::kMaxListingEntries) + " entries");
+  return s.failure.ok();
+}
+
+Result<std::vector<DavResponse>> MultistatusParser::Finish() {
+  State& s = *state_;
+  if (s.failure.ok()) {
+    // A character still cut at the end is no character: its bytes are escaped.
+    std::string rest;
+    for (char c : s.pending) AppendEscaped(static_cast<unsigned char>(c), &rest);
+    s.pending.clear();
+    if (xmlParseChunk(s.ctxt, rest.data(), static_cast<int>(rest.size()), 1) != 0 &&
+        s.failure.ok()) {
+      const xmlError* err = xmlCtxtGetLastError(s.ctxt);
+      std::string why = err && err->message ? err->message : "not well-formed";
+      while (!why.empty() && why.back() == '\n') why.pop_back();
+      s.Fail(CorruptError("PROPFIND answer is not valid XML: " + why));
     }
-    const xmlNode* href = FirstDavChild(r, "href");
-    if (href == nullptr) return CorruptError("PROPFIND response without href");
-    std::string href_text = Text(href);
-    if (href_text.empty()) return CorruptError("PROPFIND response with an empty href");
-    auto path = HrefPath(href_text);
-    if (!path.ok()) return path.status();
-    raw |= HasRawCharacters(*path);
-    responses.emplace_back(r, *path);
   }
-  if (!raw && style.prefer_raw) {
+  if (!s.failure.ok()) return s.failure;
+  if (!s.saw_root) return CorruptError("PROPFIND answer has no DAV:multistatus root");
+  bool raw = s.raw;
+  if (!raw && s.style.prefer_raw) {
     raw = true;
-    auto decoded_request = PercentDecode(style.request_path);
-    if (!responses.empty() && decoded_request.ok() && *decoded_request != style.request_path) {
-      std::string self = responses.front().second;
+    auto decoded_request = PercentDecode(s.style.request_path);
+    if (!s.done.empty() && decoded_request.ok() && *decoded_request != s.style.request_path) {
+      std::string self = s.done.front().href_path;
       while (self.size() > 1 && self.back() == '/') self.pop_back();
-      std::string req = style.request_path;
+      std::string req = s.style.request_path;
       while (req.size() > 1 && req.back() == '/') req.pop_back();
       if (self == req) raw = false;  // the server echoed the encoded form: it encodes
     }
   }
   std::vector<DavResponse> out;
+  out.reserve(s.done.size());
   size_t bad_sizes = 0;
   std::string bad_example;
-  for (const auto& [r, href_path] : responses) {
-    auto path = HrefToPath(href_path, raw);
+  for (State::Done& d : s.done) {
+    auto path = HrefToPath(d.href_path, raw);
     if (!path.ok()) return path.status();
-    DavResponse resp;
-    resp.href_path = *path;
-    bool found_ok = false;
-    bool size_ok = true;
-    std::string size_text;
-    // XRootD 5.5 describes a file with an execute bit as <iscollection>0 and
-    // then again as <iscollection>1: resourcetype decides when present, else
-    // the first iscollection.
-    bool has_resourcetype = false, has_iscollection = false;
-    for (const xmlNode* ps = r->children; ps != nullptr; ps = ps->next) {
-      if (!IsDav(ps, "propstat")) continue;
-      const xmlNode* status = FirstDavChild(ps, "status");
-      if (status != nullptr && Text(status).find(" 200") == std::string::npos) continue;
-      const xmlNode* prop = FirstDavChild(ps, "prop");
-      if (prop == nullptr) continue;
-      found_ok = true;
-      for (const xmlNode* p = prop->children; p != nullptr; p = p->next) {
-        if (IsDav(p, "resourcetype")) {
-          has_resourcetype = true;
-          resp.attr.is_dir = FirstDavChild(p, "collection") != nullptr;
-        } else if (IsDav(p, "iscollection")) {
-          if (!has_resourcetype && !has_iscollection) resp.attr.is_dir = Text(p) == "1";
-          has_iscollection = true;
-        } else if (IsDav(p, "getcontentlength")) {
-          size_text = Text(p);
-          const std::string& t = size_text;
-          auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), resp.attr.size);
-          size_ok = !t.empty() && ec == std::errc() && ptr == t.data() + t.size() &&
-                    resp.attr.size <= core::kMaxObjectSize;
-        } else if (IsDav(p, "getlastmodified")) {
-          std::string t = Text(p);
-          time_t when = curl_getdate(t.c_str(), nullptr);
-          resp.attr.mtime = when < 0 ? 0 : static_cast<int64_t>(when);
-        } else if (IsDav(p, "getetag")) {
-          std::string t = Text(p);
-          if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
-          resp.attr.etag = t;
-        }
-      }
-    }
-    if (!found_ok) continue;  // a response without a 200 propstat carries no attributes
-    if (resp.attr.is_dir) {
-      resp.attr.size = 0;  // XRootD reports 4096 for directories; the value is not used
-    } else if (!size_ok) {
+    if (d.attr.is_dir) {
+      d.attr.size = 0;  // XRootD reports 4096 for directories; the value is not used
+    } else if (!d.size_ok) {
       // A file whose size is not a number or is beyond kMaxObjectSize would
       // drive prefetch and warm loops: skip the entry, keep the rest.
-      if (bad_sizes++ == 0) bad_example = resp.href_path + " (size '" + size_text + "')";
+      if (bad_sizes++ == 0) bad_example = *path + " (size '" + d.size_text + "')";
       continue;
     }
-    out.push_back(std::move(resp));
+    out.push_back(DavResponse{std::move(*path), std::move(d.attr)});
   }
+  s.done.clear();
+  s.done.shrink_to_fit();
   if (bad_sizes > 0) {
     spdlog::warn(
         "PROPFIND: skipped {} entr{} with a size that is not a number or exceeds {} bytes, e.g. {}",
@@ -213,7 +564,13 @@ Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const Hr
   return out;
 }
 
-Result<Listing> InterpretListing(const std::vector<DavResponse>& responses,
+Result<std::vector<DavResponse>> ParseMultistatus(std::string_view xml, const HrefStyle& style) {
+  MultistatusParser parser(style);
+  parser.Feed(xml);
+  return parser.Finish();
+}
+
+Result<Listing> InterpretListing(std::vector<DavResponse> responses,
                                  std::string_view request_path) {
   auto decoded = PercentDecode(request_path);
   if (!decoded.ok()) return decoded.status();
@@ -221,8 +578,8 @@ Result<Listing> InterpretListing(const std::vector<DavResponse>& responses,
   if (!self_path.ok()) return self_path.status();
   Listing out;
   bool found_self = false;
-  std::set<std::string> seen;
-  for (const DavResponse& r : responses) {
+  out.children.reserve(responses.size());
+  for (DavResponse& r : responses) {
     if (r.href_path == self_path->str()) {
       if (found_self) return CorruptError("PROPFIND listing names the collection twice");
       found_self = true;
@@ -234,11 +591,8 @@ Result<Listing> InterpretListing(const std::vector<DavResponse>& responses,
       return CorruptError("PROPFIND listing of '" + EscapeForLog(self_path->str()) +
                           "' names an entry outside it: '" + EscapeForLog(r.href_path) + "'");
     }
-    std::string name(p->Name());
-    if (!seen.insert(name).second) {
-      return CorruptError("PROPFIND listing names '" + EscapeForLog(name) + "' twice");
-    }
-    out.children.push_back(core::DirEntry{name, r.attr});
+    out.children.push_back(core::DirEntry{std::string(p->Name()), std::move(r.attr)});
+    r.href_path = std::string();  // a large listing is held once, not twice
   }
   if (!found_self) {
     return CorruptError("PROPFIND listing of '" + EscapeForLog(self_path->str()) +
@@ -250,6 +604,16 @@ Result<Listing> InterpretListing(const std::vector<DavResponse>& responses,
   }
   std::sort(out.children.begin(), out.children.end(),
             [](const core::DirEntry& a, const core::DirEntry& b) { return a.name < b.name; });
+  auto same = [](const core::DirEntry& a, const core::DirEntry& b) { return a.name == b.name; };
+  auto twice = std::adjacent_find(out.children.begin(), out.children.end(), same);
+  if (twice != out.children.end() && twice->name.size() != core::kMaxNameBytes - 1) {
+    return CorruptError("PROPFIND listing names '" + EscapeForLog(twice->name) + "' twice");
+  }
+  // XRootD (5.5) lists a 255-byte name cut to 254 bytes, which may then
+  // repeat a name of 254 bytes: one is kept (the Lister asks the origin
+  // about every 254-byte name).
+  out.children.erase(std::unique(out.children.begin(), out.children.end(), same),
+                     out.children.end());
   return out;
 }
 

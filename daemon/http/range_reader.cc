@@ -283,6 +283,21 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
     http_status = r->head.status;
     failure = StatusFromHttp(http_status, "GET " + op->url, FailureSite::kCache, op->error_body);
   }
+  if (op->fed_path.str().find('?') != std::string::npos &&
+      (http_status == 404 || failure.code() == StatusCode::kCorrupt)) {
+    // XRootD (5.5) decodes %3F and takes the rest of the path for a query:
+    // "d/?x" reads as d's HTML listing, "d/a?b" as 404, on every server of a
+    // federation built on it. Say so once, at once, instead of walking the
+    // failover list.
+    Finish(op, Status(StatusCode::kUnavailable,
+                      "read of " + core::EscapeForLog(op->fed_path.str()) + ": " +
+                          core::EscapeForLog(op->server) +
+                          " cannot serve a name with '?' (XRootD takes it for the start of a "
+                          "query): " +
+                          failure.message(),
+                      FailureSite::kOrigin, /*retryable=*/false));
+    return;
+  }
   if (op->plan.Fail(failure, http_status) == FailureClass::kServer) {
     health_.Penalize(op->server, Clock::now());
     spdlog::warn("read of {}: {} failed ({}); {} bytes kept, trying the next server",

@@ -208,9 +208,14 @@ TEST(LimitsTest, NamesAndArithmetic) {
   EXPECT_TRUE(IsServableName("a.jpg"));
   EXPECT_TRUE(IsServableName(std::string(255, 'a')));
   EXPECT_TRUE(IsServableName("caf\xc3\xa9 100%"));
+  // Any byte but '/' and NUL is a name's, as on a local disk (issue 28).
+  for (std::string odd :
+       {std::string("a\nb"), std::string("a\rb"), std::string("a\x7f"), std::string("\x1b[31m"),
+        std::string("a\xff\xfe"), std::string("?lead"), std::string("trail ")}) {
+    EXPECT_TRUE(IsServableName(odd)) << EscapeForLog(odd);
+  }
   for (std::string bad : {std::string(), std::string("."), std::string(".."), std::string(256, 'a'),
-                          std::string("a/b"), std::string("a\nb"), std::string("a\rb"),
-                          std::string("a\x7f"), std::string("a\0b", 3), std::string("\x1b[31m")}) {
+                          std::string("a/b"), std::string("a\0b", 3)}) {
     EXPECT_FALSE(IsServableName(bad)) << EscapeForLog(bad);
   }
   EXPECT_EQ(SaturatingAdd(UINT64_MAX - 1, 5), UINT64_MAX);
@@ -235,7 +240,7 @@ TEST_F(BoundsTest, ListingsKeepOnlyServableEntries) {
   ASSERT_TRUE(entries.ok()) << entries.status().ToString();
   std::vector<std::string> names;
   for (const DirEntry& e : *entries) names.push_back(e.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"pib", "small", std::string(255, 'y')}));
+  EXPECT_EQ(names, (std::vector<std::string>{"bad\nname", "pib", "small", std::string(255, 'y')}));
   // Not in the (fresh) listing: unknown to the mount.
   EXPECT_EQ(names_->GetAttr(P("/d/huge"), DeadlineAfter(std::chrono::seconds(5))).status().code(),
             StatusCode::kNotFound);
@@ -283,10 +288,10 @@ TEST_F(BoundsTest, WarmOfAPetabyteFileStopsAtItsFirstFailedBlock) {
       waiter.WaitFor([](const WarmProgress& p) { return p.finished; }, std::chrono::seconds(10)));
   ASSERT_TRUE(job->finished());
   WarmProgress p = job->Progress();
-  EXPECT_EQ(p.files_total, 3u);  // pib, small, y...y
+  EXPECT_EQ(p.files_total, 4u);  // bad\nname, pib, small, y...y
   EXPECT_EQ(p.files_failed, 1u);
-  EXPECT_EQ(p.files_done, 2u);
-  EXPECT_EQ(p.bytes_total, kPiB + 5 + 1);
+  EXPECT_EQ(p.files_done, 3u);
+  EXPECT_EQ(p.bytes_total, kPiB + 1 + 5 + 1);
   EXPECT_LE(origin_.huge_reads, 64);  // the blocks in flight when the first failed, no more
 }
 

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "daemon/core/limits.h"
 
 namespace perch::http {
@@ -235,6 +239,124 @@ TEST(PropfindTest, HostileListingEntriesAreRejected) {
   auto file = InterpretListing(make({{"/ns/f", false}}), "/ns/f");
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), StatusCode::kInvalidArgument);
+}
+
+// XRootD 5.5 writes names raw: a name that is not UTF-8 or holds a control
+// character used to make libxml2 reject the whole answer (issue 28, item 3).
+// Every name keeps its exact bytes; the control character's entry is kept for
+// NamespaceCache to skip with a warning, as before.
+std::string XrootdEntry(const std::string& href, const std::string& size) {
+  return "<D:response xmlns:lp1=\"DAV:\">\n<D:href>" + href +
+         "</D:href>\n<D:propstat>\n<D:prop>\n<lp1:getcontentlength>" + size +
+         "</lp1:getcontentlength>\n<lp1:iscollection>0</lp1:iscollection>\n</D:prop>\n"
+         "<D:status>HTTP/1.1 200 OK</D:status>\n</D:propstat>\n</D:response>\n";
+}
+std::string XrootdDir(const std::string& dir, const std::vector<std::string>& hrefs) {
+  std::string xml =
+      "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n"
+      "<D:response xmlns:lp1=\"DAV:\">\n<D:href>" +
+      dir +
+      "/</D:href>\n<D:propstat>\n<D:prop>\n<lp1:getcontentlength>4096</lp1:getcontentlength>\n"
+      "<lp1:iscollection>1</lp1:iscollection>\n</D:prop>\n<D:status>HTTP/1.1 200 "
+      "OK</D:status>\n</D:propstat>\n</D:response>\n";
+  for (const std::string& h : hrefs) xml += XrootdEntry(h, "7");
+  return xml + "</D:multistatus>\n";
+}
+
+TEST(PropfindTest, NamesKeepTheirBytesWhateverXmlThinksOfThem) {
+  const std::vector<std::string> names = {
+      std::string("a\xff\xfe"
+                  "b"),          // not UTF-8
+      std::string("x\x01y", 3),  // a control character
+      "trail1 ",                 // a trailing space (Text() trimmed it)
+      " lead",                   // a leading space
+      "cr\rx",                   // CR, which XML parsers rewrite as LF
+      "caf\xc3\xa9",             // UTF-8
+      "\xed\xa0\x80z",           // an encoded surrogate: not UTF-8 either
+      "\xf4\x8f\xbe\x80pua",     // U+10FF80 itself: the escapes' range, kept exact
+      "cut\xe2\x82",             // a truncated UTF-8 sequence
+      "?lead",
+      "a?b",
+      "100%",
+      "#hash",
+      std::string(255, 'L'),
+  };
+  std::vector<std::string> hrefs;
+  for (const std::string& n : names) {
+    std::string escaped;  // XRootD escapes XML's own characters and nothing else
+    for (char c : n) escaped += c == '&' ? "&amp;" : c == '<' ? "&lt;" : std::string(1, c);
+    hrefs.push_back("/ns/d/" + escaped);
+  }
+  hrefs.push_back("/ns/d/a&amp;b&lt;c&gt;&quot;&apos;");
+  const std::string xml = XrootdDir("/ns/d", hrefs);
+  std::vector<std::string> expected = names;
+  expected.push_back("a&b<c>\"'");
+  std::sort(expected.begin(), expected.end());
+  // Whole, and fed in chunks of every size from 1 byte (cutting every
+  // character and escape somewhere).
+  for (size_t chunk : {xml.size(), size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{64}}) {
+    MultistatusParser parser(HrefStyle{true, "/ns/d"});
+    for (size_t i = 0; i < xml.size(); i += chunk) {
+      ASSERT_TRUE(parser.Feed(std::string_view(xml).substr(i, chunk))) << "chunk " << chunk;
+    }
+    auto r = parser.Finish();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto listing = InterpretListing(std::move(*r), "/ns/d");
+    ASSERT_TRUE(listing.ok()) << listing.status().ToString();
+    std::vector<std::string> got;
+    for (const core::DirEntry& e : listing->children) {
+      got.push_back(e.name);
+      EXPECT_EQ(e.attr.size, 7u);
+    }
+    EXPECT_EQ(got, expected) << "chunk " << chunk;
+  }
+}
+
+// A pretty-printed href (line breaks and indentation around it) is trimmed;
+// spaces that end a name on the same line are the name's.
+TEST(PropfindTest, HrefWhiteSpaceIsTrimmedOnlyWherePrettyPrinted) {
+  const std::string xml = XrootdDir("/ns/d", {"\n    /ns/d/indented\n  ", "/ns/d/two  "});
+  auto r = ParseMultistatus(xml, HrefStyle{true, "/ns/d"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto listing = InterpretListing(std::move(*r), "/ns/d");
+  ASSERT_TRUE(listing.ok()) << listing.status().ToString();
+  ASSERT_EQ(listing->children.size(), 2u);
+  EXPECT_EQ(listing->children[0].name, "indented");
+  EXPECT_EQ(listing->children[1].name, "two  ");
+}
+
+// Issue 28, item 1: a directory of 100,000 entries (ImageNet's flat
+// validation directory is 50,000) parses whole, fed as the network gives it.
+TEST(PropfindTest, LargeListingsParseWholeFromAStream) {
+  constexpr int kEntries = 100000;
+  std::vector<std::string> hrefs;
+  hrefs.reserve(kEntries);
+  for (int i = 0; i < kEntries; ++i) {
+    hrefs.push_back("/ns/val/ILSVRC2012_val_" + std::to_string(100000000 + i) + ".JPEG");
+  }
+  const std::string xml = XrootdDir("/ns/val", hrefs);
+  MultistatusParser parser(HrefStyle{true, "/ns/val"});
+  for (size_t i = 0; i < xml.size(); i += 16384) {
+    ASSERT_TRUE(parser.Feed(std::string_view(xml).substr(i, 16384)));
+  }
+  auto r = parser.Finish();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto listing = InterpretListing(std::move(*r), "/ns/val");
+  ASSERT_TRUE(listing.ok()) << listing.status().ToString();
+  ASSERT_EQ(listing->children.size(), static_cast<size_t>(kEntries));
+  EXPECT_EQ(listing->children.front().name, "ILSVRC2012_val_100000000.JPEG");
+  EXPECT_EQ(listing->children.back().name, "ILSVRC2012_val_100099999.JPEG");
+}
+
+// A parser stops at the first sign that the answer is unusable, and later
+// chunks are ignored (the transfer is cut).
+TEST(PropfindTest, AStreamStopsAtTheFirstBadChunk) {
+  MultistatusParser parser;
+  EXPECT_FALSE(parser.Feed("<html><body>"));
+  EXPECT_FALSE(parser.Feed("</body></html>"));
+  auto r = parser.Finish();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("multistatus"), std::string::npos);
 }
 
 }  // namespace
