@@ -16,6 +16,7 @@
 # directory, which has none in PyTorch 2.11: then give Gloo's source tree), BUILD (build
 # directory, default /tmp/perch-trainer-cuda), OUT (default ./trainer-cuda-out).
 # Results of 2026-11-25 (H200, PyTorch 2.11 + CUDA 13.0): bench/results/trainer-cuda-*.txt.
+# Training through a perch mount on the GPU machine: bench/trainer-cuda-mount.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
