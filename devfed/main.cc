@@ -153,7 +153,8 @@ void WatchUntilStopped(const sigset_t& signals, const std::vector<Watched>& watc
 struct Settings {
   std::vector<Export> exports;
   int caches = 0;
-  int port = 0;  // the director's
+  int port = 0;            // the director's
+  int discovery_port = 0;  // the discovery host's (the federation URL's)
   bool tls = false;
   double wan_rtt_ms = 0, wan_rate_mbit = 0;
   perch::devfed::FaultOptions faults;
@@ -264,7 +265,7 @@ std::string StartFederation(const Settings& s, const fs::path& work, Federation*
     return err;
   try {
     fed->director = std::make_unique<Director>(namespaces, s.port, base.tls_cert, base.tls_key);
-    fed->discovery = std::make_unique<DiscoveryHost>(0, base.tls_cert, base.tls_key);
+    fed->discovery = std::make_unique<DiscoveryHost>(s.discovery_port, base.tls_cert, base.tls_key);
   } catch (const std::exception& ex) {
     return std::string("director: ") + ex.what();
   }
@@ -343,6 +344,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 6));
   app.add_flag("--tls", settings.tls, "generate a CA and serve everything over HTTPS");
   app.add_option("--port", settings.port, "director port (default: a free one)");
+  app.add_option("--discovery-port", settings.discovery_port,
+                 "discovery host port, the federation URL's (default: a free one): a federation "
+                 "restarted with the same port keeps its URL (without --wan-*)")
+      ->check(CLI::Range(0, 65535));
   app.add_option(
       "--wan-rtt", settings.wan_rtt_ms,
       "put the origins, caches, director and discovery host behind an emulated WAN link with this "

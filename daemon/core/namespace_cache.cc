@@ -178,8 +178,26 @@ void NamespaceCache::StoreAttr(const ObjectPath& path, const AttrEntry& e) {
   }
 }
 
-void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
+void NamespaceCache::StoreList(const ObjectPath& path, std::shared_ptr<const ListEntry> listing) {
+  const ListEntry& e = *listing;
+  {
+    MutexLock l(mu_);
+    lists_[path.str()] = listing;
+    // Entries of an earlier state of this directory: the listing answers now.
+    for (const DirEntry& d : e.entries) {
+      auto child = path.Child(d.name);
+      if (child.ok()) attrs_.erase(child->str());
+    }
+  }
+  // Persisted in batches of kBatch writes: a listing of 100,000 entries
+  // never holds all its records in memory at once (twice, with RocksDB's copy).
+  constexpr size_t kBatch = 4096;
   std::vector<Index::Write> batch;
+  Status s;
+  auto flush = [&] {
+    if (!batch.empty() && s.ok()) s = index_.Apply(batch);
+    batch.clear();
+  };
   std::string v;
   codec::PutU64(&v, static_cast<uint64_t>(e.expires));
   codec::PutU64(&v, e.entries.size());
@@ -201,18 +219,9 @@ void NamespaceCache::StoreList(const ObjectPath& path, const ListEntry& e) {
     codec::PutU64(&av, static_cast<uint64_t>(ae.expires));
     PutAttr(&av, ae.attr);
     batch.push_back({AttrKey(*child), std::move(av)});
+    if (batch.size() >= kBatch) flush();
   }
-  {
-    auto shared = std::make_shared<const ListEntry>(e);
-    MutexLock l(mu_);
-    lists_[path.str()] = std::move(shared);
-    // Entries of an earlier state of this directory: the listing answers now.
-    for (const DirEntry& d : e.entries) {
-      auto child = path.Child(d.name);
-      if (child.ok()) attrs_.erase(child->str());
-    }
-  }
-  Status s = index_.Apply(batch);
+  flush();
   if (!s.ok()) {
     spdlog::warn("namespace: could not persist listing of {}: {}", EscapeForLog(path.str()),
                  EscapeForLog(s.ToString()));
@@ -307,8 +316,12 @@ Result<std::vector<DirEntry>> NamespaceCache::ReadDir(const ObjectPath& path, De
     DropUnservable(path, &*r);
     std::sort(r->begin(), r->end(),
               [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
-    StoreList(path, ListEntry{*r, now + options_.dir_ttl.count()});
-    return r;
+    // One copy is kept (shared by lookups), one returned.
+    auto listing = std::make_shared<ListEntry>();
+    listing->entries = std::move(*r);
+    listing->expires = now + options_.dir_ttl.count();
+    StoreList(path, listing);
+    return listing->entries;
   }
   if (IsOffline(r.status()) && known) {
     NoteOffline(r.status());

@@ -79,7 +79,7 @@ class NamespaceCache {
   // fresh at `now` and names it.
   std::optional<FileAttr> FromListingInMemory(const ObjectPath& path, int64_t now);
   void StoreAttr(const ObjectPath& path, const AttrEntry& e);
-  void StoreList(const ObjectPath& path, const ListEntry& e);
+  void StoreList(const ObjectPath& path, std::shared_ptr<const ListEntry> listing);
   void NoteOnline();
   void NoteOffline(const Status& why);
 

@@ -293,11 +293,28 @@ class Connection {
     if (req.method() == bhttp::verb::head) return SendHeader(res) && keep_alive_;
     auto handle = fs.Open(rel);
     if (!handle.ok()) return Error(StatusOf(handle.status()), handle.status().message());
+    // A first piece that is not cached is fetched before the status line: a
+    // read that fails at once (the federation down, a name the origin cannot
+    // serve) answers with its error status, never 200 and an empty body.
+    std::optional<core::Bytes> first;
+    if (range.length > 0) {
+      const uint64_t block = s_.stack.options().reader.block_size;
+      const uint64_t n = std::min(range.length, block - range.offset % block);
+      if (auto slices = fs.ReadSlice(*handle, range.offset, n); !slices) {
+        auto bytes = fs.Read(*handle, range.offset, n);
+        if (!bytes.ok()) {
+          fs.Release(*handle);
+          return Error(StatusOf(bytes.status()), bytes.status().message());
+        }
+        first = std::move(*bytes);
+      }
+    }
     if (!SendHeader(res)) {
       fs.Release(*handle);
       return false;
     }
-    core::Status sent = SendBody(fs, *handle, range.offset, range.length, trailer);
+    core::Status sent =
+        SendBody(fs, *handle, range.offset, range.length, trailer, std::move(first));
     fs.Release(*handle);
     if (trailer && sent.code() != core::StatusCode::kCancelled) {
       std::string end = "0\r\nX-Transfer-Status: " +
@@ -316,10 +333,11 @@ class Connection {
   }
 
   // Sends `length` bytes at `offset` of open file `handle`, a block at a time:
-  // cache hits straight from the block file, misses from the fetched bytes.
+  // cache hits straight from the block file, misses from the fetched bytes;
+  // `first`, when given, holds the first piece (up to the first block's end).
   // kCancelled when the client went away.
   core::Status SendBody(core::FileSystem& fs, uint64_t handle, uint64_t offset, uint64_t length,
-                        bool chunked) {
+                        bool chunked, std::optional<core::Bytes> first) {
     const uint64_t block = s_.stack.options().reader.block_size;
     while (length > 0) {
       uint64_t n = std::min(length, block - offset % block);
@@ -329,9 +347,13 @@ class Connection {
         if (!SendAll(fd_, head, static_cast<size_t>(len))) return core::CancelledError("client");
       }
       bool ok = false;
-      // n lies within one block: one slice.
-      if (auto slices = fs.ReadSlice(handle, offset, n);
-          slices && slices->size() == 1 && slices->front().length() == n) {
+      if (first) {
+        if (first->size() != n)
+          return core::CorruptError("the object ended early at " + std::to_string(offset));
+        ok = SendAll(fd_, first->data(), first->size());
+        first.reset();
+      } else if (auto slices = fs.ReadSlice(handle, offset, n);  // n lies within one block
+                 slices && slices->size() == 1 && slices->front().length() == n) {
         ok = SendFile(fd_, slices->front().fd(), slices->front().file_offset(), n);
       } else {
         auto bytes = fs.Read(handle, offset, n);

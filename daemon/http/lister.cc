@@ -308,7 +308,10 @@ void Lister::DropCutNames(EntryPtr entry, const ObjectPath& dir, core::Deadline 
   };
   auto check = std::make_shared<Check>();
   for (size_t i = 0; i < children.size(); ++i) {
-    if (children[i].name.size() == kCutLength) check->suspects.push_back(i);
+    // A name with '?' cannot be asked about by itself (Lister::StatIn).
+    if (children[i].name.size() == kCutLength && children[i].name.find('?') == std::string::npos) {
+      check->suspects.push_back(i);
+    }
   }
   if (check->suspects.empty()) {
     done(std::move(children));

@@ -122,16 +122,37 @@ std::string Trim(std::string_view s) {
   return b == std::string::npos ? std::string() : std::string(s.substr(b, e - b + 1));
 }
 
-// An href's text: leading white space goes (a path or URL starts with '/' or
-// a scheme); trailing white space only where a line break shows it is a
-// pretty-printer's, so that a name ending in spaces ("trail ") keeps them.
+// An href's text as the parser gave it (CR still escaped): leading white
+// space goes (a path or URL starts with '/' or a scheme); trailing white
+// space only where a line break shows it is a pretty-printer's, so that a
+// name ending in spaces, tabs or CR ("trail ") keeps them.
 std::string TrimHref(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  s.remove_prefix(b);
+  static const std::string kCr = [] {
+    std::string cr;
+    AppendEscaped('\r', &cr);
+    return cr;
+  }();
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n'; };
+  for (;;) {
+    if (!s.empty() && space(s.front())) {
+      s.remove_prefix(1);
+    } else if (s.starts_with(kCr)) {
+      s.remove_prefix(kCr.size());
+    } else {
+      break;
+    }
+  }
   size_t e = s.find_last_not_of(" \t");
-  if (e != std::string::npos && (s[e] == '\n' || s[e] == '\r')) {
-    s = s.substr(0, s.find_last_not_of(" \t\r\n") + 1);
+  if (e != std::string_view::npos && s[e] == '\n') {
+    for (;;) {
+      if (!s.empty() && space(s.back())) {
+        s.remove_suffix(1);
+      } else if (s.ends_with(kCr)) {
+        s.remove_suffix(kCr.size());
+      } else {
+        break;
+      }
+    }
   }
   return std::string(s);
 }
@@ -347,7 +368,7 @@ void MultistatusParser::State::End() {
     case Kind::kHref:
       if (!has_href) {  // the first href names the response
         has_href = true;
-        href = TrimHref(Unescape(text));
+        href = Unescape(TrimHref(text));
       }
       break;
     case Kind::kStatus:

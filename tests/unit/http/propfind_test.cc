@@ -315,14 +315,17 @@ TEST(PropfindTest, NamesKeepTheirBytesWhateverXmlThinksOfThem) {
 // A pretty-printed href (line breaks and indentation around it) is trimmed;
 // spaces that end a name on the same line are the name's.
 TEST(PropfindTest, HrefWhiteSpaceIsTrimmedOnlyWherePrettyPrinted) {
-  const std::string xml = XrootdDir("/ns/d", {"\n    /ns/d/indented\n  ", "/ns/d/two  "});
+  const std::string xml = XrootdDir(
+      "/ns/d", {"\n    /ns/d/indented\n  ", "/ns/d/two  ", "/ns/d/cr\r\t", "\r\n /ns/d/crlf\r\n "});
   auto r = ParseMultistatus(xml, HrefStyle{true, "/ns/d"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto listing = InterpretListing(std::move(*r), "/ns/d");
   ASSERT_TRUE(listing.ok()) << listing.status().ToString();
-  ASSERT_EQ(listing->children.size(), 2u);
-  EXPECT_EQ(listing->children[0].name, "indented");
-  EXPECT_EQ(listing->children[1].name, "two  ");
+  ASSERT_EQ(listing->children.size(), 4u);
+  EXPECT_EQ(listing->children[0].name, "cr\r\t");
+  EXPECT_EQ(listing->children[1].name, "crlf");
+  EXPECT_EQ(listing->children[2].name, "indented");
+  EXPECT_EQ(listing->children[3].name, "two  ");
 }
 
 // Issue 28, item 1: a directory of 100,000 entries (ImageNet's flat
