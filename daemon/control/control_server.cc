@@ -256,7 +256,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
         r->Finish(ToGrpcStatus(result.status()));
         return;
       }
-      reply->set_path(node_.FederationPath(p));
+      reply->set_path(ProtoText(node_.FederationPath(p)));
       reply->set_objects(result->objects);
       reply->set_blocks(result->blocks);
       reply->set_bytes(result->bytes);
@@ -278,25 +278,28 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
       r->Finish(ToGrpcStatus(path.status()));
       return r;
     }
-    if (request->page_token().size() > options_.limits.max_path_bytes) {
-      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "page token too long"));
+    // The page token is the last object path of the previous page, in hex
+    // (a path need not be UTF-8).
+    std::string after;
+    if (request->page_token().size() > 2 * options_.limits.max_path_bytes ||
+        !PathOfPageToken(request->page_token(), &after)) {
+      r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a page token"));
       return r;
     }
     size_t page = request->page_size() == 0 ? 1000 : std::min<size_t>(request->page_size(), 10000);
-    // The page token is the last object path of the previous page.
-    auto objects = node_.ListCached(*path, request->page_token(), page + 1);
+    auto objects = node_.ListCached(*path, after, page + 1);
     bool more = objects.size() > page;
     if (more) objects.resize(page);
     for (const auto& o : objects) {
       auto* c = reply->add_objects();
-      c->set_path(node_.FederationPath(o.path));
+      c->set_path(ProtoText(node_.FederationPath(o.path)));
       c->set_federation(node_.FederationOf(o.path));
       c->set_size(o.size);
       c->set_cached_bytes(o.cached_bytes);
       c->set_blocks(o.blocks);
       c->set_pinned(o.pinned);
     }
-    if (more && !objects.empty()) reply->set_next_page_token(objects.back().path.str());
+    if (more && !objects.empty()) reply->set_next_page_token(PageToken(objects.back().path.str()));
     r->Finish(grpc::Status::OK);
     return r;
   }
@@ -406,8 +409,8 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
       r->Finish(ToGrpcStatus(s));
       return r;
     }
-    reply->set_path(node_.FederationPath(*path));
-    for (const auto& p : node_.Pins()) reply->add_pins(node_.FederationPath(p));
+    reply->set_path(ProtoText(node_.FederationPath(*path)));
+    for (const auto& p : node_.Pins()) reply->add_pins(ProtoText(node_.FederationPath(p)));
     r->Finish(grpc::Status::OK);
     return r;
   }

@@ -1,5 +1,6 @@
 #include "daemon/control/stats_proto.h"
 
+#include <cstdio>
 #include <string>
 
 namespace perch::control {
@@ -72,9 +73,68 @@ core::Status SetNumber(Message* message, std::string_view name, uint64_t value) 
   }
 }
 
+std::string ProtoText(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    auto c = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    unsigned char b = c(i);
+    size_t len = b < 0x80                 ? 1
+                 : b >= 0xC2 && b <= 0xDF ? 2
+                 : b >= 0xE0 && b <= 0xEF ? 3
+                 : b >= 0xF0 && b <= 0xF4 ? 4
+                                          : 0;
+    bool ok = len > 0 && i + len <= text.size();
+    uint32_t cp = len > 1 ? (b & (0x7F >> len)) : b;
+    for (size_t k = 1; ok && k < len; ++k) {
+      ok = (c(i + k) & 0xC0) == 0x80;
+      cp = (cp << 6) | (c(i + k) & 0x3F);
+    }
+    if (ok && len > 1) {
+      const uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+      ok = cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    }
+    if (!ok) {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", b);
+      out += hex;
+      ++i;
+      continue;
+    }
+    out.append(text.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+std::string PageToken(std::string_view last_path) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : last_path) {
+    out += kHex[c >> 4];
+    out += kHex[c & 0xF];
+  }
+  return out;
+}
+
+bool PathOfPageToken(std::string_view token, std::string* path) {
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  if (token.size() % 2 != 0) return false;
+  path->clear();
+  for (size_t i = 0; i < token.size(); i += 2) {
+    int hi = nibble(token[i]), lo = nibble(token[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    path->push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return true;
+}
+
 void ToProto(const core::WarmProgress& p, v1::WarmProgress* out) {
   out->set_job_id(p.id);
-  for (const std::string& path : p.paths) out->add_paths(path);  // federation paths (Mount)
+  for (const std::string& path : p.paths) out->add_paths(ProtoText(path));  // federation paths
   out->set_files_total(p.files_total);
   out->set_files_done(p.files_done);
   out->set_files_failed(p.files_failed);
@@ -83,7 +143,7 @@ void ToProto(const core::WarmProgress& p, v1::WarmProgress* out) {
   out->set_listing_done(p.listing_done);
   out->set_finished(p.finished);
   out->set_cancelled(p.cancelled);
-  for (const std::string& e : p.errors) out->add_errors(e);
+  for (const std::string& e : p.errors) out->add_errors(ProtoText(e));
 }
 
 core::Status ToProto(const core::StatsSnapshot& s, v1::Stats* out) {

@@ -9,6 +9,7 @@
 #include <google/protobuf/message.h>
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "daemon/core/node_control.h"
@@ -23,6 +24,16 @@ namespace perch::control {
 [[nodiscard]] core::Status ToProto(const core::StatsSnapshot& s, v1::Stats* out);
 // `p` as the WarmProgress message.
 void ToProto(const core::WarmProgress& p, v1::WarmProgress* out);
+
+// `text` as a protobuf string field can carry it (UTF-8): each byte of an
+// invalid sequence (a name that is not UTF-8) as "\xHH". For paths shown to
+// users; a path that must come back exactly travels as PageToken does.
+std::string ProtoText(std::string_view text);
+
+// A page token for the last path of a page, opaque and UTF-8 (hex), and the
+// path back from one (false if it is not a token).
+std::string PageToken(std::string_view last_path);
+bool PathOfPageToken(std::string_view token, std::string* path);
 
 // Sets the number field `name` of `message` ("a.b": field b of the message in
 // field a) to `value`: a uint64 field takes it, a bool field value != 0.

@@ -120,6 +120,12 @@ TEST_P(DifferentialTest, TheMountIsTheExportColdAndAfterARestart) {
   EXPECT_TRUE(cold.empty()) << "cold, through the mount:\n" << Lines(cold) << perchd_.Log();
   auto http = CompareEndpoint();
   EXPECT_TRUE(http.empty()) << "through the HTTP endpoint:\n" << Lines(http);
+  // perchctl lists what is cached, names that are not UTF-8 escaped, in pages
+  // whose tokens bring every path back exactly.
+  RunResult ls = Ctl({"ls", mnt_.string()});
+  EXPECT_EQ(ls.exit_code, 0) << ls.output.substr(0, 2000);
+  nlohmann::json listed = CtlJson({"ls", mnt_.string(), "--json"});
+  EXPECT_FALSE(listed.empty());
   // perchd restarts on its cache: the index answers what the network did.
   ASSERT_EQ(perchd_.Stop(), 0);
   MountWithEndpoint();

@@ -291,5 +291,30 @@ TEST(StatsProto, TheHumanFormShowsEveryGroupAndTable) {
   EXPECT_EQ(text.find("FEDERATION"), std::string::npos) << text;  // one federation
 }
 
+// Issue 28: a name that is not UTF-8 made every reply that carried it fail
+// to parse in perchctl ("No message returned for unary request").
+TEST(ProtoTextTest, PathsThatAreNotUtf8AreShownEscapedAndPagedExactly) {
+  EXPECT_EQ(ProtoText("/ns/caf\xc3\xa9 100%"), "/ns/caf\xc3\xa9 100%");
+  EXPECT_EQ(ProtoText("/ns/a\xff\xfe"
+                      "b"),
+            "/ns/a\\xff\\xfeb");
+  EXPECT_EQ(ProtoText("cut\xe2\x82"), "cut\\xe2\\x82");
+  EXPECT_EQ(ProtoText("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
+  v1::CachedObject o;
+  o.set_path(
+      ProtoText("/ns/a\xff\xfe"
+                "b"));
+  std::string wire;
+  ASSERT_TRUE(o.SerializeToString(&wire));
+  v1::CachedObject back;
+  EXPECT_TRUE(back.ParseFromString(wire));
+  const std::string path("/ns/a\xff\x00z", 8);
+  std::string again;
+  ASSERT_TRUE(PathOfPageToken(PageToken(path), &again));
+  EXPECT_EQ(again, path);
+  EXPECT_FALSE(PathOfPageToken("/ns/plain", &again));
+  EXPECT_FALSE(PathOfPageToken("abc", &again));
+}
+
 }  // namespace
 }  // namespace perch::control
