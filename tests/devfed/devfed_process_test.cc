@@ -1,7 +1,7 @@
 // perch-devfed as a process: it stops everything it started, its XRootD
 // children die with it even when it is SIGKILLed, a cache whose process dies
-// stops being named, two federations run side by side, and bad arguments are
-// clear errors.
+// stops being named, two federations run side by side, a restarted one keeps
+// its URL (--discovery-port), and bad arguments are clear errors.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -108,6 +108,27 @@ TEST_F(DevFedTest, TwoFederationsSideBySide) {
   EXPECT_EQ(b.Header("location"), two.OriginUrl("/test") + "/test/hello.txt");
   EXPECT_EQ(Fetch(a.Header("location")).body, "hello world\n");
   EXPECT_EQ(Fetch(b.Header("location")).body, "hello world\n");
+}
+
+// --discovery-port: a federation stopped and started again keeps its URL, so
+// a client (perchd) configured with it finds the new director.
+TEST_F(DevFedTest, ARestartedFederationKeepsItsUrl) {
+  std::string url;
+  {
+    DevFed first(DevFed::Options{{{"/test", dir_.string(), false}}, 0, false});
+    ASSERT_EQ(first.Start(), "");
+    url = first.FederationUrl();
+  }
+  const std::string port = url.substr(url.rfind(':') + 1);
+  for (int round = 0; round < 2; ++round) {
+    DevFed fed(
+        DevFed::Options{{{"/test", dir_.string(), false}}, 0, false, {"--discovery-port", port}});
+    ASSERT_EQ(fed.Start(), "") << "round " << round;
+    EXPECT_EQ(fed.FederationUrl(), url);
+    auto doc = Fetch(url + "/.well-known/pelican-configuration");
+    EXPECT_EQ(doc.status, 200);
+    EXPECT_NE(doc.body.find(fed.DirectorUrl()), std::string::npos) << doc.body;
+  }
 }
 
 TEST_F(DevFedTest, FaultFlagsBreakTheGivenFractionOfBodies) {
