@@ -72,6 +72,7 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
   struct Stream {
     std::unique_ptr<MultistatusParser> parser;  // made at the first chunk of a 207
     std::string error_body;                     // the start of any other answer
+    bool stopped = false;                       // the parser found the answer unusable
   };
   auto stream = std::make_shared<Stream>();
   req.on_data = [stream, request_path](const HttpHead& head, std::string_view chunk) {
@@ -87,7 +88,8 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
       style.request_path = request_path;
       stream->parser = std::make_unique<MultistatusParser>(style);
     }
-    return stream->parser->Feed(chunk);  // false: unusable, stop the transfer
+    stream->stopped = !stream->parser->Feed(chunk);  // unusable: stop the transfer
+    return !stream->stopped;
   };
   ctx_->counters.propfinds++;
   std::string what = "PROPFIND " + fed.str();
@@ -96,8 +98,7 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
       std::move(req), [self, entry, fed, depth, deadline, retried, what, request_path, stream,
                        done = std::move(done)](Result<HttpResponse> r) mutable {
         // A transfer the parser stopped ends kCancelled: the parser's reason counts.
-        const bool parser_stopped =
-            !r.ok() && r.status().code() == StatusCode::kCancelled && stream->parser != nullptr;
+        const bool parser_stopped = !r.ok() && stream->stopped;
         Status failure;
         if (!r.ok() && !parser_stopped) {
           failure = r.status().WithContext(what);
