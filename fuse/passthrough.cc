@@ -94,35 +94,41 @@ ssize_t Passthrough::Read(int fd, void* buf, size_t len) {
 }
 
 ssize_t Passthrough::Writev(int fd, struct iovec* iov, int count) {
-  if (count >= 2 && iov[0].iov_len >= 16) {
-    const uint64_t unique = Load<uint64_t>(iov[0].iov_base, 8);
-    const int32_t error = Load<int32_t>(iov[0].iov_base, 4);
-    if (unique == init_unique_.load(std::memory_order_acquire) && error == 0 &&
-        iov[1].iov_len >= 40 && want_ && offered()) {
-      void* out = iov[1].iov_base;
-      Store<uint32_t>(out, 12, Load<uint32_t>(out, 12) | kInitExt);
-      Store<uint32_t>(out, 32, Load<uint32_t>(out, 32) | kPassthroughFlags2);
-      Store<uint32_t>(out, 36, 1);  // max_stack_depth: the cache's filesystem is not stacked
-      agreed_.store(true, std::memory_order_release);
-    } else if (pending_.load(std::memory_order_acquire) > 0) {
-      std::lock_guard<std::mutex> l(mu_);
-      if (open_requests_.erase(unique) > 0) {
-        pending_.fetch_sub(1, std::memory_order_release);
-        if (error == 0 && iov[1].iov_len == 16) {
-          void* out = iov[1].iov_base;
-          auto it = direct_.find(Load<uint64_t>(out, 0));
-          if (it != direct_.end()) {
-            // Passthrough allows no keep_cache: the page cache is the backing file's.
-            Store<uint32_t>(out, 8,
-                            (Load<uint32_t>(out, 8) & ~kFopenKeepCache) | kFopenPassthrough);
-            Store<int32_t>(out, 12, it->second);
-            direct_.erase(it);
-          }
+  // iov[0] is the fuse_out_header; a reply with an argument has it in iov[1].
+  // An error reply is the header alone (one iovec): it too answers its OPEN,
+  // which must be forgotten, or open_requests_ grows by every failed open.
+  if (count < 1 || iov[0].iov_len < 16) return ::writev(fd, iov, count);
+  const uint64_t unique = Load<uint64_t>(iov[0].iov_base, 8);
+  const int32_t error = Load<int32_t>(iov[0].iov_base, 4);
+  if (count >= 2 && unique == init_unique_.load(std::memory_order_acquire) && error == 0 &&
+      iov[1].iov_len >= 40 && want_ && offered()) {
+    void* out = iov[1].iov_base;
+    Store<uint32_t>(out, 12, Load<uint32_t>(out, 12) | kInitExt);
+    Store<uint32_t>(out, 32, Load<uint32_t>(out, 32) | kPassthroughFlags2);
+    Store<uint32_t>(out, 36, 1);  // max_stack_depth: the cache's filesystem is not stacked
+    agreed_.store(true, std::memory_order_release);
+  } else if (pending_.load(std::memory_order_acquire) > 0) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (open_requests_.erase(unique) > 0) {
+      pending_.fetch_sub(1, std::memory_order_release);
+      if (error == 0 && count >= 2 && iov[1].iov_len == 16) {
+        void* out = iov[1].iov_base;
+        auto it = direct_.find(Load<uint64_t>(out, 0));
+        if (it != direct_.end()) {
+          // Passthrough allows no keep_cache: the page cache is the backing file's.
+          Store<uint32_t>(out, 8, (Load<uint32_t>(out, 8) & ~kFopenKeepCache) | kFopenPassthrough);
+          Store<int32_t>(out, 12, it->second);
+          direct_.erase(it);
         }
       }
     }
   }
   return ::writev(fd, iov, count);
+}
+
+size_t Passthrough::PendingOpensForTest() {
+  std::lock_guard<std::mutex> l(mu_);
+  return open_requests_.size();
 }
 
 core::Result<int32_t> Passthrough::OpenBacking(int device_fd, int fd) {

@@ -67,6 +67,9 @@ class Passthrough {
   ssize_t Read(int fd, void* buf, size_t len);
   ssize_t Writev(int fd, struct iovec* iov, int count);
 
+  // OPEN requests read and not yet answered.
+  size_t PendingOpensForTest();
+
  private:
   std::atomic<bool> offered_{false};
   std::atomic<bool> agreed_{false};
