@@ -243,7 +243,7 @@ Result<std::shared_ptr<const BlockFd>> BlockReader::WholeFile(const ObjectVersio
 }
 
 bool BlockReader::InUse(const BlockKey& key) {
-  if (store_.Held(key.object_id)) return true;  // before mu_: never held across the store
+  if (store_.InUse(key)) return true;  // before mu_: never held across the store
   MutexLock l(mu_);
   return reading_.count(key) > 0 || inflight_.count(key) > 0 || unwritten_.count(key) > 0;
 }

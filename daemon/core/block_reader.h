@@ -115,7 +115,9 @@ class BlockReader {
   // A zero-copy hit: if every block `range` touches is held by the store as
   // a file, the open files and the range's position in each, in order (one
   // slice per block; a reply splices them one after the other); nullopt
-  // otherwise (the caller then uses Read). Counts as a hit.
+  // otherwise (the caller then uses Read). Counts as a hit. Each slice is a
+  // use of its block until it is let go (BlockSlice): keep the slices until
+  // the reply that sends them is done with the file.
   std::optional<std::vector<BlockSlice>> TrySlice(const ObjectPath& path,
                                                   const ObjectVersion& version,
                                                   const std::string& object_id, ByteRange range);
@@ -139,7 +141,8 @@ class BlockReader {
   static std::string NamespaceOf(const ObjectPath& path);
 
   // True while block `key` is being read from the store or fetched and
-  // written (the evictor leaves it alone).
+  // written, or the store says it is in use (a slice not yet let go, a file
+  // the kernel reads): the evictor leaves it alone.
   bool InUse(const BlockKey& key);
   uint64_t block_size() const { return options_.block_size; }
 

@@ -52,10 +52,22 @@ class BlockFd {
 // move bytes from the file to the kernel without copying them through
 // perch (splice). Readers use positional I/O only (pread, splice with an
 // offset): the descriptor is shared.
+//
+// A slice is a use of its block: while any copy of it lives, the store
+// frees none of the bytes it names (BlockStore::InUse; eviction skips the
+// block, a removal refuses it or frees its bytes only after the last copy
+// is let go). A reply keeps its slices until the bytes have left the file:
+// a hole punched under a splice or sendfile in progress reads as zeros.
 class BlockSlice {
  public:
-  BlockSlice(std::shared_ptr<const BlockFd> file, uint64_t file_offset, uint64_t length)
-      : file_(std::move(file)), file_offset_(file_offset), length_(length) {}
+  // `hold` (may be null) is what keeps the bytes in place: released with the
+  // last copy of the slice.
+  BlockSlice(std::shared_ptr<const BlockFd> file, uint64_t file_offset, uint64_t length,
+             std::shared_ptr<const void> hold = nullptr)
+      : file_(std::move(file)),
+        hold_(std::move(hold)),
+        file_offset_(file_offset),
+        length_(length) {}
 
   int fd() const { return file_->fd(); }
   uint64_t file_offset() const { return file_offset_; }
@@ -63,6 +75,7 @@ class BlockSlice {
 
  private:
   std::shared_ptr<const BlockFd> file_;
+  std::shared_ptr<const void> hold_;
   uint64_t file_offset_;
   uint64_t length_;
 };
@@ -118,7 +131,7 @@ class BlockStore {
   // has passed its check (a block not yet checked is checked now, which reads
   // it); stores that keep no such file answer kInvalidArgument. (FileBlockStore
   // keeps an object shorter than a block as a block file.) While the
-  // file is held its blocks stay (Held), so what the kernel reads is there.
+  // file is held its blocks stay (InUse), so what the kernel reads is there.
   // `*failed` (if not null) is set to the block that was absent or failed.
   virtual Result<std::shared_ptr<const BlockFd>> WholeFile(const std::string& object_id,
                                                            uint64_t size,
@@ -127,10 +140,13 @@ class BlockStore {
     return InvalidArgumentError("this block store keeps no object in one file");
   }
 
-  // True while a file WholeFile gave for `object_id` is held: its blocks are
-  // in use (Remove refuses them) until the last holder lets the file go.
-  virtual bool Held(const std::string& object_id) {
-    (void)object_id;
+  // True while block `key` is in use by someone the store handed it to: a
+  // slice of it (Slice) or a read of it (Read) not yet done, or a file of its
+  // object that WholeFile gave and that is still held. Remove then keeps the
+  // bytes where a reader may still read them (it refuses the block, or frees
+  // its bytes once the last use ends). Stores that hand out no files say no.
+  virtual bool InUse(const BlockKey& key) {
+    (void)key;
     return false;
   }
 

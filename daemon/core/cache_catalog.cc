@@ -304,6 +304,11 @@ void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* 
       length = rec->length;
     }
     Status s = store_.Remove(key);  // the file first, then the record
+    if (s.code() == StatusCode::kUnavailable) {
+      // Came into use since the look above (a reply took a slice): kept.
+      result->busy_blocks++;
+      continue;
+    }
     if (!s.ok()) {
       spdlog::warn("cache: could not evict block {}#{}: {}", key.object_id, key.index,
                    s.ToString());

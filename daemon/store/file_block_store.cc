@@ -97,8 +97,28 @@ Result<OpenBlock> FileBlockStore::OpenChecked(const core::BlockKey& key) {
   return open;
 }
 
+std::shared_ptr<const void> FileBlockStore::Use(const core::BlockKey& key) {
+  {
+    std::lock_guard<std::mutex> l(held_->mu);
+    held_->blocks[key]++;
+  }
+  return std::shared_ptr<const void>(nullptr, [holds = held_, key](const void*) {
+    std::lock_guard<std::mutex> l(holds->mu);
+    auto it = holds->blocks.find(key);
+    if (it != holds->blocks.end() && --it->second == 0) holds->blocks.erase(it);
+  });
+}
+
+bool FileBlockStore::InUse(const core::BlockKey& key) {
+  std::lock_guard<std::mutex> l(held_->mu);
+  return held_->count.count(key.object_id) > 0 || held_->blocks.count(key) > 0;
+}
+
 Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t offset,
                                          uint64_t length) {
+  // In use from before the block is looked up until its bytes are read (see
+  // Slice): a hole punched in between would read as zeros.
+  const std::shared_ptr<const void> use = Use(key);
   Result<OpenBlock> opened = OpenChecked(key);
   if (!opened.ok()) return opened.status();
   const OpenBlock& open = *opened;
@@ -116,11 +136,18 @@ Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t off
 
 Result<core::BlockSlice> FileBlockStore::Slice(const core::BlockKey& key, uint64_t offset,
                                                uint64_t length) {
+  // In use before the block is looked up: a removal that looks after this
+  // keeps the bytes (RemoveObjectBlock refuses, a pack's hole waits), and
+  // one that looked before has taken the block out of open_ and out of its
+  // map or the pack index under the object's lock, so the lookup below
+  // finds it gone (OpenObjectBlock and OpenPacked take that lock).
+  std::shared_ptr<const void> use = Use(key);
   Result<OpenBlock> opened = OpenChecked(key);
   if (!opened.ok()) return opened.status();
   OpenBlock& open = *opened;
   return core::BlockSlice(std::move(open.file), open.data_offset + std::min(offset, open.data_len),
-                          offset >= open.data_len ? 0 : std::min(length, open.data_len - offset));
+                          offset >= open.data_len ? 0 : std::min(length, open.data_len - offset),
+                          std::move(use));
 }
 
 Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {

@@ -80,6 +80,16 @@
 // descriptor go (a reply still splicing from it finishes first). The header
 // is checked whenever a block file is opened.
 //
+// Blocks in use. A slice (Slice) and a read (Read) mark their block in use
+// from before they look it up until they are let go (InUse); so does a file
+// WholeFile gave, for every block of its object. Removing a block in use
+// from an object file is refused (kUnavailable: the catalog keeps it and
+// evicts it later); a pack record in use loses its name at once, but its
+// hole is punched only after the last use ends (PackFiles). A block file is
+// unlinked (an open descriptor keeps reading it). Without this a reply
+// splicing or sending a slice read zeros where the hole was punched (issue
+// 28).
+//
 // Code: block files and the run record in file_block_store.cc, object files
 // in file_block_store_objects.cc, the header format in block_file_format.h.
 //
@@ -146,7 +156,10 @@ class FileBlockStore : public core::BlockStore {
                                        uint64_t length) override;
   core::Result<std::shared_ptr<const core::BlockFd>> WholeFile(
       const std::string& object_id, uint64_t size, core::BlockKey* failed = nullptr) override;
-  bool Held(const std::string& object_id) override;
+  // True while a file WholeFile gave for `object_id` is held.
+  bool Held(const std::string& object_id);
+  // Held, or a slice or read of block `key` not yet done.
+  bool InUse(const core::BlockKey& key) override;
   // Temp files not named by this object are leftovers of a process that
   // died mid-write (removed); its own may be writes under way (kept).
   core::Result<core::BlockScan> ForEachBlock(
@@ -207,6 +220,8 @@ class FileBlockStore : public core::BlockStore {
     uint64_t ino = 0;                                // the data file's
   };
   static FileId IdOf(const struct stat& st);
+  // Marks block `key` in use (InUse) until the returned guard is let go.
+  std::shared_ptr<const void> Use(const core::BlockKey& key);
   // Block `key`'s open file: from open_, else opened and checked (header,
   // and CRC32C once per file) and kept in open_.
   core::Result<OpenBlock> OpenChecked(const core::BlockKey& key);
@@ -295,10 +310,13 @@ class FileBlockStore : public core::BlockStore {
   std::array<std::mutex, 64> object_mu_;  // ObjectMutex's stripes
   std::mutex mu_;
   std::unordered_map<CheckedKey, FileStamp, CheckedHash> verified_;  // Protected by mu_
-  // WholeFile's holders by object; shared with the files' deleters. A leaf lock.
+  // WholeFile's holders by object, and the slices and reads of each block
+  // under way (Use); shared with the files' and slices' deleters, which may
+  // run after the store is gone. A leaf lock.
   struct Holds {
     std::mutex mu;
     std::unordered_map<std::string, int> count;  // Protected by mu
+    std::map<core::BlockKey, int> blocks;        // Protected by mu
   };
   const std::shared_ptr<Holds> held_ = std::make_shared<Holds>();
   core::Index* locations_ = nullptr;  // set once, before use (PackSmallObjects)

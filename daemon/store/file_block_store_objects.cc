@@ -188,10 +188,15 @@ Status FileBlockStore::WriteObjectBlock(const core::BlockKey& key, std::string_v
 Status FileBlockStore::RemoveObjectBlock(const core::BlockKey& key) {
   if (key.index >= kMaxObjectBlocks) return Status::Ok();
   std::lock_guard<std::mutex> l(ObjectMutex(key.object_id));
-  if (Held(key.object_id)) {
+  // Out of open_ before the look at the uses: a Slice or Read that starts
+  // after the look finds the block only through OpenObjectBlock, which waits
+  // for this lock and then finds the entry cleared.
+  open_.Erase(key);
+  if (InUse(key)) {
     return core::UnavailableError("block " + std::to_string(key.index) + " of " +
                                       ObjectPathOf(key.object_id) +
-                                      " is in use: the kernel reads the object's file directly",
+                                      " is in use: a reply is sending it, or the kernel reads "
+                                      "the object's file directly",
                                   core::FailureSite::kLocal);
   }
   Result<ObjectFiles> files = OpenObject(key.object_id, false);
@@ -213,10 +218,11 @@ Status FileBlockStore::DropObjectBlock(const core::BlockKey& key, const ObjectFi
   // The bytes go too (the size stays: the file keeps its other blocks at
   // their offsets). A filesystem that cannot punch holes frees them when the
   // last block goes.
-  // Not while the kernel may read the file directly (WholeFile): it would
-  // read zeros there. The bytes then go with the file.
+  // Not while the block is in use (a slice being sent, a read, the kernel
+  // reading the file directly after WholeFile): that reader would get zeros.
+  // The bytes then go with the file.
   const off_t offset = static_cast<off_t>(key.index * block_size_);
-  if (!Held(key.object_id) &&
+  if (!InUse(key) &&
       ::fallocate(files.data->fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset,
                   static_cast<off_t>(block_size_)) != 0 &&
       errno != EOPNOTSUPP) {

@@ -85,8 +85,15 @@ ParsedHeader ReadNamedRecord(int fd, const FileBlockStore::PackLocation& loc, st
 void FileBlockStore::PackSmallObjects(core::Index& locations, uint64_t max_bytes,
                                       std::chrono::milliseconds grace, uint64_t reserve_bytes) {
   locations_ = &locations;
+  // A record's hole waits while a slice or read of its object's block lives
+  // (held_, not `this`: the puncher thread stops before the store goes, but
+  // the holds are the deleters' too).
+  auto in_use = [holds = held_](const std::string& object_id) {
+    std::lock_guard<std::mutex> l(holds->mu);
+    return holds->blocks.count(core::BlockKey{object_id, 0}) > 0;
+  };
   packs_ = std::make_unique<PackFiles>(PackDir(), max_bytes, grace, PackFiles::kDefaultOpenFiles,
-                                       reserve_bytes);
+                                       reserve_bytes, std::move(in_use));
 }
 
 std::optional<FileBlockStore::PackLocation> FileBlockStore::LocationOf(
@@ -167,10 +174,12 @@ void FileBlockStore::WritePackedMany(const std::vector<BlockWrite>& blocks,
       (*out)[p.i] = named;
       continue;
     }
-    if (p.before) packs_->Drop(p.before->pack, p.before->offset, p.before->length);
     const uint64_t len = p.loc.length - p.header_len;
     MarkVerified(CheckedKey{p.file.ino, p.loc.offset}, FileStamp{len, p.crc});
     open_.Put(key, OpenBlock{p.file.fd, p.loc.offset + p.header_len, len});
+    // The earlier copy goes once open_ no longer names it: a slice taken
+    // after its hole's look at the uses cannot be of it.
+    if (p.before) packs_->Drop(p.before->pack, p.before->offset, p.before->length, key.object_id);
     (*out)[p.i] = Status::Ok();
   }
 }
@@ -178,7 +187,7 @@ void FileBlockStore::WritePackedMany(const std::vector<BlockWrite>& blocks,
 void FileBlockStore::DropPacked(const std::string& object_id, const PackLocation& loc) {
   open_.Erase(core::BlockKey{object_id, 0});  // never served from it after its grace
   locations_->Apply({{LocationKey(object_id), std::nullopt}}).IgnoreError();
-  packs_->Drop(loc.pack, loc.offset, loc.length);
+  packs_->Drop(loc.pack, loc.offset, loc.length, object_id);
 }
 
 Result<OpenBlock> FileBlockStore::OpenPacked(const core::BlockKey& key) {
@@ -237,7 +246,7 @@ Result<bool> FileBlockStore::RemovePacked(const core::BlockKey& key) {
   if (!*got) return false;
   if (Status s = locations_->Apply({{LocationKey(key.object_id), std::nullopt}}); !s.ok()) return s;
   if (auto loc = DecodeLocation(**got, block_size_))
-    packs_->Drop(loc->pack, loc->offset, loc->length);
+    packs_->Drop(loc->pack, loc->offset, loc->length, key.object_id);
   return true;
 }
 
@@ -358,7 +367,7 @@ uint64_t FileBlockStore::AdoptPack(uint64_t pack, const std::set<uint64_t>& adop
       // A reader may have opened the earlier copy meanwhile: it is let go
       // (its bytes are punched after the grace).
       open_.Erase(core::BlockKey{h.id, 0});
-      packs_->Drop(before->pack, before->offset, before->length);
+      packs_->Drop(before->pack, before->offset, before->length, h.id);
       continue;  // counted and adopted with its first copy
     }
     scan->blocks++;

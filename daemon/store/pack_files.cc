@@ -44,11 +44,13 @@ bool PackNumber(const std::string& name, uint64_t* pack) {
 }  // namespace
 
 PackFiles::PackFiles(std::string dir, uint64_t max_bytes, std::chrono::milliseconds grace,
-                     size_t open_files, uint64_t reserve_bytes)
+                     size_t open_files, uint64_t reserve_bytes,
+                     std::function<bool(const std::string&)> in_use)
     : dir_(std::move(dir)),
       max_bytes_(max_bytes),
       grace_(grace),
       reserve_bytes_(reserve_bytes),
+      in_use_(std::move(in_use)),
       open_(open_files) {}
 
 uint64_t PackFiles::ReserveFor(uint64_t quota) {
@@ -198,7 +200,8 @@ void PackFiles::RemoveLocked(uint64_t pack) {
     spdlog::warn("cache: could not remove empty pack {}: {}", path, std::strerror(errno));
 }
 
-void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length) {
+void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length,
+                     const std::string& object_id) {
   {
     std::lock_guard<std::mutex> l(mu_);
     StartLocked();
@@ -207,12 +210,8 @@ void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length) {
       RemoveLocked(pack);  // the whole file goes: no hole to punch
     } else {
       holes_.push_back(
-          Hole{pack, offset, Extent(length), std::chrono::steady_clock::now() + grace_});
-      if (grace_.count() > 0 && !puncher_.joinable())
-        puncher_ = std::thread([this] {
-          pthread_setname_np(pthread_self(), "perch-punch");
-          PunchLoop();
-        });
+          Hole{pack, offset, Extent(length), std::chrono::steady_clock::now() + grace_, object_id});
+      if (grace_.count() > 0) StartPuncherLocked();
     }
   }
   if (grace_.count() == 0) {
@@ -222,17 +221,49 @@ void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length) {
   }
 }
 
+void PackFiles::StartPuncherLocked() {
+  if (puncher_.joinable() || stopping_) return;
+  puncher_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "perch-punch");
+    PunchLoop();
+  });
+}
+
 void PackFiles::Punch(bool all) {
   std::vector<Hole> due;
+  bool stopping = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     const auto now = std::chrono::steady_clock::now();
     while (!holes_.empty() && (all || holes_.front().due <= now)) {
-      due.push_back(holes_.front());
+      due.push_back(std::move(holes_.front()));
       holes_.pop_front();
     }
+    stopping = stopping_;
   }
-  for (const Hole& h : due) {
+  // A record still in use (a reply sending it, a read) keeps its bytes: its
+  // hole waits (not under mu_: in_use_ takes the store's lock).
+  std::vector<Hole> now, later;
+  for (Hole& h : due) {
+    const bool used = !stopping && in_use_ && !h.object_id.empty() && in_use_(h.object_id);
+    (used ? later : now).push_back(std::move(h));
+  }
+  if (!later.empty()) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      // Another grace (at least kRetry, for a grace of 0): appended, since
+      // every hole queued before is due no later.
+      const auto due_again =
+          std::chrono::steady_clock::now() + std::max<std::chrono::milliseconds>(grace_, kRetry);
+      for (Hole& h : later) {
+        h.due = due_again;
+        holes_.push_back(std::move(h));
+      }
+      StartPuncherLocked();
+    }
+    holes_cv_.notify_one();
+  }
+  for (const Hole& h : now) {
     auto file = Open(h.pack);
     if (!file.ok()) continue;  // removed meanwhile: nothing left to free
     // Where the filesystem cannot punch holes, the bytes stay until the

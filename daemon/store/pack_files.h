@@ -17,8 +17,10 @@
 // the cache's quota does not count: perchd sizes it by the quota (ReserveFor).
 //
 // Dropping a record frees its bytes by punching a hole over them
-// (fallocate), `grace` later, on a thread of this class's: a reply may still
-// be splicing from it (a grace of 0 punches at once, in Drop). A pack
+// (fallocate), `grace` later, on a thread of this class's, and not while
+// `in_use` says its object's block is in use (a reply splicing or sending it,
+// a read): the hole then waits another grace, and again, until that use is
+// over (a grace of 0 punches at once, in Drop, unless in use). A pack
 // of this process whose records were all dropped is removed at once (unless
 // it is the active one). Packs of earlier processes are looked at by the
 // start-up walk when nothing names any record in them (FileBlockStore
@@ -36,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -61,9 +64,12 @@ class PackFiles {
 
   // `reserve_bytes`: how far ahead of its writes the active pack is
   // allocated (0: not at all; on ext4 only).
+  // `in_use(object_id)` (may be null: never): whether the record of
+  // `object_id` that a Drop named may still be read.
   explicit PackFiles(std::string dir, uint64_t max_bytes = kDefaultMaxBytes,
                      std::chrono::milliseconds grace = kDefaultGrace,
-                     size_t open_files = kDefaultOpenFiles, uint64_t reserve_bytes = 0);
+                     size_t open_files = kDefaultOpenFiles, uint64_t reserve_bytes = 0,
+                     std::function<bool(const std::string& object_id)> in_use = nullptr);
   // What to allocate ahead for a cache of `quota` bytes: a 1024th of it, at
   // most kMaxReserveBytes, and nothing for a quota under 1 GiB (a small quota
   // is not overshot by more than a record's padding).
@@ -89,9 +95,10 @@ class PackFiles {
   // Pack `pack`, opened (kept open, up to `open_files` packs); kNotFound if
   // there is no such file.
   core::Result<File> Open(uint64_t pack);
-  // The record of `length` bytes at `offset` of `pack` is named by nothing
-  // any more: its bytes go (see the header comment).
-  void Drop(uint64_t pack, uint64_t offset, uint64_t length);
+  // The record of `length` bytes at `offset` of `pack` (of object
+  // `object_id`; "" for one nothing ever named) is named by nothing any
+  // more: its bytes go once nobody uses them (see the header comment).
+  void Drop(uint64_t pack, uint64_t offset, uint64_t length, const std::string& object_id = "");
   // The start-up walk: the packs of earlier processes that `named` (records
   // the index names, by pack) has none in, in order.
   std::vector<uint64_t> Unnamed(const std::map<uint64_t, uint64_t>& named);
@@ -107,6 +114,7 @@ class PackFiles {
   struct Hole {
     uint64_t pack, offset, length;
     std::chrono::steady_clock::time_point due;
+    std::string object_id;  // whose record it was ("": nobody's)
   };
   // Lists the directory once: the first pack number of this process.
   void StartLocked();
@@ -119,15 +127,21 @@ class PackFiles {
   void TrimLocked();
   // Removes pack `pack` (all its records dropped). Caller holds mu_.
   void RemoveLocked(uint64_t pack);
-  // Punches the holes due by now (all of them if `all`).
+  // Punches the holes due by now (all of them if `all`); one whose record is
+  // in use waits another grace, unless the class is being destroyed.
   void Punch(bool all);
   // The puncher thread: waits for holes to fall due.
   void PunchLoop();
+  // Starts the puncher thread unless it runs (or the class is being destroyed).
+  void StartPuncherLocked();
+  // How soon a hole whose record was in use is looked at again, at least.
+  static constexpr std::chrono::milliseconds kRetry{50};
 
   const std::string dir_;
   const uint64_t max_bytes_;
   const std::chrono::milliseconds grace_;
   const uint64_t reserve_bytes_;
+  const std::function<bool(const std::string&)> in_use_;
   OpenFileCache<uint64_t, File> open_;
 
   std::mutex mu_;

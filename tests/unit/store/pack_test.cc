@@ -139,8 +139,9 @@ TEST_F(PackTest, RemoveFreesTheRecordAndAnEmptyPackGoes) {
   EXPECT_EQ(Packs().size(), 1u);
 }
 
-// A dropped record's bytes stay readable for the grace (a reply may still be
-// splicing from them), then the puncher frees them without any further call.
+// A dropped record's bytes stay readable for the grace, and while a slice of
+// it lives (a reply may still be splicing from them), then the puncher frees
+// them without any further call.
 TEST_F(PackTest, TheHoleIsPunchedAfterTheGrace) {
   FileBlockStore store(dir_.string(), kBlock);
   store.PackSmallObjects(index_, 1 << 20, std::chrono::milliseconds(300));
@@ -157,9 +158,23 @@ TEST_F(PackTest, TheHoleIsPunchedAfterTheGrace) {
             static_cast<ssize_t>(got.size()));
   EXPECT_EQ(got, d) << "within the grace";
   EXPECT_EQ(Allocated(pack), before);
-  for (int i = 0; i < 100 && Allocated(pack) == before; ++i)
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // past the grace: in use
+  ASSERT_EQ(::pread(slice->fd(), got.data(), got.size(), static_cast<off_t>(slice->file_offset())),
+            static_cast<ssize_t>(got.size()));
+  EXPECT_EQ(got, d) << "past the grace, while the slice lives";
+  const off_t at = static_cast<off_t>(slice->file_offset());
+  slice = core::InternalError("let go");
+  // Then the hole: the record's bytes read as zeros.
+  const int fd = ::open(pack.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  bool punched = false;
+  for (int i = 0; i < 100 && !punched; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_LE(Allocated(pack) + 36 * 1024, before) << "punched after it";
+    punched = ::pread(fd, got.data(), got.size(), at) == static_cast<ssize_t>(got.size()) &&
+              got == std::string(d.size(), '\0');
+  }
+  ::close(fd);
+  EXPECT_TRUE(punched) << "punched after it";
 }
 
 TEST_F(PackTest, ARecordWrittenAgainReplacesTheFirst) {
