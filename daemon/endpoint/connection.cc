@@ -1,7 +1,6 @@
 #include "daemon/endpoint/connection.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -111,16 +110,22 @@ bool SendAll(int fd, const char* data, size_t len) {
   return true;
 }
 
-bool SendFile(int fd, int in, uint64_t offset, uint64_t len) {
-  off_t off = static_cast<off_t>(offset);
+// Reads exactly `len` bytes at `offset` of `fd`; false on an error or a
+// file that ends first.
+bool PreadAll(int fd, char* buf, size_t len, uint64_t offset) {
   while (len > 0) {
-    ssize_t n = ::sendfile(fd, in, &off, len);
+    ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
-    len -= static_cast<uint64_t>(n);
+    buf += n;
+    len -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
   }
   return true;
 }
+
+// The most of a cached block copied (and sent as one chunk) at a time.
+constexpr uint64_t kCopyBytes = 1 << 20;
 
 bhttp::status StatusOf(const core::Status& s) {
   switch (s.code()) {
@@ -333,40 +338,68 @@ class Connection {
   }
 
   // Sends `length` bytes at `offset` of open file `handle`, a block at a time:
-  // cache hits straight from the block file, misses from the fetched bytes;
+  // cache hits copied out of the block's file, misses from the fetched bytes;
   // `first`, when given, holds the first piece (up to the first block's end).
   // kCancelled when the client went away.
+  //
+  // Each piece is in hand before its chunk's size goes out: a failure to get
+  // it ends the body with the trailer (Object), never inside a chunk that
+  // promised more (the client would read the trailer as body bytes).
+  //
+  // Hits are copied (pread, then send), not sent with sendfile: sendfile
+  // leaves the socket's queues holding the cache's pages, and a hole punched
+  // later (eviction, a pack record's grace) zeroes them in place where the
+  // page cache keeps a larger folio than the hole (Linux 6.18, ext4: a
+  // stalled client received zeros for bytes queued before the punch). A
+  // copy is the client's as soon as it is made; the slice keeps the block in
+  // use (BlockSlice) only until then.
   core::Status SendBody(core::FileSystem& fs, uint64_t handle, uint64_t offset, uint64_t length,
                         bool chunked, std::optional<core::Bytes> first) {
     const uint64_t block = s_.stack.options().reader.block_size;
     while (length > 0) {
       uint64_t n = std::min(length, block - offset % block);
-      if (chunked) {
-        char head[32];
-        int len = std::snprintf(head, sizeof(head), "%llx\r\n", static_cast<unsigned long long>(n));
-        if (!SendAll(fd_, head, static_cast<size_t>(len))) return core::CancelledError("client");
-      }
-      bool ok = false;
       if (first) {
         if (first->size() != n)
           return core::CorruptError("the object ended early at " + std::to_string(offset));
-        ok = SendAll(fd_, first->data(), first->size());
+        if (core::Status s = SendPiece(first->data(), n, chunked); !s.ok()) return s;
         first.reset();
       } else if (auto slices = fs.ReadSlice(handle, offset, n);  // n lies within one block
                  slices && slices->size() == 1 && slices->front().length() == n) {
-        ok = SendFile(fd_, slices->front().fd(), slices->front().file_offset(), n);
+        const core::BlockSlice& slice = slices->front();
+        for (uint64_t done = 0; done < n;) {
+          const uint64_t m = std::min(n - done, kCopyBytes);
+          buffer_.resize(m);
+          if (!PreadAll(slice.fd(), buffer_.data(), m, slice.file_offset() + done)) {
+            return core::InternalError("reading the cache's copy at " +
+                                       std::to_string(offset + done) + " failed");
+          }
+          if (core::Status s = SendPiece(buffer_.data(), m, chunked); !s.ok()) return s;
+          done += m;
+        }
       } else {
         auto bytes = fs.Read(handle, offset, n);
         if (!bytes.ok()) return bytes.status();
         if (bytes->size() != n)
           return core::CorruptError("the object ended early at " + std::to_string(offset));
-        ok = SendAll(fd_, bytes->data(), bytes->size());
+        if (core::Status s = SendPiece(bytes->data(), n, chunked); !s.ok()) return s;
       }
-      if (!ok || (chunked && !SendAll(fd_, "\r\n", 2))) return core::CancelledError("client");
-      counters_->bytes.fetch_add(n, std::memory_order_relaxed);
       offset += n;
       length -= n;
     }
+    return core::Status::Ok();
+  }
+
+  // Sends `len` bytes of the body (as one chunk if `chunked`); kCancelled
+  // when the client went away.
+  core::Status SendPiece(const char* data, uint64_t len, bool chunked) {
+    if (chunked) {
+      char head[32];
+      int n = std::snprintf(head, sizeof(head), "%llx\r\n", static_cast<unsigned long long>(len));
+      if (!SendAll(fd_, head, static_cast<size_t>(n))) return core::CancelledError("client");
+    }
+    if (!SendAll(fd_, data, len) || (chunked && !SendAll(fd_, "\r\n", 2)))
+      return core::CancelledError("client");
+    counters_->bytes.fetch_add(len, std::memory_order_relaxed);
     return core::Status::Ok();
   }
 
@@ -420,6 +453,7 @@ class Connection {
   bool head_ = false;
   std::string federation_;
   std::optional<bool> may_read_restricted_;
+  std::string buffer_;  // a cached piece on its way to the client (SendBody)
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 // One client connection of the HTTP endpoint: reads requests (keep-alive),
-// answers each from the mounts' filesystems, streams bodies from the block
-// files (sendfile) or the bytes a fetch returned. Internal to the endpoint.
+// answers each from the mounts' filesystems, streams bodies copied from the
+// block files or from the bytes a fetch returned. Internal to the endpoint.
 #pragma once
 
 #include <condition_variable>
