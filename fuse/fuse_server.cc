@@ -692,16 +692,34 @@ void FuseServer::Decide() {
         large, opens);
     return;
   }
-  spdlog::info(
-      "fuse: {} of the first {} opened files are a block or larger: a small-file "
-      "workload; no-open from now on (two fewer requests per file, no passthrough)",
-      large, opens);
-  no_open_ = true;  // the next open answers ENOSYS: the kernel then opens files itself
+  // The kernel refuses an open it makes itself (no-open) of an inode that
+  // is open in passthrough (EIO until that file is closed): no file starts
+  // passing through from now on, and no-open waits for those that do.
+  uint32_t direct = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    no_passthrough_ = true;
+    direct = direct_opens_;
+    if (direct == 0) no_open_ = true;  // the next open answers ENOSYS: the kernel opens files
+  }
+  if (direct == 0) {
+    spdlog::info(
+        "fuse: {} of the first {} opened files are a block or larger: a small-file "
+        "workload; no-open from now on (two fewer requests per file, no passthrough)",
+        large, opens);
+  } else {
+    spdlog::info(
+        "fuse: {} of the first {} opened files are a block or larger: a small-file "
+        "workload; no passthrough from now on, and no-open once the {} opens in passthrough "
+        "are closed",
+        large, opens, direct);
+  }
 }
 
 bool FuseServer::OpenDirectly(uint64_t ino, uint64_t fh) {
   auto settle = [&](OpenModes& modes, bool direct) {
     (direct ? modes.direct_opens : modes.cached_opens)++;
+    if (direct) direct_opens_++;
     open_direct_[fh] = direct;
     if (direct) passthrough_.Direct(fh, modes.backing_id);
     return direct;
@@ -731,12 +749,13 @@ bool FuseServer::OpenDirectly(uint64_t ino, uint64_t fh) {
   std::lock_guard<std::mutex> l(mu_);
   auto [it, first] = open_modes_.try_emplace(ino);
   OpenModes& modes = it->second;
-  if (id > 0 && first) {
+  if (id > 0 && first && !no_passthrough_) {
     modes.backing_id = id;
     modes.backing = *std::move(file);
     return settle(modes, true);
   }
-  // Another open of the inode settled its mode meanwhile (or nothing to pass).
+  // Another open of the inode settled its mode meanwhile (or nothing to
+  // pass, or passthrough is over: Decide).
   if (id > 0) passthrough_.CloseBacking(fuse_session_fd(se_), id);
   if (file.ok()) unused = *std::move(file);
   return settle(modes, modes.direct_opens > 0);
@@ -744,24 +763,37 @@ bool FuseServer::OpenDirectly(uint64_t ino, uint64_t fh) {
 
 void FuseServer::Released(uint64_t ino, uint64_t fh) {
   std::shared_ptr<const core::BlockFd> backing;  // let go after the unlock
-  std::lock_guard<std::mutex> l(mu_);
-  auto open = open_direct_.find(fh);
-  if (open == open_direct_.end()) return;
-  const bool direct = open->second;
-  open_direct_.erase(open);
-  passthrough_.Undo(fh);  // a reply never sent
-  auto it = open_modes_.find(ino);
-  if (it == open_modes_.end()) return;
-  OpenModes& modes = it->second;
-  uint32_t& count = direct ? modes.direct_opens : modes.cached_opens;
-  if (count > 0) count--;
-  if (direct && modes.direct_opens == 0) {
-    // The kernel let go of the inode's backing file before it sent this release.
-    passthrough_.CloseBacking(fuse_session_fd(se_), modes.backing_id);
-    modes.backing_id = 0;
-    backing = std::move(modes.backing);
+  bool now_no_open = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto open = open_direct_.find(fh);
+    if (open == open_direct_.end()) return;
+    const bool direct = open->second;
+    open_direct_.erase(open);
+    passthrough_.Undo(fh);  // a reply never sent
+    if (direct && direct_opens_ > 0) direct_opens_--;
+    // The last file open in passthrough is closed: the switch Decide put off.
+    if (direct && direct_opens_ == 0 && no_passthrough_ && !no_open_) {
+      no_open_ = true;
+      now_no_open = true;
+    }
+    auto it = open_modes_.find(ino);
+    if (it != open_modes_.end()) {
+      OpenModes& modes = it->second;
+      uint32_t& count = direct ? modes.direct_opens : modes.cached_opens;
+      if (count > 0) count--;
+      if (direct && modes.direct_opens == 0) {
+        // The kernel let go of the inode's backing file before it sent this release.
+        passthrough_.CloseBacking(fuse_session_fd(se_), modes.backing_id);
+        modes.backing_id = 0;
+        backing = std::move(modes.backing);
+      }
+      if (modes.direct_opens == 0 && modes.cached_opens == 0) open_modes_.erase(it);
+    }
   }
-  if (modes.direct_opens == 0 && modes.cached_opens == 0) open_modes_.erase(it);
+  if (now_no_open) {
+    spdlog::info("fuse: the last file open in passthrough is closed: no-open from now on");
+  }
 }
 
 Status FuseServer::Run() {

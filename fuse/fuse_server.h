@@ -59,8 +59,9 @@ struct FuseOptions {
   // answered (to say, per open, which files pass through), which costs small
   // files two requests each. With no_open too, the mount decides once: after
   // `decide_after` opens, if fewer than 1 in 100 were of objects a block or
-  // larger (a small-file workload), it answers no more opens (no-open from
-  // then on, no passthrough); else it keeps answering them.
+  // larger (a small-file workload), no file starts passing through, and once
+  // none is open in passthrough it answers no more opens (no-open from then
+  // on); else it keeps answering them.
   bool passthrough = true;
   uint32_t decide_after = 256;
   uint32_t max_io = 1 << 20;  // largest read request (kernel max_pages permitting)
@@ -167,6 +168,12 @@ class FuseServer {
   std::unique_ptr<ReplyPool> reply_pool_;
   std::unordered_map<uint64_t, bool> open_direct_;      // fh -> passes through; Protected by mu_
   std::unordered_map<uint64_t, OpenModes> open_modes_;  // by inode; Protected by mu_
+  // Opens answered in passthrough and not yet released, over all inodes.
+  uint32_t direct_opens_ = 0;  // Protected by mu_
+  // Decided: a small-file workload. No inode starts passing through, and
+  // no_open_ is set once direct_opens_ is 0 (the kernel refuses a no-open
+  // open of an inode open in passthrough).
+  bool no_passthrough_ = false;  // Protected by mu_
   bool handlers_ = false;
 
   std::mutex mu_;
