@@ -388,6 +388,9 @@ struct FuseServer::Ops {
   }
 
   // Replies with the bytes of `slices`, in order, moved from their files.
+  // The slices keep their blocks in use until the caller lets them go, after
+  // this returns: by then the kernel has copied every spliced byte into the
+  // reply (a hole punched while a splice reads reads as zeros).
   static void ReplySlices(fuse_req_t req, const std::vector<core::BlockSlice>& slices) {
     // fuse_bufvec ends in a one-element array: room for the others after it.
     const size_t n = std::max<size_t>(slices.size(), 1);
