@@ -124,8 +124,9 @@ bool PreadAll(int fd, char* buf, size_t len, uint64_t offset) {
   return true;
 }
 
-// The most of a cached block copied (and sent as one chunk) at a time.
-constexpr uint64_t kCopyBytes = 1 << 20;
+// The most of a cached block copied (and sent as one chunk) at a time: a
+// connection's buffer (64 connections: 16 MiB at most).
+constexpr uint64_t kCopyBytes = 256 << 10;
 
 bhttp::status StatusOf(const core::Status& s) {
   switch (s.code()) {
