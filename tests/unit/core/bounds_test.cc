@@ -136,7 +136,10 @@ class WorkerExecutor : public Executor {
 constexpr uint64_t kPiB = 1ULL << 50;
 
 // A warm job's progress as its listener hears it: tests wait for a condition
-// on it (woken by each update) instead of polling the job.
+// on it (woken by each update) instead of polling the job. The listener runs
+// on the job executor's thread: declare the waiter before that executor, so
+// that it outlives the thread (ThreadSanitizer caught a test's end destroying
+// the condition variable while the last update was still notifying it).
 class ProgressWaiter {
  public:
   Warmer::UpdateFn Listener() {
@@ -280,9 +283,9 @@ TEST_F(BoundsTest, PrefetchOfAPetabyteFileIsCapped) {
 TEST_F(BoundsTest, WarmOfAPetabyteFileStopsAtItsFirstFailedBlock) {
   Build(PrefetchOptions{});
   origin_.FailReads(true);
+  ProgressWaiter waiter;
   WorkerExecutor jobs;
   Warmer warmer(*fs_, *reader_, *catalog_, jobs, WarmerOptions{});
-  ProgressWaiter waiter;
   auto job = warmer.Start({P("/d")}, true, waiter.Listener());
   ASSERT_TRUE(
       waiter.WaitFor([](const WarmProgress& p) { return p.finished; }, std::chrono::seconds(10)));
@@ -297,9 +300,9 @@ TEST_F(BoundsTest, WarmOfAPetabyteFileStopsAtItsFirstFailedBlock) {
 
 TEST_F(BoundsTest, WarmOfAPetabyteFileIsLazyAndCancelsPromptly) {
   Build(PrefetchOptions{});
+  ProgressWaiter waiter;
   WorkerExecutor jobs;
   Warmer warmer(*fs_, *reader_, *catalog_, jobs, WarmerOptions{});
-  ProgressWaiter waiter;
   auto job = warmer.Start({P("/d/pib")}, false, waiter.Listener());
   ASSERT_TRUE(waiter.WaitFor([](const WarmProgress& p) { return p.bytes_done >= 20000; },
                              std::chrono::seconds(10)));
