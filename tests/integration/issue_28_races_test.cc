@@ -322,7 +322,7 @@ TEST_F(Issue28Test, EvictionAgainstEveryReaderNeverServesAWrongByte) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  std::atomic<uint64_t> reads{0}, wrong{0}, failed{0}, evicts{0};
+  std::atomic<uint64_t> reads{0}, gets{0}, wrong{0}, failed{0}, evicts{0};
   std::mutex mu;
   std::vector<std::string> problems;  // the first few, for the failure message
   auto note = [&](std::atomic<uint64_t>& count, const std::string& what) {
@@ -389,6 +389,7 @@ TEST_F(Issue28Test, EvictionAgainstEveryReaderNeverServesAWrongByte) {
         Answer a = SlowGet(addr_, "/test/" + names[i], 16 << 10, nullptr, 32 << 10,
                            std::chrono::microseconds(rng() % 4000));
         reads++;
+        gets++;
         if (!a.complete || a.head.find(" 200 ") == std::string::npos) {
           note(failed, "GET " + names[i] + ": " + a.head.substr(0, a.head.find("\r\n")) + ", " +
                            std::to_string(a.body.size()) + " bytes");
@@ -418,10 +419,13 @@ TEST_F(Issue28Test, EvictionAgainstEveryReaderNeverServesAWrongByte) {
   EXPECT_GT(reads.load(), 50u);
   EXPECT_GT(evicts.load(), 10u);
   EXPECT_GT(Num(stats, "evictions"), 0u) << stats.dump();
-  std::printf("stress: %llu reads, %llu perchctl evicts, %llu blocks evicted\n",
-              static_cast<unsigned long long>(reads.load()),
-              static_cast<unsigned long long>(evicts.load()),
-              static_cast<unsigned long long>(Num(stats, "evictions")));
+  std::printf(
+      "stress: %llu reads (%llu endpoint GETs), %llu perchctl evicts, %llu blocks evicted, %llu "
+      "passthrough opens\n",
+      static_cast<unsigned long long>(reads.load()), static_cast<unsigned long long>(gets.load()),
+      static_cast<unsigned long long>(evicts.load()),
+      static_cast<unsigned long long>(Num(stats, "evictions")),
+      static_cast<unsigned long long>(Num(stats, "whole_files")));
 }
 
 }  // namespace
