@@ -208,7 +208,13 @@ struct Prop {
 struct MultistatusParser::State {
   explicit State(HrefStyle s) : style(std::move(s)) {}
   ~State() {
-    if (ctxt != nullptr) xmlFreeParserCtxt(ctxt);
+    if (ctxt == nullptr) return;
+    // A DOCTYPE with entity declarations makes libxml2 build a document to
+    // hold them, even without SAX handlers for them; the context does not
+    // free it.
+    if (ctxt->myDoc != nullptr) xmlFreeDoc(ctxt->myDoc);
+    ctxt->myDoc = nullptr;
+    xmlFreeParserCtxt(ctxt);
   }
 
   // Stops the parse with `why` (the first reason wins).
