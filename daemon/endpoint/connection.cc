@@ -302,11 +302,14 @@ class Connection {
     // A first piece that is not cached is fetched before the status line: a
     // read that fails at once (the federation down, a name the origin cannot
     // serve) answers with its error status, never 200 and an empty body.
+    // A cached one is looked up once: its slices go on to SendBody.
     std::optional<core::Bytes> first;
+    std::optional<std::vector<core::BlockSlice>> first_slices;
     if (range.length > 0) {
       const uint64_t block = s_.stack.options().reader.block_size;
       const uint64_t n = std::min(range.length, block - range.offset % block);
-      if (auto slices = fs.ReadSlice(*handle, range.offset, n); !slices) {
+      first_slices = fs.ReadSlice(*handle, range.offset, n);
+      if (!first_slices) {
         auto bytes = fs.Read(*handle, range.offset, n);
         if (!bytes.ok()) {
           fs.Release(*handle);
@@ -319,8 +322,8 @@ class Connection {
       fs.Release(*handle);
       return false;
     }
-    core::Status sent =
-        SendBody(fs, *handle, range.offset, range.length, trailer, std::move(first));
+    core::Status sent = SendBody(fs, *handle, range.offset, range.length, trailer, std::move(first),
+                                 std::move(first_slices));
     fs.Release(*handle);
     if (trailer && sent.code() != core::StatusCode::kCancelled) {
       std::string end = "0\r\nX-Transfer-Status: " +
@@ -340,7 +343,8 @@ class Connection {
 
   // Sends `length` bytes at `offset` of open file `handle`, a block at a time:
   // cache hits copied out of the block's file, misses from the fetched bytes;
-  // `first`, when given, holds the first piece (up to the first block's end).
+  // `first` (its bytes) or `first_slices` (its slices, looked up already),
+  // when given, is the first piece (up to the first block's end).
   // kCancelled when the client went away.
   //
   // Each piece is in hand before its chunk's size goes out: a failure to get
@@ -355,7 +359,8 @@ class Connection {
   // copy is the client's as soon as it is made; the slice keeps the block in
   // use (BlockSlice) only until then.
   core::Status SendBody(core::FileSystem& fs, uint64_t handle, uint64_t offset, uint64_t length,
-                        bool chunked, std::optional<core::Bytes> first) {
+                        bool chunked, std::optional<core::Bytes> first,
+                        std::optional<std::vector<core::BlockSlice>> first_slices) {
     const uint64_t block = s_.stack.options().reader.block_size;
     while (length > 0) {
       uint64_t n = std::min(length, block - offset % block);
@@ -364,8 +369,9 @@ class Connection {
           return core::CorruptError("the object ended early at " + std::to_string(offset));
         if (core::Status s = SendPiece(first->data(), n, chunked); !s.ok()) return s;
         first.reset();
-      } else if (auto slices = fs.ReadSlice(handle, offset, n);  // n lies within one block
-                 slices && slices->size() == 1 && slices->front().length() == n) {
+      } else if (auto slices =
+                     TakeOr(first_slices, [&] { return fs.ReadSlice(handle, offset, n); });
+                 slices && slices->size() == 1 && slices->front().length() == n) {  // one block
         const core::BlockSlice& slice = slices->front();
         for (uint64_t done = 0; done < n;) {
           const uint64_t m = std::min(n - done, kCopyBytes);
@@ -388,6 +394,14 @@ class Connection {
       length -= n;
     }
     return core::Status::Ok();
+  }
+
+  // What `held` holds (leaving it empty), else what `make` gives.
+  template <typename T, typename Make>
+  static std::optional<T> TakeOr(std::optional<T>& held, Make make) {
+    std::optional<T> out;
+    out.swap(held);
+    return out ? std::move(out) : make();
   }
 
   // Sends `len` bytes of the body (as one chunk if `chunked`); kCancelled
