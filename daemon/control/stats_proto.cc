@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <string>
 
+#include "daemon/core/utf8.h"
+
 namespace perch::control {
 
 namespace {
@@ -78,32 +80,17 @@ std::string ProtoText(std::string_view text) {
   out.reserve(text.size());
   size_t i = 0;
   while (i < text.size()) {
-    auto c = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-    unsigned char b = c(i);
-    size_t len = b < 0x80                 ? 1
-                 : b >= 0xC2 && b <= 0xDF ? 2
-                 : b >= 0xE0 && b <= 0xEF ? 3
-                 : b >= 0xF0 && b <= 0xF4 ? 4
-                                          : 0;
-    bool ok = len > 0 && i + len <= text.size();
-    uint32_t cp = len > 1 ? (b & (0x7F >> len)) : b;
-    for (size_t k = 1; ok && k < len; ++k) {
-      ok = (c(i + k) & 0xC0) == 0x80;
-      cp = (cp << 6) | (c(i + k) & 0x3F);
-    }
-    if (ok && len > 1) {
-      const uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
-      ok = cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    }
-    if (!ok) {
+    uint32_t cp = 0;
+    const int len = core::Utf8CharLength(text.substr(i), &cp);
+    if (len <= 0) {  // not UTF-8, or cut short by the end
       char hex[5];
-      std::snprintf(hex, sizeof(hex), "\\x%02x", b);
+      std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned char>(text[i]));
       out += hex;
       ++i;
       continue;
     }
-    out.append(text.substr(i, len));
-    i += len;
+    out.append(text.substr(i, static_cast<size_t>(len)));
+    i += static_cast<size_t>(len);
   }
   return out;
 }
