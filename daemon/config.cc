@@ -17,6 +17,16 @@ std::string Lower(std::string s) {
   return s;
 }
 
+// Adds `prefix` -> `file` (a trailing '/' of the prefix dropped); false if
+// the prefix is not a federation path or the file is "".
+bool AddNamespaceToken(std::string prefix, const std::string& file,
+                       std::map<std::string, std::string>* out) {
+  if (prefix.empty() || prefix.front() != '/' || file.empty()) return false;
+  while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+  (*out)[prefix] = file;
+  return true;
+}
+
 // Reads a table of "/prefix" = "/token/file" (`what` names it in errors).
 void ParseTokens(const toml::node& node, const std::string& path, const std::string& what,
                  std::map<std::string, std::string>* out) {
@@ -28,12 +38,10 @@ void ParseTokens(const toml::node& node, const std::string& path, const std::str
   for (const auto& [k, v] : *tokens) {
     auto file = v.value<std::string>();
     std::string prefix(k.str());
-    if (!file || prefix.empty() || prefix.front() != '/') {
+    if (!file || !AddNamespaceToken(prefix, *file, out)) {
       throw ConfigError("config " + path + ": " + what + ".\"" + prefix +
                         "\" must map a federation path such as \"/ns\" to a token file");
     }
-    while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
-    (*out)[prefix] = *file;
   }
 }
 
@@ -310,6 +318,16 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c,
 }
 
 }  // namespace
+
+void AddNamespaceTokenFlag(const std::string& arg, std::map<std::string, std::string>* out) {
+  size_t eq = arg.find('=');
+  if (eq == std::string::npos || !AddNamespaceToken(arg.substr(0, eq), arg.substr(eq + 1), out)) {
+    throw ConfigError(
+        "--namespace-token wants /PREFIX=FILE (a federation path prefix and a token "
+        "file), not '" +
+        arg + "'");
+  }
+}
 
 std::vector<MountConfig> MountsOf(const DaemonConfig& c) {
   if (!c.mounts.empty()) return c.mounts;

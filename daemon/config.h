@@ -87,6 +87,10 @@ void ApplyConfigFile(const std::string& path, DaemonConfig* config);
 // The same for TOML text (`name` stands for the file in messages); for tests and fuzzing.
 void ApplyConfigString(std::string_view text, const std::string& name, DaemonConfig* config);
 
+// Adds one "--namespace-token /PREFIX=FILE" to `out` (the [tokens] table on
+// the command line). Throws ConfigError for anything else.
+void AddNamespaceTokenFlag(const std::string& arg, std::map<std::string, std::string>* out);
+
 // The mounts to serve: `mounts`, or the one-mount form as a list of one.
 std::vector<MountConfig> MountsOf(const DaemonConfig& config);
 

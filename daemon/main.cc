@@ -485,6 +485,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error");
   app.add_option("--ca-file", cfg.ca_file, "extra CA bundle for the federation's https servers");
   app.add_option("--token-file", cfg.token_file, "bearer token file for protected namespaces");
+  std::vector<std::string> namespace_tokens;
+  app.add_option("--namespace-token", namespace_tokens,
+                 "/PREFIX=FILE: the token for namespaces at or below PREFIX, as [tokens] "
+                 "(repeatable; the only way an opaque token is sent)")
+      ->allow_extra_args(false);  // one value per --namespace-token: positionals follow
   app.add_option("--protected-group", cfg.protected_group,
                  "group that may read namespaces requiring a token (default: root only)");
   app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
@@ -522,6 +527,8 @@ int main(int argc, char** argv) {
       cfg.federation_url = url;
       cfg.mountpoint = mountpoint;
     }
+    for (const std::string& t : namespace_tokens)
+      perch::AddNamespaceTokenFlag(t, &cfg.namespace_tokens);
     if (!cache_size.empty()) cfg.cache_size = perch::ParseSize(cache_size, "--cache-size");
     if (!block_size.empty()) cfg.block_size = perch::ParseSize(block_size, "--block-size");
     if (!control_address.empty()) cfg.control_address = control_address;

@@ -37,7 +37,12 @@ http::FederationClient& DirectFetcher::ClientFor(const http::FederationUrl& url)
   if (it == clients_.end()) {
     http::FederationUrl root = url;
     root.path = core::ObjectPath();  // paths given to the client are federation paths
-    it = clients_.emplace(key, std::make_unique<http::FederationClient>(loop_, root)).first;
+    // perch-transfer runs as the job: like Pelican's plugin it may send the
+    // job's own opaque token (a macaroon) where the namespace requires one.
+    http::FederationClientOptions options;
+    options.opaque_tokens = http::OpaqueTokens::kSendDiscovered;
+    it =
+        clients_.emplace(key, std::make_unique<http::FederationClient>(loop_, root, options)).first;
   }
   return *it->second;
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "daemon/http/curl_loop.h"
+#include "daemon/http/token.h"
 #include "daemon/http/url.h"
 
 namespace perch::http {
@@ -19,6 +20,9 @@ struct FederationClientOptions {
   // Token files for namespaces at or below a federation path prefix; they
   // come before every other source and are never sent to another namespace.
   std::map<std::string, std::string> namespace_token_files;
+  // Whether an opaque token found by discovery may be sent (token.h): only a
+  // client that runs as the job itself (perch-transfer) says so; perchd never.
+  OpaqueTokens opaque_tokens = OpaqueTokens::kRefuse;
   std::chrono::seconds namespace_ttl{300};         // director answers, per namespace prefix
   std::chrono::seconds discovery_ttl{1800};        // discovery document
   std::chrono::seconds discovery_failure_ttl{15};  // a failed discovery is remembered this long

@@ -23,8 +23,9 @@ FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, Federati
     Shard shard{loop, std::make_shared<ClientContext>(*loop, url, options), nullptr, nullptr,
                 nullptr};
     shard.director = std::make_shared<DirectorClient>(shard.ctx, answers);
-    auto auth = std::make_shared<NamespaceAuth>(TokenFinder(options.token_file), url_.token_name,
-                                                options.token_ttl, options.namespace_token_files);
+    auto auth = std::make_shared<NamespaceAuth>(
+        TokenFinder(options.token_file, options.opaque_tokens), url_.token_name, options.token_ttl,
+        options.namespace_token_files);
     shard.reader = std::make_shared<RangeReader>(shard.ctx, shard.director, auth);
     shard.lister = std::make_shared<Lister>(shard.ctx, shard.director, auth, shard.reader);
     shards_.push_back(std::move(shard));

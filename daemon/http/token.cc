@@ -50,7 +50,46 @@ bool PathCovers(std::string_view scope_path, std::string_view resource) {
          (resource.starts_with(sp) && resource.size() > sp.size() && resource[sp.size()] == '/');
 }
 
+// The claims of a JWT (unverified: servers verify); nullopt if `token` is not
+// three dot-separated parts whose middle one is a JSON object.
+std::optional<nlohmann::json> JwtClaims(const std::string& token) {
+  size_t d1 = token.find('.');
+  size_t d2 = d1 == std::string::npos ? d1 : token.find('.', d1 + 1);
+  if (d2 == std::string::npos) return std::nullopt;
+  auto payload = Base64UrlDecode(std::string_view(token).substr(d1 + 1, d2 - d1 - 1));
+  if (!payload) return std::nullopt;
+  auto claims = nlohmann::json::parse(*payload, nullptr, false);
+  if (claims.is_discarded() || !claims.is_object()) return std::nullopt;
+  return claims;
+}
+
+std::string Join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
 }  // namespace
+
+std::optional<std::string> JwtIssuer(const std::string& token) {
+  std::optional<nlohmann::json> claims = JwtClaims(token);
+  if (!claims) return std::nullopt;
+  auto iss = claims->find("iss");
+  return iss != claims->end() && iss->is_string() ? iss->get<std::string>() : std::string();
+}
+
+std::string WhyNotSent(const std::string& token, const std::vector<std::string>& issuers,
+                       bool opaque_named) {
+  std::optional<std::string> iss = JwtIssuer(token);
+  if (!iss) {
+    return opaque_named ? ""
+                        : "an opaque token (not a JWT) goes only to namespaces a [tokens] "
+                          "prefix names it for";
+  }
+  if (std::find(issuers.begin(), issuers.end(), *iss) != issuers.end()) return "";
+  return "its issuer '" + core::EscapeForLog(*iss) + "' is not one the namespace names (" +
+         (issuers.empty() ? std::string("none") : core::EscapeForLog(Join(issuers, ", "))) + ")";
+}
 
 core::Result<std::string> ReadTokenFile(const std::string& path) {
   std::ifstream in(path);
@@ -76,8 +115,9 @@ core::Result<std::string> ReadTokenFile(const std::string& path) {
   return text;
 }
 
-TokenFinder::TokenFinder(std::string explicit_file, EnvLookup env, int uid)
+TokenFinder::TokenFinder(std::string explicit_file, OpaqueTokens opaque, EnvLookup env, int uid)
     : explicit_file_(std::move(explicit_file)),
+      opaque_(opaque),
       env_(env ? std::move(env)
                : EnvLookup([](const std::string& name) -> std::optional<std::string> {
                    const char* v = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe)
@@ -86,13 +126,9 @@ TokenFinder::TokenFinder(std::string explicit_file, EnvLookup env, int uid)
       uid_(uid >= 0 ? uid : static_cast<int>(getuid())) {}
 
 bool TokenFinder::IsAcceptable(const std::string& token, const TokenRequest& request, int64_t now) {
-  size_t d1 = token.find('.');
-  size_t d2 = d1 == std::string::npos ? d1 : token.find('.', d1 + 1);
-  if (d2 == std::string::npos) return false;  // not a JWT
-  auto payload = Base64UrlDecode(std::string_view(token).substr(d1 + 1, d2 - d1 - 1));
-  if (!payload) return false;
-  auto claims = nlohmann::json::parse(*payload, nullptr, false);
-  if (claims.is_discarded() || !claims.is_object()) return false;
+  std::optional<nlohmann::json> jwt = JwtClaims(token);
+  if (!jwt) return false;
+  const nlohmann::json& claims = *jwt;
   bool wlcg = claims.contains("wlcg.ver");
   bool scitoken = claims.contains("ver") && claims["ver"].is_string() &&
                   (claims["ver"].get<std::string>().starts_with("scitoken:2.0") ||
@@ -134,11 +170,17 @@ bool TokenFinder::IsAcceptable(const std::string& token, const TokenRequest& req
 }
 
 core::Result<FoundToken> TokenFinder::Find(const TokenRequest& request) const {
-  std::vector<FoundToken> found;
+  std::vector<FoundToken> found;     // tokens that may go to the namespace
+  std::vector<std::string> refused;  // "source: why not"
   std::vector<std::string> searched;
   int64_t now = static_cast<int64_t>(std::time(nullptr));
   auto consider = [&](core::Result<std::string> token, std::string source) -> bool {
     if (!token.ok()) return false;
+    std::string why = WhyNotSent(*token, request.issuers, opaque_ == OpaqueTokens::kSendDiscovered);
+    if (!why.empty()) {
+      refused.push_back(source + ": " + why);
+      return false;
+    }
     FoundToken t{*std::move(token), std::move(source), false};
     t.acceptable = IsAcceptable(t.token, request, now);
     found.push_back(std::move(t));
@@ -193,12 +235,15 @@ core::Result<FoundToken> TokenFinder::Find(const TokenRequest& request) const {
     if (file(creds + "/" + n, "$_CONDOR_CREDS/" + n)) return found.back();
   }
   if (!found.empty()) {
-    return found.front();  // none acceptable: use the first, as Pelican does
+    return found.front();  // none acceptable: the first that may go, as Pelican does
   }
-  std::string where;
-  for (const auto& s : searched) where += (where.empty() ? "" : ", ") + s;
-  return core::PermissionDeniedError("no bearer token found (searched " + where + ")",
-                                     core::FailureSite::kLocal);
+  if (!refused.empty()) {
+    return core::PermissionDeniedError(
+        "no token found may be sent to it (" + Join(refused, "; ") + ")",
+        core::FailureSite::kLocal);
+  }
+  return core::PermissionDeniedError(
+      "no bearer token found (searched " + Join(searched, ", ") + ")", core::FailureSite::kLocal);
 }
 
 core::Result<std::vector<std::string>> NamespaceAuth::Headers(
@@ -206,7 +251,8 @@ core::Result<std::vector<std::string>> NamespaceAuth::Headers(
     const std::string& object_path) {
   if (!require_token) return std::vector<std::string>{};
   auto now = std::chrono::steady_clock::now();
-  if (auto cached = cache_.find(prefix); cached != cache_.end() && now < cached->second.second) {
+  const std::string key = prefix + "\n" + Join(issuers, "\n");
+  if (auto cached = cache_.find(key); cached != cache_.end() && now < cached->second.second) {
     return std::vector<std::string>{"Authorization: Bearer " + cached->second.first};
   }
   // The configured file of the longest prefix that holds this namespace.
@@ -222,10 +268,13 @@ core::Result<std::vector<std::string>> NamespaceAuth::Headers(
   core::Result<FoundToken> found = core::PermissionDeniedError("no token");
   if (configured != nullptr) {
     auto token = ReadTokenFile(*configured);
-    if (token.ok()) {
-      found = FoundToken{*token, "tokens.\"" + prefix + "\" (" + *configured + ")", true};
-    } else {
+    std::string source = "[tokens] file " + *configured;
+    if (!token.ok()) {
       found = token.status();
+    } else if (std::string why = WhyNotSent(*token, issuers, /*opaque_named=*/true); !why.empty()) {
+      found = core::PermissionDeniedError(source + ": " + why, core::FailureSite::kLocal);
+    } else {
+      found = FoundToken{*token, source, true};
     }
   } else {
     found = finder_.Find(TokenRequest{object_path, prefix, issuers, token_name_});
@@ -248,7 +297,7 @@ core::Result<std::vector<std::string>> NamespaceAuth::Headers(
     spdlog::debug("namespace {}: using token from {}", prefix, found->source);
   }
   if (cache_.size() >= 1024) cache_.clear();
-  cache_[prefix] = {found->token, now + ttl_};
+  cache_[key] = {found->token, now + ttl_};
   return std::vector<std::string>{"Authorization: Bearer " + found->token};
 }
 

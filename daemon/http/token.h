@@ -8,10 +8,20 @@
 //   6. $_CONDOR_CREDS (default ./.condor_creds): <name>.use for a NAME+ URL
 //      (a '.' in NAME tried as '_' first), else scitokens.use, then every
 //      other non-dot file.
-// A file holds the raw token or JSON with "access_token". The first token
-// that is acceptable for the object (unexpired JWT whose issuer and scope
-// fit) wins; if none is acceptable the first one found is used with a
-// warning, as Pelican's client does (tokens such as macaroons are opaque).
+// A file holds the raw token or JSON with "access_token".
+//
+// Where a token may go (docs/security.md, "Tokens"): a credential is sent only
+// to a server the federation named for it, never to whichever namespace asks.
+//   - A JWT only to a namespace whose issuers (the director's
+//     X-Pelican-Authorization lines) include the token's `iss`. A namespace
+//     that names no issuer gets no JWT.
+//   - An opaque token (a macaroon: anything that is not a JWT) only where
+//     someone named it for the namespace: a [tokens] prefix, or — for a client
+//     that runs as the job, as Pelican's plugin does (perch-transfer) — found
+//     in the job's own environment (OpaqueTokens::kSendDiscovered).
+// Among the tokens that may go, the first acceptable one (unexpired, scope
+// covers the object) wins; if none is acceptable the first that may go is
+// used with a warning (its server decides), as Pelican's client does.
 //
 // Token contents are secrets: they are never logged, only their source.
 // Thread-safety: TokenFinder is immutable after construction; Find() is safe
@@ -43,15 +53,30 @@ struct FoundToken {
   bool acceptable = false;
 };
 
+// Whether a discovered opaque token may be sent (see above).
+enum class OpaqueTokens { kRefuse, kSendDiscovered };
+
+// The `iss` claim of a JWT; nullopt for a token that is not a JWT (opaque).
+// A JWT without `iss` gives "".
+std::optional<std::string> JwtIssuer(const std::string& token);
+
+// Whether `token` may be sent to a namespace with `issuers`, given whether an
+// opaque token may go there (named for it). "" if it may, else why not
+// (naming the token's issuer, never its contents).
+std::string WhyNotSent(const std::string& token, const std::vector<std::string>& issuers,
+                       bool opaque_named);
+
 class TokenFinder {
  public:
   using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 
   // `explicit_file` may be "". `env` defaults to getenv; `uid` to getuid().
-  explicit TokenFinder(std::string explicit_file, EnvLookup env = {}, int uid = -1);
+  explicit TokenFinder(std::string explicit_file, OpaqueTokens opaque = OpaqueTokens::kRefuse,
+                       EnvLookup env = {}, int uid = -1);
 
-  // kPermissionDenied if no token is found anywhere; the message lists the
-  // places searched.
+  // kPermissionDenied if no token that may go to the request's namespace is
+  // found; the message lists the places searched and, for each token found
+  // that may not go, its source and why (never its contents).
   core::Result<FoundToken> Find(const TokenRequest& request) const;
 
   // True if `token` is an unexpired JWT acceptable for `request`. Exposed for tests.
@@ -59,6 +84,7 @@ class TokenFinder {
 
  private:
   std::string explicit_file_;
+  OpaqueTokens opaque_;
   EnvLookup env_;
   int uid_;
 };
@@ -70,8 +96,10 @@ class TokenFinder {
 //
 // Configured per-prefix token files (`by_prefix`: federation path prefix ->
 // file) come first: the longest prefix that holds the namespace wins, and its
-// token is never used for a namespace outside that prefix. A namespace
-// without a token is logged once (naming it), then refused quietly.
+// token is never used for a namespace outside that prefix; a JWT there still
+// goes only to a namespace whose issuers include its `iss`. A namespace
+// without a token that may go to it is logged once (naming it), then refused
+// quietly. A found token is reused for `ttl` for the same prefix and issuers.
 class NamespaceAuth {
  public:
   NamespaceAuth(TokenFinder finder, std::string token_name, std::chrono::seconds ttl,
@@ -90,6 +118,7 @@ class NamespaceAuth {
   std::string token_name_;
   std::chrono::seconds ttl_;
   std::map<std::string, std::string> by_prefix_;
+  // (prefix, issuers) -> token and until when it is reused.
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> cache_;
   std::set<std::string> warned_;  // namespaces whose missing token was logged
 };

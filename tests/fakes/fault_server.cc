@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <list>
+#include <optional>
 
 namespace perch::testing {
 
@@ -27,6 +28,8 @@ struct FaultServer::Impl {
   int override_times = 0;                                             // Protected by mu
   std::vector<std::pair<std::string, std::string>> override_headers;  // Protected by mu
   std::map<std::string, std::vector<ListingEntry>> listings;          // Protected by mu
+  std::optional<std::vector<std::string>> issuers;                    // Protected by mu
+  std::vector<std::string> authorizations;                            // Protected by mu
   std::list<std::thread> conns;                                       // Protected by mu
   std::list<std::shared_ptr<tcp::socket>> sockets;                    // Protected by mu
   uint16_t port = 0;
@@ -158,6 +161,16 @@ std::string FaultServer::Impl::Multistatus(const std::string& rel, int depth) {
          "</D:multistatus>";
 }
 
+void FaultServer::SetProtected(std::vector<std::string> issuers) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->issuers = std::move(issuers);
+}
+
+std::vector<std::string> FaultServer::Authorizations() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->authorizations;
+}
+
 int FaultServer::Hits(const std::string& behaviour) const {
   std::lock_guard<std::mutex> l(impl_->mu);
   auto it = impl_->hits.find(behaviour);
@@ -197,9 +210,13 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
   if (target.rfind("/ns/", 0) == 0 || target == "/ns") {
     owner->director_hits_++;
     std::unique_lock<std::mutex> l(mu);
-    std::string ns_header = "namespace=/ns, require-token=false";
+    std::string ns_header = "namespace=/ns, require-token=";
+    ns_header += issuers ? "true" : "false";
     if (!listings.empty())
       ns_header += ", collections-url=http://127.0.0.1:" + std::to_string(port) + "/srv/dav";
+    std::vector<std::pair<std::string, std::string>> auth_headers;
+    for (const std::string& iss : issuers.value_or(std::vector<std::string>{}))
+      auth_headers.emplace_back("X-Pelican-Authorization", "issuer=" + iss);
     if (override_status != 0 && override_times != 0) {
       if (override_times > 0) --override_times;
       int status = override_status;
@@ -224,12 +241,16 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
                "; depth=" + std::to_string(depth));
     }
     l.unlock();
-    return reply(307, "",
-                 {{"Location", "http://127.0.0.1:1" + target},
-                  {"Link", link},
-                  {"X-Pelican-Namespace", ns_header}});
+    auth_headers.insert(auth_headers.begin(), {{"Location", "http://127.0.0.1:1" + target},
+                                               {"Link", link},
+                                               {"X-Pelican-Namespace", ns_header}});
+    return reply(307, "", auth_headers);
   }
   if (target.rfind("/srv/", 0) != 0) return reply(404, "no route");
+  {
+    std::lock_guard<std::mutex> l(mu);
+    authorizations.emplace_back(req[bhttp::field::authorization]);
+  }
   if (req.method_string() == "PROPFIND") {
     size_t ns = target.find("/ns", 5);
     std::string rel = ns == std::string::npos ? "" : target.substr(ns + 3);

@@ -54,6 +54,13 @@ class FaultServer {
   // Serves a PROPFIND listing of directory `dir` below /ns ("" = /ns itself).
   void SetListing(const std::string& dir, std::vector<ListingEntry> entries);
 
+  // Makes /ns a protected namespace (require-token=true) whose director names
+  // these token issuers, one X-Pelican-Authorization line each, as Pelican's.
+  void SetProtected(std::vector<std::string> issuers);
+  // The Authorization header of every request the data servers got (GET and
+  // PROPFIND), "" for one without; in order.
+  std::vector<std::string> Authorizations() const;
+
   // Replaces the director's answer with this raw header set (status, headers).
   void SetDirectorOverride(int status, std::vector<std::pair<std::string, std::string>> headers,
                            int times = -1);

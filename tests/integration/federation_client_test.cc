@@ -251,7 +251,7 @@ TEST(FederationRootClientTest, TheTokenGoesOnlyToTheProtectedNamespacesServers) 
   ASSERT_EQ(fed.Start(), "");
   CurlLoop loop(CurlLoop::Options{});
   FederationClientOptions copts;
-  copts.token_file = fed.TokenFile();
+  copts.namespace_token_files = {{"/p", fed.TokenFile()}};  // an opaque token: named
   FederationClient client(loop, *http::ParseFederationUrl(fed.FederationUrl() + "/"), copts);
   std::string p_origin = fed.OriginUrl("/p");
   std::mutex mu;
@@ -346,7 +346,7 @@ TEST(FederationClientTokenTest, ProtectedExportNeedsAToken) {
   TempDir bad("bad-token");
   std::ofstream(bad.path() / "tok") << "not-a-valid-token";
   FederationClientOptions wrong;
-  wrong.token_file = (bad.path() / "tok").string();
+  wrong.namespace_token_files = {{"/secret", (bad.path() / "tok").string()}};
   FederationClient impostor(loop, *url, wrong);
   auto refused = ReadSync(impostor, "/secret.bin", 5000, 0, 5000);
   ASSERT_FALSE(refused.ok());
@@ -358,7 +358,7 @@ TEST(FederationClientTokenTest, ProtectedExportNeedsAToken) {
 
   // The devfed token: list, stat and read succeed.
   FederationClientOptions good;
-  good.token_file = fed.TokenFile();
+  good.namespace_token_files = {{"/secret", fed.TokenFile()}};
   FederationClient user(loop, *url, good);
   auto ls = ListSync(user, "/");
   ASSERT_TRUE(ls.ok()) << ls.status().ToString();

@@ -77,7 +77,7 @@ class FederationRootTest : public ::testing::Test {
 };
 
 TEST_F(FederationRootTest, EveryNamespaceUnderOneMountAndUnknownNamesAreENOENT) {
-  Mount({"--token-file", fed_->TokenFile()});
+  Mount({"--namespace-token", "/p=" + fed_->TokenFile()});
   EXPECT_EQ(ReadLocalFile(mnt_ / "a/sub/x.txt"), "public bytes of /a\n");
   EXPECT_EQ(ReadLocalFile(mnt_ / "p/secret.txt"), "protected bytes of /p\n");
   std::set<std::string> root;
@@ -135,13 +135,13 @@ TEST_F(FederationRootTest, OddNamesCostNoExtraDirectorQuery) {
 }
 
 TEST_F(FederationRootTest, RestartWithTheFederationDownServesWhatIsCached) {
-  Mount({"--token-file", fed_->TokenFile()});
+  Mount({"--namespace-token", "/p=" + fed_->TokenFile()});
   EXPECT_EQ(ReadLocalFile(mnt_ / "a/sub/x.txt"), "public bytes of /a\n");
   EXPECT_EQ(ReadLocalFile(mnt_ / "a/b/inner.txt"), "nested bytes of /a/b\n");
   EXPECT_EQ(ReadLocalFile(mnt_ / "n/known.txt"), "unlisted bytes of /n\n");
   ASSERT_EQ(perchd_.Stop(), 0);
   fed_->Stop();
-  Mount({"--token-file", fed_->TokenFile()});
+  Mount({"--namespace-token", "/p=" + fed_->TokenFile()});
   EXPECT_EQ(ReadLocalFile(mnt_ / "a/sub/x.txt"), "public bytes of /a\n");
   EXPECT_EQ(ReadLocalFile(mnt_ / "a/b/inner.txt"), "nested bytes of /a/b\n");
   EXPECT_EQ(ReadLocalFile(mnt_ / "n/known.txt"), "unlisted bytes of /n\n");
@@ -153,7 +153,7 @@ TEST_F(FederationRootTest, RestartWithTheFederationDownServesWhatIsCached) {
 }
 
 TEST_F(FederationRootTest, ProtectedNamespaceIsNotReadableByOtherLocalUsers) {
-  Mount({"--token-file", fed_->TokenFile()});
+  Mount({"--namespace-token", "/p=" + fed_->TokenFile()});
   RunResult pub = CatAsNobody(mnt_ / "a/sub/x.txt");
   EXPECT_EQ(pub.exit_code, 0) << pub.output;
   EXPECT_EQ(pub.output, "public bytes of /a\n");
@@ -169,7 +169,7 @@ TEST_F(FederationRootTest, ProtectedNamespaceIsNotReadableByOtherLocalUsers) {
 }
 
 TEST_F(FederationRootTest, ProtectedGroupMayRead) {
-  Mount({"--token-file", fed_->TokenFile(), "--protected-group", "users"});
+  Mount({"--namespace-token", "/p=" + fed_->TokenFile(), "--protected-group", "users"});
   RunResult in_group = CatAsNobody(mnt_ / "p/secret.txt", "users");
   EXPECT_EQ(in_group.exit_code, 0) << in_group.output;
   EXPECT_EQ(in_group.output, "protected bytes of /p\n");

@@ -88,10 +88,10 @@ class HttpEndpointTest : public ::testing::Test {
   // Mounts the federation root with the endpoint (on a free loopback port
   // unless `extra` names --http).
   void Mount(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--cache-dir",  (work_->path() / "cache").string(),
-                                     "--op-timeout", "20s",
-                                     "--token-file", fed_->TokenFile(),
-                                     "--control",    "unix:" + Socket()};
+    std::vector<std::string> args = {"--cache-dir",       (work_->path() / "cache").string(),
+                                     "--op-timeout",      "20s",
+                                     "--namespace-token", "/p=" + fed_->TokenFile(),
+                                     "--control",         "unix:" + Socket()};
     if (std::find(extra.begin(), extra.end(), "--http") == extra.end())
       args.insert(args.end(), {"--http", "127.0.0.1:0"});
     args.insert(args.end(), extra.begin(), extra.end());

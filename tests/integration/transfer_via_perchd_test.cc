@@ -34,7 +34,9 @@ class TransferViaPerchdTest : public TransferFixture {
                                      "--http",       "127.0.0.1:0",
                                      "--control",    "unix:" + Socket()};
     if (!fed_->CaFile().empty()) args.insert(args.end(), {"--ca-file", fed_->CaFile()});
-    if (!fed_->TokenFile().empty()) args.insert(args.end(), {"--token-file", fed_->TokenFile()});
+    // devfed's token (a macaroon: opaque) is named for every protected export.
+    if (!fed_->TokenFile().empty())
+      args.insert(args.end(), {"--namespace-token", "/=" + fed_->TokenFile()});
     args.insert(args.end(), {federation, mnt_.string()});
     ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "perchd.log"), "") << fed_->ErrLog();
     std::string address = Ctl({"health", "--json"})["http_address"];

@@ -252,5 +252,16 @@ TEST(ConfigExampleTest, ShippedExampleNamesEveryKeyAndNoOther) {
   EXPECT_GE(known.size(), 30u);  // the reader's list, not an empty one
 }
 
+TEST(ConfigTest, NamespaceTokenFlagIsTheTokensTable) {
+  std::map<std::string, std::string> tokens;
+  AddNamespaceTokenFlag("/ns/=/etc/perch/ns.token", &tokens);
+  AddNamespaceTokenFlag("/a=b=c", &tokens);  // the first '=' ends the prefix
+  EXPECT_EQ(tokens,
+            (std::map<std::string, std::string>{{"/ns", "/etc/perch/ns.token"}, {"/a", "b=c"}}));
+  for (const char* bad : {"/ns", "ns=/f", "=/f", "/ns=", "osdf:///ns"}) {
+    EXPECT_THROW(AddNamespaceTokenFlag(bad, &tokens), ConfigError) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace perch

@@ -49,9 +49,10 @@ class TokenFinderTest : public ::testing::Test {
     std::ofstream(p) << content;
     return p.string();
   }
-  TokenFinder Finder(std::string explicit_file = "") {
+  TokenFinder Finder(std::string explicit_file = "",
+                     OpaqueTokens opaque = OpaqueTokens::kSendDiscovered) {
     return TokenFinder(
-        std::move(explicit_file),
+        std::move(explicit_file), opaque,
         [this](const std::string& k) -> std::optional<std::string> {
           auto it = env_.find(k);
           return it == env_.end() ? std::nullopt : std::optional<std::string>(it->second);
@@ -121,12 +122,83 @@ TEST_F(TokenFinderTest, SkipsUnacceptableTokensForALaterAcceptableOne) {
   EXPECT_EQ(t->source, "$_CONDOR_CREDS/scitokens.use");
 }
 
-TEST_F(TokenFinderTest, OpaqueTokenIsUsedWhenNothingIsAcceptable) {
+TEST_F(TokenFinderTest, ADiscoveredOpaqueTokenGoesOnlyWhereTheClientRunsAsTheJob) {
   env_["BEARER_TOKEN_FILE"] = Write("macaroon", "MDAxY2xvY2F0aW9uIG9wYXF1ZQ");
-  auto t = Finder().Find(Request());
+  auto t = Finder().Find(Request());  // perch-transfer: the job's own macaroon
   ASSERT_TRUE(t.ok());
   EXPECT_FALSE(t->acceptable);
   EXPECT_EQ(t->token, "MDAxY2xvY2F0aW9uIG9wYXF1ZQ");
+  auto daemon = Finder("", OpaqueTokens::kRefuse).Find(Request());  // perchd
+  ASSERT_FALSE(daemon.ok());
+  EXPECT_EQ(daemon.status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(daemon.status().message().find("opaque"), std::string::npos);
+  EXPECT_EQ(daemon.status().message().find("MDAxY2xv"), std::string::npos);
+}
+
+// Issue #29 item 1: a JWT goes only to a namespace whose issuers include its
+// `iss`, whatever the namespace asks, and a namespace naming no issuer gets none.
+TEST_F(TokenFinderTest, AJwtOfAnotherIssuerIsNeverSent) {
+  std::string good =
+      Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/"})");
+  std::string f = Write("node.token", good);
+  for (auto opaque : {OpaqueTokens::kRefuse, OpaqueTokens::kSendDiscovered}) {
+    TokenRequest evil{"/evil/x.txt", "/evil", {"https://evil.example"}, ""};
+    auto t = Finder(f, opaque).Find(evil);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), core::StatusCode::kPermissionDenied);
+    EXPECT_NE(t.status().message().find("'https://issuer.example' is not one the namespace names "
+                                        "(https://evil.example)"),
+              std::string::npos)
+        << t.status().message();
+    EXPECT_EQ(t.status().message().find(good), std::string::npos);
+    TokenRequest unnamed{"/ns/x.txt", "/ns", {}, ""};
+    EXPECT_FALSE(Finder(f, opaque).Find(unnamed).ok());
+    TokenRequest both{"/ns/x.txt", "/ns", {"https://evil.example", "https://issuer.example"}, ""};
+    auto sent = Finder(f, opaque).Find(both);
+    ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+    EXPECT_EQ(sent->token, good);
+  }
+}
+
+TEST(TokenBindingTest, WhyNotSentNamesTheIssuerNeverTheToken) {
+  std::string jwt = Jwt(R"({"wlcg.ver":"1.0","iss":"https://a.example"})");
+  EXPECT_EQ(JwtIssuer(jwt), "https://a.example");
+  EXPECT_EQ(JwtIssuer(Jwt(R"({"wlcg.ver":"1.0"})")), "");
+  EXPECT_EQ(JwtIssuer("MDAxY2xvY2F0aW9u"), std::nullopt);
+  EXPECT_EQ(JwtIssuer("a.bm90IGpzb24.c"), std::nullopt);  // middle part is not JSON
+  EXPECT_EQ(WhyNotSent(jwt, {"https://a.example"}, false), "");
+  EXPECT_NE(WhyNotSent(jwt, {"https://b.example"}, true), "");  // naming does not bind a JWT
+  EXPECT_NE(WhyNotSent(Jwt(R"({"wlcg.ver":"1.0"})"), {"https://a.example"}, true), "");
+  EXPECT_EQ(WhyNotSent("opaque", {}, true), "");
+  EXPECT_NE(WhyNotSent("opaque", {"https://a.example"}, false), "");
+}
+
+// perchd's decisions per namespace: the node's JWT only where its issuer is
+// named, a [tokens] macaroon only below its prefix, and a token reused for a
+// prefix is not reused when the director later names other issuers.
+TEST_F(TokenFinderTest, NamespaceAuthBindsTheNodesTokens) {
+  std::string good =
+      Jwt(R"({"wlcg.ver":"1.0","iss":"https://issuer.example","scope":"storage.read:/"})");
+  std::string node = Write("node.token", good);
+  std::string macaroon = Write("ns.token", "MDAxY2xvY2F0aW9uIG9wYXF1ZQ");
+  NamespaceAuth auth(Finder(node, OpaqueTokens::kRefuse), "", std::chrono::seconds(60),
+                     {{"/mac", macaroon}});
+  auto sent = auth.Headers(true, "/ns", {"https://issuer.example"}, "/ns/x");
+  ASSERT_TRUE(sent.ok());
+  EXPECT_EQ(*sent, std::vector<std::string>{"Authorization: Bearer " + good});
+  auto evil = auth.Headers(true, "/ns", {"https://evil.example"}, "/ns/x");
+  ASSERT_FALSE(evil.ok());
+  EXPECT_EQ(evil.status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(auth.Headers(true, "/evil", {"https://evil.example"}, "/evil/x").ok());
+  auto mac = auth.Headers(true, "/mac/sub", {"https://evil.example"}, "/mac/sub/x");
+  ASSERT_TRUE(mac.ok());
+  EXPECT_EQ(*mac, std::vector<std::string>{"Authorization: Bearer MDAxY2xvY2F0aW9uIG9wYXF1ZQ"});
+  // A JWT in a [tokens] file is still bound to its issuer.
+  NamespaceAuth bound(Finder("", OpaqueTokens::kRefuse), "", std::chrono::seconds(60),
+                      {{"/ns", node}});
+  EXPECT_TRUE(bound.Headers(true, "/ns", {"https://issuer.example"}, "/ns/x").ok());
+  EXPECT_FALSE(bound.Headers(true, "/ns", {"https://evil.example"}, "/ns/x").ok());
+  EXPECT_EQ(*auth.Headers(false, "/evil", {}, "/evil/x"), std::vector<std::string>{});
 }
 
 TEST_F(TokenFinderTest, CondorTokenName) {
