@@ -114,12 +114,18 @@ std::string XrootdServer::Start(const XrootdConfig& c) {
         << "xrd.network nodnr\n"
         << "all.sitename perch-devfed\n";
     if (c.origin_port > 0) {
-      cfg << "ofs.osslib libXrdPss.so\n"
+      // A cache relays checksum queries (Want-Digest) to its origin, as
+      // Pelican's caches do; XRootD 5.5's proxy cannot relay crc32c.
+      cfg << "xrootd.chksum max 4 adler32 md5\n"
+          << "ofs.osslib libXrdPss.so\n"
+          << "ofs.ckslib * libXrdPss.so\n"
           << "pss.cachelib libXrdPfc.so\n"
           << "pss.origin 127.0.0.1:" << c.origin_port << "\n"
           << "pfc.blocksize 128k\n"
           << "pfc.ram 1g\n"
           << "pfc.diskusage 0.90 0.95\n";
+    } else {
+      cfg << "xrootd.chksum max 4 adler32 crc32c md5\n";  // Want-Digest answered
     }
     if (tls_) {
       cfg << "xrd.tls " << c.tls_cert << " " << c.tls_key << "\n"
