@@ -309,6 +309,8 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c,
   r.Flag("metrics_allow_remote", &c->metrics_allow_remote);
   r.Str("http", &c->http_address);
   r.Flag("http_allow_remote", &c->http_allow_remote);
+  r.Count("http_connections_per_user", &c->http_connections_per_user);
+  r.Time("http_request_timeout", &c->http_request_timeout);
   r.Str("protected_group", &c->protected_group);
   r.Flag("allow_nonempty_mountpoint", &c->allow_nonempty_mountpoint);
   if (auto n = r.Node("tokens")) ParseTokens(*n.node(), path, "tokens", &c->namespace_tokens);
@@ -377,6 +379,14 @@ void Validate(const DaemonConfig& c) {
                                            "--http-allow-remote", "http_allow_remote");
       !why.empty()) {
     throw ConfigError(why);
+  }
+  if (c.http_connections_per_user < 1 || c.http_connections_per_user > kHttpConnections) {
+    throw ConfigError("http_connections_per_user must be between 1 and " +
+                      std::to_string(kHttpConnections));
+  }
+  if (c.http_request_timeout < std::chrono::milliseconds(100) ||
+      c.http_request_timeout > std::chrono::hours(1)) {
+    throw ConfigError("http_request_timeout must be between 100ms and 1h");
   }
   gid_t gid = 0;
   if (!c.control_group.empty() && !LookupGroup(c.control_group, &gid)) {

@@ -17,6 +17,9 @@ struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The HTTP endpoint's connections at most (then 503).
+inline constexpr size_t kHttpConnections = 64;
+
 // One federation mounted ([[mount]] in TOML). Every mount shares the cache
 // (directory, quota, LRU), the fetch budget and the control socket.
 struct MountConfig {
@@ -69,9 +72,11 @@ struct DaemonConfig {
   std::string control_address;  // "unix:PATH" or "tcp:LOOPBACK:PORT"; "" = the default socket
   std::string control_group;    // group owning the control socket (may use perchctl); "" = perchd's
   std::string metrics_address;  // "IP:PORT" for Prometheus; "" = off
-  bool metrics_allow_remote = false;       // metrics on a non-loopback address (no authentication)
-  std::string http_address;                // "IP:PORT" for the HTTP endpoint; "" = off
-  bool http_allow_remote = false;          // the endpoint on a non-loopback address
+  bool metrics_allow_remote = false;      // metrics on a non-loopback address (no authentication)
+  std::string http_address;               // "IP:PORT" for the HTTP endpoint; "" = off
+  bool http_allow_remote = false;         // the endpoint on a non-loopback address
+  size_t http_connections_per_user = 16;  // of the endpoint's kHttpConnections, per peer uid
+  std::chrono::milliseconds http_request_timeout{10000};  // a request arrives whole within this
   bool allow_nonempty_mountpoint = false;  // mount over (and hide) a directory's entries
 };
 

@@ -350,6 +350,9 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   // The HTTP endpoint: the same mounts for clients without FUSE.
   endpoint::EndpointOptions eopts;
   if (fopts.ok()) eopts.restricted_gid = fopts->restricted_gid;
+  eopts.max_connections = kHttpConnections;
+  eopts.max_connections_per_user = cfg.http_connections_per_user;
+  eopts.request_timeout = cfg.http_request_timeout;
   endpoint::HttpEndpoint http_endpoint(stack, op_metrics, eopts);
   if (rc == 0 && !cfg.http_address.empty()) {
     if (core::Status s = http_endpoint.Start(cfg.http_address, cfg.http_allow_remote); !s.ok())
@@ -476,7 +479,7 @@ int main(int argc, char** argv) {
       "Example: perchd --cache-dir /var/cache/perch --cache-size 50G "
       "osdf:///ospool/uc-shared/public /osdf"};
   app.set_version_flag("--version", std::string("perchd ") + perch::kVersion);
-  std::string config_file, cache_size, block_size, op_timeout;
+  std::string config_file, cache_size, block_size, op_timeout, http_request_timeout;
   app.add_option("--config", config_file, "TOML configuration file (flags override it)")
       ->check(CLI::ExistingFile);
   app.add_option("--cache-dir", cfg.cache_dir, "cache directory (block files and index)");
@@ -511,6 +514,12 @@ int main(int argc, char** argv) {
   bool metrics_allow_remote = false, allow_nonempty_mountpoint = false, http_allow_remote = false;
   app.add_flag("--http-allow-remote", http_allow_remote,
                "allow --http on a non-loopback address (protected namespaces stay refused)");
+  size_t http_connections_per_user = 0;
+  app.add_option("--http-connections-per-user", http_connections_per_user,
+                 "connections to --http one user may hold at once (default 16 of 64)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--http-request-timeout", http_request_timeout,
+                 "a request to --http must arrive whole within this, e.g. 10s (default)");
   app.add_flag("--metrics-allow-remote", metrics_allow_remote,
                "allow --metrics on a non-loopback address (the endpoint has no authentication)");
   app.add_flag("--allow-nonempty-mountpoint", allow_nonempty_mountpoint,
@@ -538,6 +547,11 @@ int main(int argc, char** argv) {
     if (metrics_allow_remote) cfg.metrics_allow_remote = true;
     if (!http_address.empty()) cfg.http_address = http_address;
     if (http_allow_remote) cfg.http_allow_remote = true;
+    if (http_connections_per_user != 0) cfg.http_connections_per_user = http_connections_per_user;
+    if (!http_request_timeout.empty()) {
+      cfg.http_request_timeout =
+          perch::ParseDuration(http_request_timeout, "--http-request-timeout");
+    }
     if (allow_nonempty_mountpoint) cfg.allow_nonempty_mountpoint = true;
     if (!op_timeout.empty()) cfg.op_timeout = perch::ParseDuration(op_timeout, "--op-timeout");
     if (perch::MountsOf(cfg).empty()) {

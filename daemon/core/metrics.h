@@ -133,6 +133,13 @@ struct ClientCounters {
   std::atomic<uint64_t> errors{0};  // answers of 4xx/5xx, and bodies cut short
 };
 
+// Connections the HTTP endpoint ended to keep one user from locking the
+// others out (issue 29).
+struct EndpointCounters {
+  std::atomic<uint64_t> refused_per_user{0};  // 503: the peer's uid held its share of slots
+  std::atomic<uint64_t> request_timeouts{0};  // closed: a request did not arrive in time
+};
+
 // Latency and errors of filesystem operations, filled by the FUSE adapter,
 // and the HTTP endpoint's requests by client.
 class OpMetrics {
@@ -146,11 +153,14 @@ class OpMetrics {
   // By client label; the endpoint bounds the number of labels.
   CounterFamily<ClientCounters>& clients() { return clients_; }
   const CounterFamily<ClientCounters>& clients() const { return clients_; }
+  EndpointCounters& endpoint() { return endpoint_; }
+  const EndpointCounters& endpoint() const { return endpoint_; }
 
  private:
   std::array<LatencyHistogram, kCount> latency_;
   ErrorCounters errors_;
   CounterFamily<ClientCounters> clients_;
+  EndpointCounters endpoint_;
 };
 
 }  // namespace perch::core

@@ -179,6 +179,8 @@ StatsSnapshot NodeControl::Stats() const {
   ops_.clients().ForEach([&s](const std::string& name, const ClientCounters& c) {
     s.http_clients.push_back(ClientStats{name, c.requests.load(), c.bytes.load(), c.errors.load()});
   });
+  s.http_endpoint.refused_per_user = ops_.endpoint().refused_per_user.load();
+  s.http_endpoint.request_timeouts = ops_.endpoint().request_timeouts.load();
   for (int op = 0; op < OpMetrics::kCount; ++op) {
     auto o = static_cast<OpMetrics::Op>(op);
     s.fuse_ops.emplace_back(OpMetrics::Name(o), ops_.latency(o).Take());

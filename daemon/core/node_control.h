@@ -87,6 +87,9 @@ struct StatsSnapshot {
   std::vector<std::pair<std::string, uint64_t>> errors;  // by class
   std::vector<std::pair<std::string, LatencyHistogram::Snapshot>> fuse_ops;
   std::vector<ClientStats> http_clients;  // the HTTP endpoint's requests, by client
+  struct {
+    uint64_t refused_per_user = 0, request_timeouts = 0;
+  } http_endpoint;
   LatencyHistogram::Snapshot origin_get;
   std::vector<WarmProgress> warm_jobs;
   struct {
@@ -136,6 +139,8 @@ struct StatsSnapshot {
       fn("prefetch.queued_" + cls, s.scheduler.queued[c]);
       fn("prefetch.started_" + cls, s.scheduler.started[c]);
     }
+    fn("http_endpoint.refused_per_user", s.http_endpoint.refused_per_user);
+    fn("http_endpoint.request_timeouts", s.http_endpoint.request_timeouts);
   }
 };
 

@@ -1,20 +1,23 @@
 #include "daemon/endpoint/connection.h"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
+#include <climits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
 #include "daemon/core/log_escape.h"
 #include "daemon/endpoint/dav.h"
-#include "daemon/endpoint/peer_credentials.h"
 #include "daemon/endpoint/request.h"
 
 namespace perch::endpoint {
@@ -36,17 +39,36 @@ core::ClientCounters& HttpEndpoint::Shared::Counters(const std::string& label) {
   return metrics.clients().Get(label);
 }
 
+void SendAndForget(int fd, std::string_view status, std::string_view headers,
+                   std::string_view text) {
+  std::string answer = "HTTP/1.1 " + std::string(status) + "\r\nServer: perchd\r\n" +
+                       std::string(headers) +
+                       "Content-Type: text/plain\r\nConnection: close\r\nContent-Length: " +
+                       std::to_string(text.size()) + "\r\n\r\n" + std::string(text);
+  if (::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    // The client is gone or reads nothing: it goes without the answer.
+  }
+}
+
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // A blocking socket as a Beast SyncReadStream/SyncWriteStream. The socket's
-// SO_RCVTIMEO/SO_SNDTIMEO bound every wait; a timeout is an error.
+// SO_RCVTIMEO/SO_SNDTIMEO bound every wait, and reads wait no longer than a
+// deadline when one is set; a timeout is an error.
 class FdStream {
  public:
   explicit FdStream(int fd) : fd_(fd) {}
 
+  // Reads that follow fail with beast::error::timeout once `deadline` has
+  // passed, however slowly the bytes trickle in (nullopt: no deadline).
+  void set_deadline(std::optional<Clock::time_point> deadline) { deadline_ = deadline; }
+
   template <class Buffers>
   size_t read_some(const Buffers& buffers, beast::error_code& ec) {
     ec = {};
+    if (deadline_ && !WaitReadable(ec)) return 0;
     for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers);
          ++it) {
       asio::mutable_buffer b = *it;
@@ -96,7 +118,28 @@ class FdStream {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return asio::error::timed_out;
     return beast::error_code(errno, boost::system::system_category());
   }
+  // Waits until the socket has bytes, an end or an error; false (and `ec`)
+  // when the deadline passes first.
+  bool WaitReadable(beast::error_code& ec) {
+    for (;;) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      int n = left.count() <= 0
+                  ? 0
+                  : ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), INT_MAX)));
+      if (n > 0) return true;
+      if (n == 0) {
+        ec = beast::error::timeout;
+        return false;
+      }
+      if (errno != EINTR) {
+        ec = Error();
+        return false;
+      }
+    }
+  }
   int fd_;
+  std::optional<Clock::time_point> deadline_;
 };
 
 bool SendAll(int fd, const char* data, size_t len) {
@@ -153,16 +196,30 @@ using Response = bhttp::response<bhttp::string_body>;
 
 class Connection {
  public:
-  Connection(HttpEndpoint::Shared& shared, int fd) : s_(shared), fd_(fd), stream_(fd) {}
+  Connection(HttpEndpoint::Shared& shared, int fd, std::optional<Peer> peer)
+      : s_(shared), fd_(fd), peer_(peer), stream_(fd) {}
 
   void Run() {
     beast::flat_buffer buffer(16 * 1024);
-    for (;;) {
+    for (bool first = true;; first = false) {
       bhttp::request_parser<bhttp::string_body> parser;
       parser.header_limit(8 * 1024);
       parser.body_limit(64 * 1024);
       beast::error_code ec;
+      // The whole request in time, not just each byte: a client sending a
+      // byte every few seconds would otherwise hold its slot for as long as
+      // it likes (issue 29). An idle keep-alive connection ends then too.
+      stream_.set_deadline(Clock::now() + s_.options.request_timeout);
       bhttp::read(stream_, buffer, parser, ec);
+      stream_.set_deadline(std::nullopt);
+      if (ec == beast::error::timeout) {
+        if (first || buffer.size() > 0 || parser.got_some()) {  // not an idle keep-alive one
+          s_.metrics.endpoint().request_timeouts.fetch_add(1, std::memory_order_relaxed);
+          SendAndForget(fd_, "408 Request Timeout", "",
+                        "perchd: the request did not arrive in time\n");
+        }
+        return;
+      }
       if (ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
           ec == asio::error::timed_out || ec == asio::error::connection_reset) {
         return;
@@ -421,11 +478,10 @@ class Connection {
   // Whether the peer may read a protected namespace (decided once per connection).
   bool MayReadRestricted() {
     if (!may_read_restricted_) {
-      auto peer = LoopbackPeer(fd_);
       may_read_restricted_ =
-          peer && (peer->uid == 0 || peer->uid == ::geteuid() ||
-                   (s_.options.restricted_gid >= 0 &&
-                    PeerInGroup(*peer, static_cast<gid_t>(s_.options.restricted_gid))));
+          peer_ && (peer_->uid == 0 || peer_->uid == ::geteuid() ||
+                    (s_.options.restricted_gid >= 0 &&
+                     PeerInGroup(*peer_, static_cast<gid_t>(s_.options.restricted_gid))));
     }
     return *may_read_restricted_;
   }
@@ -461,6 +517,7 @@ class Connection {
 
   HttpEndpoint::Shared& s_;
   const int fd_;
+  const std::optional<Peer> peer_;
   FdStream stream_;
   core::ClientCounters* counters_ = nullptr;
   unsigned version_ = 11;
@@ -473,9 +530,9 @@ class Connection {
 
 }  // namespace
 
-void ServeConnection(HttpEndpoint::Shared& shared, int fd) {
+void ServeConnection(HttpEndpoint::Shared& shared, int fd, std::optional<Peer> peer) {
   try {
-    Connection(shared, fd).Run();
+    Connection(shared, fd, peer).Run();
   } catch (const std::exception& e) {
     spdlog::warn("http: connection ended: {}", e.what());
   }

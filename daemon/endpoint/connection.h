@@ -5,24 +5,31 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
+#include "daemon/endpoint/connection_slots.h"
 #include "daemon/endpoint/http_endpoint.h"
+#include "daemon/endpoint/peer_credentials.h"
 
 namespace perch::endpoint {
 
 struct HttpEndpoint::Shared {
   Shared(core::CacheStack& s, core::OpMetrics& m, EndpointOptions o)
-      : stack(s), metrics(m), options(o) {}
+      : stack(s),
+        metrics(m),
+        options(o),
+        slots(options.max_connections, options.max_connections_per_user) {}
 
   core::CacheStack& stack;
   core::OpMetrics& metrics;
   const EndpointOptions options;
 
   std::mutex mu;
-  std::condition_variable idle;  // notified when `active` drops
-  size_t active = 0;             // Protected by mu: connections being served
+  std::condition_variable idle;  // notified when a slot is released
+  ConnectionSlots slots;         // Protected by mu: connections being served, by owner
   std::set<int> fds;             // Protected by mu: their sockets (Shutdown cuts them)
   bool stopping = false;         // Protected by mu
   std::set<std::string> labels;  // Protected by mu: client labels counted so far
@@ -32,8 +39,17 @@ struct HttpEndpoint::Shared {
   core::ClientCounters& Counters(const std::string& label);
 };
 
-// Serves connected socket `fd` until the client closes it, a socket wait
-// times out, or Shutdown cuts it. Does not close `fd`.
-void ServeConnection(HttpEndpoint::Shared& shared, int fd);
+// Serves connected socket `fd` of `peer` (nullopt: not known) until the
+// client closes it, a request does not arrive in time, a socket wait times
+// out, or Shutdown cuts it. Does not close `fd`.
+void ServeConnection(HttpEndpoint::Shared& shared, int fd, std::optional<Peer> peer);
+
+// Sends a short plain-text answer (`status` such as "503 Service
+// Unavailable", `headers` as "Name: value\r\n" lines, `text`) with
+// Connection: close, without waiting: what the socket does not take at once
+// is dropped. For refusals and timeouts, where a client that reads nothing
+// must not hold the thread.
+void SendAndForget(int fd, std::string_view status, std::string_view headers,
+                   std::string_view text);
 
 }  // namespace perch::endpoint

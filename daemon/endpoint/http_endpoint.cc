@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -17,13 +18,6 @@
 namespace perch::endpoint {
 
 namespace {
-
-// Sent, without reading the request, when max_connections are being served.
-constexpr char kBusy[] =
-    "HTTP/1.1 503 Service Unavailable\r\nServer: perchd\r\nRetry-After: 1\r\n"
-    "Content-Type: text/plain\r\nContent-Length: 40\r\nConnection: close\r\n\r\n"
-    "perchd: too many connections; try again\n";
-static_assert(sizeof("perchd: too many connections; try again\n") - 1 == 40);
 
 void SetTimeouts(int fd, std::chrono::milliseconds t) {
   timeval tv{static_cast<time_t>(t.count() / 1000),
@@ -117,23 +111,37 @@ void HttpEndpoint::AcceptLoop() {
       continue;
     }
     SetTimeouts(fd, shared_->options.io_timeout);
+    // The connection is charged to its peer's uid, so that one user's
+    // connections cannot take every slot (connection_slots.h).
+    const std::optional<Peer> peer = LoopbackPeer(fd);
+    const ConnectionSlots::Owner owner = peer ? ConnectionSlots::Owner(peer->uid) : std::nullopt;
     std::shared_ptr<Shared> s = shared_;
+    ConnectionSlots::Admission admission = ConnectionSlots::Admission::kFull;
     {
       std::lock_guard<std::mutex> l(s->mu);
-      if (s->stopping || s->active >= s->options.max_connections) {
-        ::send(fd, kBusy, sizeof(kBusy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-        ::close(fd);
-        continue;
-      }
-      ++s->active;
-      s->fds.insert(fd);
+      if (!s->stopping) admission = s->slots.Acquire(owner);
+      if (admission == ConnectionSlots::Admission::kAdmitted) s->fds.insert(fd);
     }
-    std::thread([s, fd] {
-      ServeConnection(*s, fd);
+    if (admission == ConnectionSlots::Admission::kOwnerFull) {
+      s->metrics.endpoint().refused_per_user.fetch_add(1, std::memory_order_relaxed);
+      SendAndForget(fd, "503 Service Unavailable", "Retry-After: 1\r\n",
+                    fmt::format("perchd: {} has {} connections open, its share; try again\n",
+                                peer ? "uid " + std::to_string(peer->uid) : "an unknown peer",
+                                s->options.max_connections_per_user));
+    } else if (admission == ConnectionSlots::Admission::kFull) {
+      SendAndForget(fd, "503 Service Unavailable", "Retry-After: 1\r\n",
+                    "perchd: too many connections; try again\n");
+    }
+    if (admission != ConnectionSlots::Admission::kAdmitted) {
+      ::close(fd);
+      continue;
+    }
+    std::thread([s, fd, peer, owner] {
+      ServeConnection(*s, fd, peer);
       std::lock_guard<std::mutex> l(s->mu);
       s->fds.erase(fd);
       ::close(fd);
-      --s->active;
+      s->slots.Release(owner);
       s->idle.notify_all();
     }).detach();
   }
@@ -158,7 +166,7 @@ void HttpEndpoint::Shutdown() {
 
 void HttpEndpoint::Join() {
   std::unique_lock<std::mutex> l(shared_->mu);
-  shared_->idle.wait(l, [this] { return shared_->active == 0; });
+  shared_->idle.wait(l, [this] { return shared_->slots.held() == 0; });
 }
 
 }  // namespace perch::endpoint

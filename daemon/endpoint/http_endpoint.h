@@ -22,9 +22,17 @@
 // trailer, or a 500 status when the body could not be finished, as XRootD's
 // caches do.
 //
-// One thread per connection (blocking, every socket wait bounded by
-// `io_timeout`), at most `max_connections` at once: beyond that a client gets
-// 503 at once. Requests: at most 8 KiB of headers and 64 KiB of body.
+// One thread per connection (blocking), at most `max_connections` at once:
+// beyond that a client gets 503 at once. The node's users share them
+// (issue 29): a connection is charged to the uid that owns its peer socket
+// (unknown peers to one "unknown" owner), and one uid holding
+// `max_connections_per_user` gets 503 for its next ones while the others are
+// still served (connection_slots.h). A request (line, headers and body: at
+// most 8 KiB of headers and 64 KiB of body) must arrive whole within
+// `request_timeout` of the connection's start or of the previous answer's
+// end, however slowly its bytes trickle in; else the connection ends, with a
+// 408 unless it was an idle keep-alive one. Each wait while answering is
+// bounded by `io_timeout`.
 //
 // Thread-safety: Start, Shutdown and Join from one thread; Start once.
 #pragma once
@@ -46,9 +54,11 @@ namespace perch::endpoint {
 
 struct EndpointOptions {
   size_t max_connections = 64;
-  int restricted_gid = -1;  // protected_group's gid; -1: root and perchd's user only
-  std::chrono::milliseconds io_timeout{30000};  // per socket wait (idle keep-alive included)
-  size_t max_client_labels = 16;                // distinct User-Agent labels in stats, then "other"
+  size_t max_connections_per_user = 16;  // of them, per peer uid; 1 to max_connections
+  int restricted_gid = -1;               // protected_group's gid; -1: root and perchd's user only
+  std::chrono::milliseconds request_timeout{10000};  // a whole request (idle keep-alive included)
+  std::chrono::milliseconds io_timeout{30000};       // per socket wait while answering
+  size_t max_client_labels = 16;  // distinct User-Agent labels in stats, then "other"
 };
 
 class HttpEndpoint {

@@ -149,6 +149,25 @@ TEST_F(ConfigFileTest, ListenersStayLocalUnlessAllowed) {
   EXPECT_THROW(Validate(c), ConfigError);
 }
 
+// The HTTP endpoint's share per user and request deadline (issue 29).
+TEST_F(ConfigFileTest, EndpointLimits) {
+  DaemonConfig c;
+  EXPECT_EQ(c.http_connections_per_user, kHttpConnections / 4);
+  EXPECT_EQ(c.http_request_timeout, std::chrono::seconds(10));
+  Write("http_connections_per_user = 4\nhttp_request_timeout = \"2s\"\n");
+  ApplyConfigFile(path_, &c);
+  EXPECT_EQ(c.http_connections_per_user, 4u);
+  EXPECT_EQ(c.http_request_timeout, std::chrono::seconds(2));
+  EXPECT_NO_THROW(Validate(c));
+  c.http_connections_per_user = kHttpConnections + 1;
+  EXPECT_THROW(Validate(c), ConfigError);
+  c = DaemonConfig{};
+  c.http_request_timeout = std::chrono::milliseconds(50);
+  EXPECT_THROW(Validate(c), ConfigError);
+  Write("http_connections_per_user = 0\n");
+  EXPECT_THROW(ApplyConfigFile(path_, &c), ConfigError);
+}
+
 // Several mounts: [[mount]] tables with their own token files; the one-mount
 // form stays a list of one; mixing both forms, or a mount twice, is refused.
 TEST_F(ConfigFileTest, MountTablesListSeveralFederations) {
