@@ -202,6 +202,8 @@ core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& fed
     n.range_gets += c.range_gets;
     n.failovers += c.failovers;
     n.resumes += c.resumes;
+    n.digests_verified += c.digests_verified;
+    n.digest_mismatches += c.digest_mismatches;
   }
   return n;
 }

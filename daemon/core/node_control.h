@@ -43,6 +43,8 @@ struct NetworkStats {
   uint64_t range_gets = 0;
   uint64_t failovers = 0;
   uint64_t resumes = 0;
+  uint64_t digests_verified = 0;
+  uint64_t digest_mismatches = 0;
 };
 
 struct NamespaceCounters {
@@ -141,6 +143,8 @@ struct StatsSnapshot {
     }
     fn("http_endpoint.refused_per_user", s.http_endpoint.refused_per_user);
     fn("http_endpoint.request_timeouts", s.http_endpoint.request_timeouts);
+    fn("digests_verified", s.network.digests_verified);
+    fn("digest_mismatches", s.network.digest_mismatches);
   }
 };
 

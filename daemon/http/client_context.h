@@ -48,15 +48,18 @@ struct FederationCounters {
   std::atomic<uint64_t> director_queries{0};
   std::atomic<uint64_t> propfinds{0};
   std::atomic<uint64_t> range_gets{0};
-  std::atomic<uint64_t> body_bytes{0};       // every body byte of a range GET that arrived
-  std::atomic<uint64_t> bytes_delivered{0};  // bytes handed to callers
-  std::atomic<uint64_t> failovers{0};        // moves to the next server after a failure
-  std::atomic<uint64_t> resumes{0};          // attempts that started past the range's first byte
+  std::atomic<uint64_t> body_bytes{0};         // every body byte of a range GET that arrived
+  std::atomic<uint64_t> bytes_delivered{0};    // bytes handed to callers
+  std::atomic<uint64_t> failovers{0};          // moves to the next server after a failure
+  std::atomic<uint64_t> resumes{0};            // attempts that started past the range's first byte
+  std::atomic<uint64_t> digests_verified{0};   // whole objects that matched the server's digest
+  std::atomic<uint64_t> digest_mismatches{0};  // bodies that did not: fetched again elsewhere
 
   // The counters at one moment; summed over a FederationClient's shards.
   struct Values {
     uint64_t discovery_queries = 0, director_queries = 0, propfinds = 0, range_gets = 0,
-             body_bytes = 0, bytes_delivered = 0, failovers = 0, resumes = 0;
+             body_bytes = 0, bytes_delivered = 0, failovers = 0, resumes = 0, digests_verified = 0,
+             digest_mismatches = 0;
     Values& operator+=(const Values& o) {
       discovery_queries += o.discovery_queries;
       director_queries += o.director_queries;
@@ -66,13 +69,16 @@ struct FederationCounters {
       bytes_delivered += o.bytes_delivered;
       failovers += o.failovers;
       resumes += o.resumes;
+      digests_verified += o.digests_verified;
+      digest_mismatches += o.digest_mismatches;
       return *this;
     }
   };
   Values Take() const {
     return Values{discovery_queries.load(), director_queries.load(), propfinds.load(),
                   range_gets.load(),        body_bytes.load(),       bytes_delivered.load(),
-                  failovers.load(),         resumes.load()};
+                  failovers.load(),         resumes.load(),          digests_verified.load(),
+                  digest_mismatches.load()};
   }
 };
 

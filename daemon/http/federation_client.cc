@@ -19,6 +19,7 @@ FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, Federati
     : url_(url) {
   PERCH_CHECK(!loops.empty());
   auto answers = std::make_shared<NamespaceAnswers>();  // one shard's answer serves every shard
+  auto refusals = std::make_shared<DigestRefusals>();   // a server refuses digests to all shards
   for (CurlLoop* loop : loops) {
     Shard shard{loop, std::make_shared<ClientContext>(*loop, url, options), nullptr, nullptr,
                 nullptr};
@@ -26,7 +27,7 @@ FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, Federati
     auto auth = std::make_shared<NamespaceAuth>(
         TokenFinder(options.token_file, options.opaque_tokens), url_.token_name, options.token_ttl,
         options.namespace_token_files);
-    shard.reader = std::make_shared<RangeReader>(shard.ctx, shard.director, auth);
+    shard.reader = std::make_shared<RangeReader>(shard.ctx, shard.director, auth, refusals);
     shard.lister = std::make_shared<Lister>(shard.ctx, shard.director, auth, shard.reader);
     shards_.push_back(std::move(shard));
   }

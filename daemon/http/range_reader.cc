@@ -32,6 +32,10 @@ struct RangeReader::Op {
   std::string buffer;  // bytes of `range` received so far, in order
   std::vector<std::string> auth;
   std::map<std::string, std::string> etag_by_server;
+  // The object's digests the last answer carried (asked for a read of a whole
+  // object: its body is checked against them before it is delivered).
+  std::vector<InstanceDigest> digests;
+  bool asked_digest = false;  // this attempt's request carried Want-Digest
   // Per attempt.
   uint64_t attempt_seq = 0;  // tells a timer which attempt it was set for
   uint64_t transfer = 0;     // the CurlLoop's id, for Cancel
@@ -135,6 +139,8 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
   op->head_checked = false;
   op->head_error = Status();
   op->error_body.clear();
+  op->digests.clear();
+  op->asked_digest = false;
   op->attempt_seq++;
   op->started = Clock::now();
   op->first_byte_late = false;
@@ -168,6 +174,11 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
 
   req.headers.push_back("Range: bytes=" + std::to_string(op->attempt_start) + "-" +
                         std::to_string(last));
+  if (op->range.offset == 0 && op->range.length == op->version.size &&
+      digest_refusals_->MayAsk(op->server, Clock::now())) {
+    req.headers.push_back(kWantDigest);  // a whole object: checked before it is delivered
+    op->asked_digest = true;
+  }
   req.low_speed_bytes = ctx_->options.low_speed_bytes;
   req.low_speed_time = ctx_->options.low_speed_time;
   req.on_data = [self, op, last](const HttpHead& head, std::string_view chunk) -> bool {
@@ -229,6 +240,9 @@ bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
           core::CorruptError(op.server + ": object size is " + std::to_string(cr->total) +
                              ", expected " + std::to_string(op.version.size));
     }
+    if (auto digest = head.Get("digest"); digest && op.asked_digest) {
+      op.digests = ParseDigestHeader(*digest);
+    }
     if (auto etag = head.Get("etag")) {
       auto [it, inserted] = op.etag_by_server.emplace(op.server, *etag);
       if (!inserted && it->second != *etag) {
@@ -239,6 +253,9 @@ bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
   } else if (head.status == 200) {
     if (op.attempt_start != 0 || !op.version.size || op.range.length != op.version.size) {
       op.head_error = core::CorruptError(op.server + ": ignored the Range header (HTTP 200)");
+    }
+    if (auto digest = head.Get("digest"); digest && op.asked_digest) {
+      op.digests = ParseDigestHeader(*digest);
     }
   }
   return op.head_error.ok();
@@ -270,15 +287,31 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
     failure = r.status();
   } else if (r->head.status == 206 || r->head.status == 200) {
     if (op->buffer.size() == op->range.length) {
-      Finish(op, std::move(op->buffer));
-      return;
-    }
-    if (op->buffer.size() > op->attempt_start - op->range.offset) {
+      failure = CheckAgainstDigest(*op);
+      if (failure.ok()) {
+        Finish(op, std::move(op->buffer));
+        return;
+      }
+      op->buffer.clear();  // nothing of a wrong body is kept: the next server sends it all
+    } else if (op->buffer.size() > op->attempt_start - op->range.offset) {
       op->plan.Continue();  // the server sent a shorter range than asked: go on from it
       Attempt(op);
       return;
+    } else {
+      failure = core::CorruptError(op->server + ": empty body for a range request");
     }
-    failure = core::CorruptError(op->server + ": empty body for a range request");
+  } else if (op->asked_digest && RefusesDigests(r->head.status)) {
+    // XRootD answers a request carrying Want-Digest with 405 (no checksums
+    // configured) or 500 (an algorithm it lacks) rather than ignoring it: ask
+    // the same server again without, and not ask it for digests for a while.
+    digest_refusals_->Refused(op->server, Clock::now());
+    spdlog::info(
+        "{} refused Want-Digest (HTTP {}): its answers are not checked against a digest "
+        "for {} min",
+        core::EscapeForLog(op->server), r->head.status, DigestRefusals::kFor.count());
+    op->plan.Continue();
+    Attempt(op);
+    return;
   } else {
     http_status = r->head.status;
     failure = StatusFromHttp(http_status, "GET " + op->url, FailureSite::kCache, op->error_body);
@@ -306,6 +339,43 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
   }
   ctx_->counters.failovers++;
   Attempt(op);
+}
+
+bool DigestRefusals::MayAsk(const std::string& server, Clock::time_point now) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = until_.find(server);
+  if (it == until_.end()) return true;
+  if (now < it->second) return false;
+  until_.erase(it);
+  return true;
+}
+
+void DigestRefusals::Refused(const std::string& server, Clock::time_point now) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (until_.size() >= 1024) until_.clear();  // servers named over a long time
+  until_[server] = now + kFor;
+}
+
+bool RangeReader::RefusesDigests(long http_status) {
+  return http_status == 400 || http_status == 403 || http_status == 405 || http_status == 500 ||
+         http_status == 501;
+}
+
+Status RangeReader::CheckAgainstDigest(const Op& op) {
+  for (const InstanceDigest& d : op.digests) {
+    switch (CheckDigest(d, op.buffer)) {
+      case DigestCheck::kMatch:
+        ctx_->counters.digests_verified++;
+        return Status();
+      case DigestCheck::kMismatch:
+        ctx_->counters.digest_mismatches++;
+        return core::CorruptError(op.server + ": the body does not match the object's digest (" +
+                                  ToString(d) + ")");
+      case DigestCheck::kUnchecked:
+        break;  // perch cannot compute it: the next one, if any
+    }
+  }
+  return Status();
 }
 
 // Interprets a probe's answer; false when it is an error status for the

@@ -7,11 +7,21 @@
 // of the version being read, and a server's ETag must not change between its
 // answers (XRootD's ETag is per host, so ETags are compared per server only).
 //
+// A read of a whole object (an object of one block) asks for the object's
+// digest (Want-Digest, digest.h) and delivers the body only if it matches:
+// a body that does not is a failure of that server (counted as a digest
+// mismatch) and the next server sends the object again. A server that
+// refuses Want-Digest (XRootD: 405 without checksums, 500 for an algorithm it
+// lacks) is asked again at once without it, and not asked for digests for
+// DigestRefusals::kFor. Parts of larger objects are not checked here (yet).
+//
 // Thread-safety: Read runs on the CurlLoop's thread (callbacks too); ServedBy
 // is safe from any thread.
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,19 +30,38 @@
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
 #include "daemon/http/client_context.h"
+#include "daemon/http/digest.h"
 #include "daemon/http/director_client.h"
 #include "daemon/http/failover.h"
 #include "daemon/http/token.h"
 
 namespace perch::http {
 
+// The servers that refused Want-Digest lately, shared by every RangeReader of
+// a FederationClient (one per net loop), so each such server is asked once.
+// Thread-safety: safe from any thread.
+class DigestRefusals {
+ public:
+  static constexpr std::chrono::minutes kFor{10};
+  // Whether `server` may be asked for digests at `now`.
+  bool MayAsk(const std::string& server, core::Clock::time_point now);
+  // `server` refused at `now`: not asked again for kFor.
+  void Refused(const std::string& server, core::Clock::time_point now);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, core::Clock::time_point> until_;  // Protected by mu_
+};
+
 class RangeReader : public std::enable_shared_from_this<RangeReader> {
  public:
   RangeReader(std::shared_ptr<ClientContext> ctx, std::shared_ptr<DirectorClient> director,
-              std::shared_ptr<NamespaceAuth> auth)
+              std::shared_ptr<NamespaceAuth> auth,
+              std::shared_ptr<DigestRefusals> refusals = std::make_shared<DigestRefusals>())
       : ctx_(std::move(ctx)),
         director_(std::move(director)),
         auth_(std::move(auth)),
+        digest_refusals_(std::move(refusals)),
         health_(ctx_->options.server_penalty),
         first_byte_(ctx_->options.first_byte_min, ctx_->options.first_byte_max) {}
 
@@ -68,10 +97,16 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   void AttemptDone(std::shared_ptr<Op> op, core::Result<HttpResponse> r);
   void Finish(std::shared_ptr<Op> op, core::Result<core::Bytes> r);
   void NoteServer(const std::string& fed_path, const std::string& server);
+  // Whether an answer with `http_status` to a request carrying Want-Digest
+  // may be XRootD refusing the digest rather than the read.
+  static bool RefusesDigests(long http_status);
+  // An error if the body of `op` does not match a digest its answer carried.
+  core::Status CheckAgainstDigest(const Op& op);
 
   std::shared_ptr<ClientContext> ctx_;
   std::shared_ptr<DirectorClient> director_;
   std::shared_ptr<NamespaceAuth> auth_;
+  std::shared_ptr<DigestRefusals> digest_refusals_;
   ServerHealth health_;                                              // loop thread
   FirstByteTimer first_byte_;                                        // loop thread
   std::function<void(const std::string&, uint64_t)> progress_hook_;  // loop thread

@@ -43,7 +43,7 @@ namespace perch::http {
 struct TokenRequest {
   std::string object_path;           // federation path being read
   std::string namespace_prefix;      // from X-Pelican-Namespace
-  std::vector<std::string> issuers;  // from X-Pelican-Authorization; empty = any
+  std::vector<std::string> issuers;  // from X-Pelican-Authorization; empty: no JWT may go
   std::string token_name;            // from a NAME+scheme:// URL, or ""
 };
 

@@ -1,10 +1,13 @@
 #include "tests/fakes/fault_server.h"
 
+#include <isa-l/igzip_lib.h>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <list>
 #include <optional>
 
@@ -24,6 +27,7 @@ struct FaultServer::Impl {
   std::map<std::string, std::string> objects;                         // Protected by mu
   std::vector<std::string> links{"ok"};                               // Protected by mu
   std::map<std::string, int> hits;                                    // Protected by mu
+  std::map<std::string, int> digest_asks;                             // Protected by mu
   int override_status = 0;                                            // Protected by mu
   int override_times = 0;                                             // Protected by mu
   std::vector<std::pair<std::string, std::string>> override_headers;  // Protected by mu
@@ -171,6 +175,12 @@ std::vector<std::string> FaultServer::Authorizations() const {
   return impl_->authorizations;
 }
 
+int FaultServer::DigestAsks(const std::string& behaviour) const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  auto it = impl_->digest_asks.find(behaviour);
+  return it == impl_->digest_asks.end() ? 0 : it->second;
+}
+
 int FaultServer::Hits(const std::string& behaviour) const {
   std::lock_guard<std::mutex> l(impl_->mu);
   auto it = impl_->hits.find(behaviour);
@@ -276,9 +286,11 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
   std::string behaviour = target.substr(5, slash - 5);
   std::string name = target.substr(target.find("/ns/", slash) + 4);
   std::string object;
+  const bool want_digest = !req["Want-Digest"].empty();
   {
     std::lock_guard<std::mutex> l(mu);
     hits[behaviour]++;
+    if (want_digest) digest_asks[behaviour]++;
     auto it = objects.find(name);
     if (it == objects.end()) return reply(404, "not found");
     object = it->second;
@@ -286,6 +298,7 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
   if (behaviour == "500") return reply(500, "injected failure");
   if (behaviour == "404") return reply(404, "injected not found");
   if (behaviour == "403") return reply(403, "injected denial");
+  if (behaviour == "nodigest" && want_digest) return reply(405, "");
   uint64_t first = 0, last = object.empty() ? 0 : object.size() - 1;
   std::string range(req[bhttp::field::range]);
   if (range.rfind("bytes=", 0) == 0) {
@@ -324,7 +337,17 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     return false;
   }
-  return reply(206, body, {{"Content-Range", cr}, {"ETag", "\"17\""}});
+  std::vector<std::pair<std::string, std::string>> headers{{"Content-Range", cr},
+                                                           {"ETag", "\"17\""}};
+  if (want_digest) {
+    char hex[9];
+    std::snprintf(
+        hex, sizeof hex, "%08x",
+        isal_adler32(1, reinterpret_cast<const unsigned char*>(object.data()), object.size()));
+    headers.emplace_back("Digest", std::string("adler32=") + hex);
+  }
+  if (behaviour == "corrupt" && !body.empty()) body[body.size() / 2] ^= 0x01;
+  return reply(206, body, headers);
 }
 
 }  // namespace perch::testing

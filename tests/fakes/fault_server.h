@@ -15,7 +15,12 @@
 // (headers then silence), short (closes
 // after half the body), badrange (wrong Content-Range start), wrongsize
 // (Content-Range total off by one), norange (200 with the whole object),
-// refuse (no such server: the port is closed).
+// refuse (no such server: the port is closed), corrupt (one byte of the body
+// flipped, under the true digest), nodigest (405 to a request carrying
+// Want-Digest, as XRootD without checksums answers).
+//
+// A request carrying Want-Digest gets the whole object's adler32, as XRootD's
+// origins answer it on any Range GET.
 //
 // Thread-safety: setters may be called while serving; state is under a mutex.
 #pragma once
@@ -65,8 +70,9 @@ class FaultServer {
   void SetDirectorOverride(int status, std::vector<std::pair<std::string, std::string>> headers,
                            int times = -1);
 
-  // How many requests each behaviour's server got.
+  // How many requests each behaviour's server got; how many of them carried Want-Digest.
   int Hits(const std::string& behaviour) const;
+  int DigestAsks(const std::string& behaviour) const;
   int DirectorHits() const { return director_hits_.load(); }
 
  private:
