@@ -113,7 +113,14 @@ std::string PerchdProcess::Start(const std::vector<std::string>& args, const fs:
   for (size_t i = 0; i + 1 < all.size(); ++i) {
     if (all[i] == "--control") control_ = all[i + 1];
   }
-  pid_ = Spawn(PERCHD_PATH, all, log);
+  if (wrapper_.empty()) {
+    pid_ = Spawn(PERCHD_PATH, all, log);
+  } else {
+    std::vector<std::string> wrapped(wrapper_.begin() + 1, wrapper_.end());
+    wrapped.push_back(PERCHD_PATH);
+    wrapped.insert(wrapped.end(), all.begin(), all.end());
+    pid_ = Spawn(wrapper_.front(), wrapped, log);
+  }
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < end) {
     // Mounted and answering: a dead mount left by a killed perchd is not it

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace perch::testing {
@@ -39,6 +40,12 @@ class PerchdProcess {
   PerchdProcess(const PerchdProcess&) = delete;
   PerchdProcess& operator=(const PerchdProcess&) = delete;
 
+  // Makes the next Start run `wrapper` (a program and its arguments, e.g.
+  // {"/usr/bin/setpriv", "--no-new-privs", "--"}) with perchd and its
+  // arguments after them. The wrapper must exec perchd in its own process,
+  // so that pid() and Stop() reach perchd.
+  void set_wrapper(std::vector<std::string> wrapper) { wrapper_ = std::move(wrapper); }
+
   // Starts `perchd --foreground <args>` and waits until `mountpoint` is mounted.
   // Without "--control" in `args`, the daemon's control socket is put next to `log`.
   // Returns "" on success, else a message with perchd's log.
@@ -61,6 +68,7 @@ class PerchdProcess {
   std::filesystem::path mountpoint_;
   std::filesystem::path log_;
   std::string control_;
+  std::vector<std::string> wrapper_;
 };
 
 }  // namespace perch::testing
