@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <optional>
+#include <utility>
 
 namespace perch::devfed {
 
@@ -79,31 +80,44 @@ void ResponseFaults::OnRequestBytes(std::string_view data) {
   }
 }
 
-bool ResponseFaults::StartResponse(const std::string& head) {
-  if (head.rfind("HTTP/1.", 0) != 0 || head.size() < 12 || methods_.empty()) return false;
+bool ResponseFaults::StartResponse(std::string& head) {
+  if (head.size() > kMaxHeader || head.rfind("HTTP/1.", 0) != 0 || head.size() < 12 ||
+      methods_.empty()) {
+    return false;
+  }
   int status = std::atoi(head.c_str() + 9);
-  if (status < 200) return false;  // 1xx interim answers: not followed
+  if (status < 100 || status == 101) return false;  // garbage, or no longer HTTP
+  if (status < 200) return true;  // an interim answer (100 Continue): the final one follows
   std::string method = methods_.front();
   methods_.pop_front();
+  if (!options_.cache_control.empty()) {
+    head.insert(head.size() - 2, "Cache-Control: " + options_.cache_control + "\r\n");
+  }
   body_left_ = 0;
   if (method == "HEAD" || status == 204 || status == 304) return true;
   auto len = BodyLength(head);
   if (!len) return false;
   body_left_ = *len;
-  if (body_left_ == 0) return true;
+  if (body_left_ > 0) Draw(method == "GET" && status / 100 == 2);
+  return true;
+}
+
+void ResponseFaults::Draw(bool corruptible) {
+  const FaultOptions& f = options_.faults;
   double u = std::uniform_real_distribution<double>(0, 1)(rng_);
-  if (u < options_.cut) {
+  if (u < f.cut) {
     pending_ = Fault::kCut;
-  } else if (u < options_.cut + options_.reset) {
+  } else if (u < f.cut + f.reset) {
     pending_ = Fault::kReset;
-  } else if (u < options_.cut + options_.reset + options_.stall) {
+  } else if (u < f.cut + f.reset + f.stall) {
     pending_ = Fault::kStall;
+  } else if (u < f.cut + f.reset + f.stall + f.corrupt && corruptible) {
+    pending_ = Fault::kCorrupt;
   } else {
-    return true;
+    return;
   }
   uint64_t offset = std::uniform_int_distribution<uint64_t>(0, body_left_ - 1)(rng_);
   fault_at_ = body_left_ - offset;
-  return true;
 }
 
 void ResponseFaults::Count(uint64_t body_bytes, Fault fault) {
@@ -112,39 +126,51 @@ void ResponseFaults::Count(uint64_t body_bytes, Fault fault) {
   if (fault == Fault::kCut) counters_->cut++;
   if (fault == Fault::kReset) counters_->reset++;
   if (fault == Fault::kStall) counters_->stall++;
+  if (fault == Fault::kCorrupt) counters_->corrupt++;
 }
 
-ResponseFaults::Decision ResponseFaults::OnResponseBytes(std::string_view data) {
-  size_t pass = 0;
+ResponseFaults::Output ResponseFaults::OnResponseBytes(std::string_view data) {
+  Output out;
   std::string_view rest = data;
   while (!rest.empty() && !lost_) {
     if (body_left_ > 0) {
       uint64_t n = std::min<uint64_t>(rest.size(), body_left_);
-      if (pending_ != Fault::kNone && n >= body_left_ - fault_at_) {
-        Fault f = pending_;
-        pending_ = Fault::kNone;
+      uint64_t hit = body_left_ - fault_at_;  // body bytes before the pending fault's point
+      bool breaks =
+          pending_ == Fault::kCut || pending_ == Fault::kReset || pending_ == Fault::kStall;
+      if (breaks && hit <= n) {
+        out.bytes.append(rest.substr(0, hit));
+        out.fault = std::exchange(pending_, Fault::kNone);
         lost_ = true;  // the connection ends (or hangs) here
-        Count(body_left_ - fault_at_, f);
-        return {pass + static_cast<size_t>(body_left_ - fault_at_), f};
+        Count(hit, out.fault);
+        return out;
       }
-      Count(n, Fault::kNone);
+      out.bytes.append(rest.substr(0, n));
+      if (pending_ == Fault::kCorrupt && hit < n) {
+        out.bytes[out.bytes.size() - n + hit] ^= static_cast<char>(0xFF);
+        Count(n, std::exchange(pending_, Fault::kNone));
+      } else {
+        Count(n, Fault::kNone);
+      }
       body_left_ -= n;
-      pass += n;
       rest.remove_prefix(n);
       continue;
     }
     bool complete = false;
-    size_t took = TakeHeader(resp_head_, rest, &complete);
-    pass += took;
-    rest.remove_prefix(took);
-    if (!complete) {
-      if (resp_head_.size() > kMaxHeader) lost_ = true;
-      break;
-    }
-    if (!StartResponse(resp_head_)) lost_ = true;
+    rest.remove_prefix(TakeHeader(resp_head_, rest, &complete));
+    if (!complete && resp_head_.size() <= kMaxHeader) break;  // held for the next bytes
+    if (!complete || !StartResponse(resp_head_)) lost_ = true;
+    out.bytes += resp_head_;
     resp_head_.clear();
   }
-  return {data.size(), Fault::kNone};
+  if (lost_) {  // the rest passes untouched, with a header block held before it was lost
+    out.bytes.insert(0, resp_head_);
+    resp_head_.clear();
+    out.bytes.append(rest);
+  }
+  return out;
 }
+
+std::string ResponseFaults::OnResponseEnd() { return std::exchange(resp_head_, {}); }
 
 }  // namespace perch::devfed

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -43,6 +44,7 @@ struct Export {
   std::string dir;
   bool protected_ = false;
   bool listings = true;
+  std::string cache_control;  // "": its servers add no Cache-Control header
 };
 
 // A server the main loop watches: a cache that dies is dropped from the director.
@@ -90,7 +92,9 @@ void Say(const std::string& line) {
 // The exports as the flags describe them; "" (and `out` filled) or the error.
 std::string ParseExports(const std::vector<std::string>& export_args,
                          const std::vector<std::string>& protected_args,
-                         const std::vector<std::string>& nolist_args, std::vector<Export>* out) {
+                         const std::vector<std::string>& nolist_args,
+                         const std::vector<std::string>& cache_control_args,
+                         std::vector<Export>* out) {
   std::vector<Export>& exports = *out;
   for (const std::string& e : export_args) {
     size_t eq = e.find('=');
@@ -105,7 +109,7 @@ std::string ParseExports(const std::vector<std::string>& export_args,
     for (const Export& other : exports) {
       if (other.ns == ns->str()) return ns->str() + " is exported twice";
     }
-    exports.push_back({ns->str(), dir, false});
+    exports.push_back({ns->str(), dir, false, true, ""});
   }
   for (const std::string& p : protected_args) {
     bool found = false;
@@ -116,6 +120,20 @@ std::string ParseExports(const std::vector<std::string>& export_args,
     bool found = false;
     for (Export& e : exports) found |= (e.ns == p) && !(e.listings = false);
     if (!found) return "--no-listings " + p + " names no --export";
+  }
+  for (const std::string& c : cache_control_args) {
+    size_t eq = c.find('=');
+    std::string value = eq == std::string::npos ? "" : c.substr(eq + 1);
+    if (value.empty() || std::any_of(value.begin(), value.end(),
+                                     [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; })) {
+      return "--cache-control wants /NS=VALUE (a header value: no control characters), got '" + c +
+             "'";
+    }
+    auto it = std::find_if(exports.begin(), exports.end(),
+                           [&](const Export& e) { return e.ns == c.substr(0, eq); });
+    if (it == exports.end()) return "--cache-control " + c + " names no --export";
+    if (!it->cache_control.empty()) return "--cache-control is given twice for " + it->ns;
+    it->cache_control = value;
   }
   return "";
 }
@@ -132,7 +150,8 @@ void WatchUntilStopped(const sigset_t& signals, const std::vector<Watched>& watc
       if (wan == nullptr) continue;
       const perch::devfed::FaultCounters& c = wan->fault_counters();
       std::cerr << "perch-devfed: fault proxies: " << c.body_bytes << " response body bytes, "
-                << c.cut << " cut, " << c.reset << " reset, " << c.stall << " stalled" << std::endl;
+                << c.cut << " cut, " << c.reset << " reset, " << c.stall << " stalled, "
+                << c.corrupt << " corrupted" << std::endl;
       continue;
     }
     if (sig > 0) {
@@ -157,24 +176,27 @@ struct Settings {
   int discovery_port = 0;  // the discovery host's (the federation URL's)
   bool tls = false;
   double wan_rtt_ms = 0, wan_rate_mbit = 0;
-  perch::devfed::FaultOptions faults;
+  perch::devfed::FaultOptions faults;  // corrupt: of the caches' bodies only
   uint64_t fault_seed = 1;
   std::string token_out;
 };
 
 // Everything a running federation owns.
 struct Federation {
-  std::unique_ptr<perch::devfed::WanLink> wan;
+  std::unique_ptr<perch::devfed::WanLink> wan;  // null: no server needs a proxy
+  bool emulate_wan = false;                     // a delay or rate: every server is behind it
   std::vector<std::unique_ptr<XrootdServer>> servers;
   std::unique_ptr<Director> director;
   std::unique_ptr<DiscoveryHost> discovery;
   std::vector<Watched> watched;
 
-  // `url` as clients see it: through the WAN link when there is one; `data`:
-  // an origin or cache, whose bodies the fault flags break. "" on error.
-  std::string Outside(const std::string& url, int port, std::string* err, bool data = false) {
-    if (!wan) return url;
-    int proxy = wan->AddProxy(port, err, data);
+  // `url` as clients see it: through a proxy of the link when the link
+  // emulates a WAN or when `responses` asks for something, else `url`
+  // itself. "" on error.
+  std::string Outside(const std::string& url, int port, std::string* err,
+                      perch::devfed::ResponseOptions responses = {}) {
+    if (!wan || (!emulate_wan && !responses.any())) return url;
+    int proxy = wan->AddProxy(port, err, std::move(responses));
     if (proxy == 0) return "";
     return url.substr(0, url.rfind(':') + 1) + std::to_string(proxy);
   }
@@ -193,7 +215,8 @@ struct Federation {
 std::string StartServers(const Settings& s, const fs::path& work, const XrootdConfig& base,
                          perch::devfed::TokenIssuer& issuer, Federation* fed,
                          std::vector<Namespace>* namespaces) {
-  bool faults = s.faults.any();
+  perch::devfed::FaultOptions origin_faults = s.faults;
+  origin_faults.corrupt = 0;  // an origin's bytes are the truth
   int k = 0;
   for (const Export& e : s.exports) {
     ++k;
@@ -209,7 +232,8 @@ std::string StartServers(const Settings& s, const fs::path& work, const XrootdCo
     auto origin = std::make_unique<XrootdServer>();
     std::string err = origin->Start(oc);
     if (!err.empty()) return err;
-    std::string origin_url = fed->Outside(origin->Url(), origin->port(), &err, faults);
+    std::string origin_url =
+        fed->Outside(origin->Url(), origin->port(), &err, {origin_faults, e.cache_control});
     if (origin_url.empty()) return err;
     Namespace ns{e.ns, e.dir, e.protected_, e.listings, origin_url, {}};
     fed->watched.push_back({origin.get(), "origin " + e.ns, origin_url, false});
@@ -224,7 +248,8 @@ std::string StartServers(const Settings& s, const fs::path& work, const XrootdCo
       auto cache = std::make_unique<XrootdServer>();
       err = cache->Start(cc);
       if (!err.empty()) return err;
-      std::string cache_url = fed->Outside(cache->Url(), cache->port(), &err, faults);
+      std::string cache_url =
+          fed->Outside(cache->Url(), cache->port(), &err, {s.faults, e.cache_control});
       if (cache_url.empty()) return err;
       ns.cache_urls.push_back(cache_url);
       fed->watched.push_back(
@@ -239,10 +264,13 @@ std::string StartServers(const Settings& s, const fs::path& work, const XrootdCo
 // Starts the federation `s` describes in `work` and prints what it started,
 // ending with "ready". "" or the error.
 std::string StartFederation(const Settings& s, const fs::path& work, Federation* fed) {
-  if (s.wan_rtt_ms > 0 || s.wan_rate_mbit > 0 || s.faults.any()) {
+  fed->emulate_wan = s.wan_rtt_ms > 0 || s.wan_rate_mbit > 0;
+  bool any_cache_control = std::any_of(s.exports.begin(), s.exports.end(),
+                                       [](const Export& e) { return !e.cache_control.empty(); });
+  if (fed->emulate_wan || s.faults.any() || any_cache_control) {
     fed->wan = std::make_unique<perch::devfed::WanLink>(
         std::chrono::microseconds(static_cast<int64_t>(s.wan_rtt_ms * 500)), s.wan_rate_mbit,
-        s.faults, s.fault_seed);
+        s.fault_seed);
   }
   XrootdConfig base;
   base.work_dir = work.string();
@@ -284,9 +312,13 @@ std::string StartFederation(const Settings& s, const fs::path& work, Federation*
   if (s.faults.any()) {
     Say("faults: cut " + std::to_string(s.faults.cut) + ", reset " +
         std::to_string(s.faults.reset) + ", stall " + std::to_string(s.faults.stall) +
-        " of origin and cache response bodies (seed " + std::to_string(s.fault_seed) + ")");
+        " of origin and cache response bodies, corrupt " + std::to_string(s.faults.corrupt) +
+        " of cache response bodies (seed " + std::to_string(s.fault_seed) + ")");
   }
-  if (fed->wan) {
+  for (const Export& e : s.exports) {
+    if (!e.cache_control.empty()) Say("cache-control " + e.ns + ": " + e.cache_control);
+  }
+  if (fed->emulate_wan) {
     Say("wan: rtt " + std::to_string(s.wan_rtt_ms) + " ms, rate " +
         (s.wan_rate_mbit > 0 ? std::to_string(s.wan_rate_mbit) + " Mbit/s"
                              : std::string("unlimited")) +
@@ -315,8 +347,9 @@ constexpr char kHelp[] =
     "redirects clients to them. The federation URL is a discovery host apart from the\n"
     "director, as the OSDF's is. The first line printed is 'federation: <url>', the second\n"
     "'director: <url>', the last 'ready'. A cache that dies is reported on stderr and no\n"
-    "longer named. SIGUSR1 prints the --fault-* proxies' counters on stderr. For a second\n"
-    "federation, run a second perch-devfed.\n\n"
+    "longer named. --fault-* and --cache-control put a proxy of perch-devfed's in front of\n"
+    "the origins and caches (plain HTTP only); SIGUSR1 prints its fault counters on stderr.\n"
+    "For a second federation, run a second perch-devfed.\n\n"
     "Example:\n"
     "  perch-devfed --export /test=$HOME/data --caches 2\n"
     "  curl -si http://127.0.0.1:DIRECTOR_PORT/test/file.txt   # 307, Link, X-Pelican-*\n"
@@ -330,7 +363,7 @@ constexpr char kHelp[] =
 int main(int argc, char** argv) {
   CLI::App app{kHelp};
   Settings settings;
-  std::vector<std::string> export_args, protected_args, nolist_args;
+  std::vector<std::string> export_args, protected_args, nolist_args, cache_control_args;
   std::string work_dir_arg, log_level = "warn";
   app.add_option("--export", export_args, "/NS=DIR: serve DIR at federation path /NS (repeatable)")
       ->required();
@@ -339,6 +372,9 @@ int main(int argc, char** argv) {
   app.add_option(
       "--no-listings", nolist_args,
       "/NS: this export has no Listings capability (no collections-url; PROPFIND Depth 1 -> 405)");
+  app.add_option("--cache-control", cache_control_args,
+                 "/NS=VALUE: the origin and caches of this export answer with 'Cache-Control: "
+                 "VALUE' (e.g. no-store, max-age=60; repeatable, one per export)");
   app.add_option("--caches", settings.caches,
                  "XCache servers in front of each public origin (default 0)")
       ->check(CLI::Range(0, 6));
@@ -365,6 +401,10 @@ int main(int argc, char** argv) {
   app.add_option("--fault-stall", faults.stall,
                  "fraction of response bodies that stall mid-body on an open connection")
       ->check(fraction);
+  app.add_option("--fault-corrupt", faults.corrupt,
+                 "fraction of cache (not origin) GET response bodies with one byte flipped; length "
+                 "and connection intact")
+      ->check(fraction);
   app.add_option("--fault-seed", settings.fault_seed,
                  "seed of the fault draws (default 1: repeatable runs)");
   app.add_option("--work-dir", work_dir_arg,
@@ -380,19 +420,25 @@ int main(int argc, char** argv) {
 
   // Validate everything before starting anything.
   std::vector<Export>& exports = settings.exports;
-  if (std::string err = ParseExports(export_args, protected_args, nolist_args, &exports);
+  if (std::string err =
+          ParseExports(export_args, protected_args, nolist_args, cache_control_args, &exports);
       !err.empty()) {
     std::cerr << "perch-devfed: " << err << "\n";
     return 2;
   }
-  if (faults.cut + faults.reset + faults.stall > 1) {
-    std::cerr
-        << "perch-devfed: --fault-cut, --fault-reset and --fault-stall add up to more than 1\n";
+  if (faults.cut + faults.reset + faults.stall + faults.corrupt > 1) {
+    std::cerr << "perch-devfed: --fault-cut, --fault-reset, --fault-stall and --fault-corrupt add "
+                 "up to more than 1 (a body gets at most one fault)\n";
     return 2;
   }
-  if (faults.any() && settings.tls) {
-    std::cerr << "perch-devfed: the --fault-* flags need plain HTTP (the proxy follows HTTP/1.1), "
-                 "not --tls\n";
+  if (faults.corrupt > 0 && settings.caches == 0) {
+    std::cerr << "perch-devfed: --fault-corrupt corrupts the caches' bodies only: it needs "
+                 "--caches N\n";
+    return 2;
+  }
+  if ((faults.any() || !cache_control_args.empty()) && settings.tls) {
+    std::cerr << "perch-devfed: the --fault-* and --cache-control flags need plain HTTP (the proxy "
+                 "follows HTTP/1.1), not --tls\n";
     return 2;
   }
   if (getpwnam("xrootd") == nullptr || RunCommand({"sh", "-c", "command -v xrootd"}) != 0) {

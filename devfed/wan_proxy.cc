@@ -26,7 +26,6 @@ struct WanLink::Impl {
   double bytes_per_us = 0;                      // 0: unlimited
   std::array<Clock::time_point, 2> busy_until;  // per direction: when the line is free again
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
-  FaultOptions faults;
   std::mt19937_64 rng;  // fault draws of every connection
   FaultCounters counters;
 
@@ -70,6 +69,8 @@ struct Pipe : std::enable_shared_from_this<Pipe> {
   bool reading = false, writing = false, eof = false, faulted = false;
 
   void Read();
+  // Queues `data` for the line, then `fault` (none if both are empty).
+  void Push(std::string data, Fault fault);
   void Deliver();
   void Close();
   void Apply(Fault fault);
@@ -97,6 +98,13 @@ void Pipe::Apply(Fault fault) {
   if (fault == Fault::kCut || fault == Fault::kReset) Close();
 }
 
+void Pipe::Push(std::string data, Fault fault) {
+  if (data.empty() && fault == Fault::kNone) return;
+  size_t n = data.size();
+  queue.push_back(Chunk{link->Schedule(dir, n), std::move(data), fault});
+  queued += n;
+}
+
 void Pipe::Read() {
   if (reading || eof || faulted || queued > kMaxQueued) return;
   reading = true;
@@ -104,25 +112,25 @@ void Pipe::Read() {
       asio::buffer(buf), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
         self->reading = false;
         if (ec) {
+          if (ResponseFaults* f = self->owner->faults.get(); f != nullptr && self->dir == 1)
+            self->Push(f->OnResponseEnd(), Fault::kNone);  // an incomplete header block
           self->eof = true;
           if (!self->writing) self->Deliver();  // flushes, then passes the end on
           return;
         }
-        std::string data(self->buf.data(), n);
+        std::string data;
         Fault fault = Fault::kNone;
-        if (ResponseFaults* f = self->owner->faults.get()) {
-          if (self->dir == 0) {
-            f->OnRequestBytes(data);
-          } else {
-            auto d = f->OnResponseBytes(data);
-            data.resize(d.pass);
-            fault = d.fault;
-          }
+        ResponseFaults* f = self->owner->faults.get();
+        if (f != nullptr && self->dir == 1) {
+          auto out = f->OnResponseBytes(std::string_view(self->buf.data(), n));
+          data = std::move(out.bytes);
+          fault = out.fault;
+        } else {
+          data.assign(self->buf.data(), n);
+          if (f != nullptr) f->OnRequestBytes(data);
         }
         self->faulted = fault != Fault::kNone;
-        n = data.size();
-        self->queue.push_back(Chunk{self->link->Schedule(self->dir, n), std::move(data), fault});
-        self->queued += n;
+        self->Push(std::move(data), fault);
         self->Read();
         if (!self->writing) self->Deliver();
       });
@@ -154,14 +162,15 @@ void Pipe::Deliver() {
   });
 }
 
-void Accept(WanLink::Impl* link, tcp::acceptor* acceptor, int port, bool faults) {
+void Accept(WanLink::Impl* link, tcp::acceptor* acceptor, int port,
+            std::shared_ptr<const ResponseOptions> responses) {
   auto session = std::make_shared<Session>(link->io);
-  if (faults)
-    session->faults = std::make_unique<ResponseFaults>(link->faults, &link->rng, &link->counters);
+  if (responses->any())
+    session->faults = std::make_unique<ResponseFaults>(*responses, &link->rng, &link->counters);
   acceptor->async_accept(
-      session->client, [link, acceptor, port, faults, session](boost::system::error_code ec) {
+      session->client, [link, acceptor, port, responses, session](boost::system::error_code ec) {
         if (ec) return;  // stopped
-        Accept(link, acceptor, port, faults);
+        Accept(link, acceptor, port, responses);
         session->server.async_connect(
             tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<uint16_t>(port)),
             [link, session](boost::system::error_code ec) {
@@ -180,10 +189,8 @@ void Accept(WanLink::Impl* link, tcp::acceptor* acceptor, int port, bool faults)
 
 }  // namespace
 
-WanLink::WanLink(std::chrono::microseconds one_way_delay, double rate_mbit, FaultOptions faults,
-                 uint64_t seed)
+WanLink::WanLink(std::chrono::microseconds one_way_delay, double rate_mbit, uint64_t seed)
     : impl_(std::make_unique<Impl>()) {
-  impl_->faults = faults;
   impl_->rng.seed(seed);
   impl_->delay = one_way_delay;
   impl_->bytes_per_us = rate_mbit / 8.0;  // Mbit/s = bits per µs
@@ -192,7 +199,7 @@ WanLink::WanLink(std::chrono::microseconds one_way_delay, double rate_mbit, Faul
 
 WanLink::~WanLink() { Stop(); }
 
-int WanLink::AddProxy(int port, std::string* err, bool faults) {
+int WanLink::AddProxy(int port, std::string* err, ResponseOptions responses) {
   auto acceptor = std::make_unique<tcp::acceptor>(impl_->io);
   boost::system::error_code ec;
   tcp::endpoint ep(asio::ip::address_v4::loopback(), 0);
@@ -206,8 +213,10 @@ int WanLink::AddProxy(int port, std::string* err, bool faults) {
   int proxy_port = acceptor->local_endpoint().port();
   tcp::acceptor* raw = acceptor.get();
   impl_->acceptors.push_back(std::move(acceptor));
-  asio::post(impl_->io,
-             [impl = impl_.get(), raw, port, faults] { Accept(impl, raw, port, faults); });
+  asio::post(impl_->io, [impl = impl_.get(), raw, port,
+                         r = std::make_shared<const ResponseOptions>(std::move(responses))] {
+    Accept(impl, raw, port, r);
+  });
   return proxy_port;
 }
 

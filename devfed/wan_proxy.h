@@ -8,7 +8,9 @@
 // the bandwidth of a WAN path while the servers behind it talk to each other
 // directly. Per connection, byte order is kept; a sender is slowed (TCP
 // back-pressure) when more than 4 MiB wait for the link. A proxy may also
-// break a fraction of the response bodies it carries (faults.h).
+// break or corrupt a fraction of the response bodies it carries and add a
+// header to its responses (faults.h), each proxy as its own options say;
+// a link with no delay and no rate limit is just that.
 //
 // Thread-safety: everything runs on the link's own Asio thread; Start and
 // Stop from one thread.
@@ -25,20 +27,20 @@ namespace perch::devfed {
 
 class WanLink {
  public:
-  // `rate_mbit` 0 = unlimited. `faults`: what proxies made with faults=true
-  // do to response bodies; `seed` makes the draws repeatable.
-  WanLink(std::chrono::microseconds one_way_delay, double rate_mbit, FaultOptions faults = {},
-          uint64_t seed = 0);
+  // `rate_mbit` 0 = unlimited. `seed` makes the fault draws of all its
+  // proxies repeatable.
+  WanLink(std::chrono::microseconds one_way_delay, double rate_mbit, uint64_t seed = 0);
   ~WanLink();
   WanLink(const WanLink&) = delete;
   WanLink& operator=(const WanLink&) = delete;
 
   // A proxy to 127.0.0.1:`port` through this link; returns its port (0 on
-  // error, with `err`). `faults`: it breaks response bodies as configured.
-  int AddProxy(int port, std::string* err, bool faults = false);
+  // error, with `err`). It does `responses` to the server's responses
+  // (nothing by default: the bytes pass untouched).
+  int AddProxy(int port, std::string* err, ResponseOptions responses = {});
   void Stop();
 
-  // What the proxies made with faults=true did so far.
+  // What the proxies with response options did so far, all together.
   const FaultCounters& fault_counters() const;
 
   struct Impl;

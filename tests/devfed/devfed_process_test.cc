@@ -200,11 +200,25 @@ TEST(DevFedCliTest, BadArgumentsAreClearErrors) {
   auto [rc7, out7] = run("--export /t=/tmp --fault-cut 0.7 --fault-reset 0.7");
   EXPECT_NE(rc7, 0);
   EXPECT_NE(out7.find("add up to more than 1"), std::string::npos) << out7;
+  auto [rc8, out8] = run("--export /t=/tmp --cache-control /u=no-store");
+  EXPECT_NE(rc8, 0);
+  EXPECT_NE(out8.find("--cache-control /u=no-store names no --export"), std::string::npos) << out8;
+  auto [rc9, out9] = run("--export /t=/tmp --cache-control /t");
+  EXPECT_NE(rc9, 0);
+  EXPECT_NE(out9.find("--cache-control wants /NS=VALUE"), std::string::npos) << out9;
+  auto [rc10, out10] = run("--export /t=/tmp --fault-corrupt 0.5");
+  EXPECT_NE(rc10, 0);
+  EXPECT_NE(out10.find("it needs --caches N"), std::string::npos) << out10;
+  auto [rc11, out11] = run("--export /t=/tmp --caches 1 --fault-cut 0.5 --fault-corrupt 0.6");
+  EXPECT_NE(rc11, 0);
+  EXPECT_NE(out11.find("add up to more than 1"), std::string::npos) << out11;
   auto [rc6, out6] = run("--help");
   EXPECT_EQ(rc6, 0);
   EXPECT_NE(out6.find("Example"), std::string::npos);
   EXPECT_NE(out6.find("--no-listings"), std::string::npos);
   EXPECT_NE(out6.find("--fault-stall"), std::string::npos);
+  EXPECT_NE(out6.find("--fault-corrupt"), std::string::npos);
+  EXPECT_NE(out6.find("--cache-control"), std::string::npos);
 }
 
 }  // namespace

@@ -3,11 +3,15 @@
 // (devfed/director.h says where each comes from), caches and origin serving
 // bytes, token enforcement by XRootD itself, TLS, and a clean stop.
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "tests/devfed/devfed_harness.h"
 #include "tests/devfed/devfed_test_fixture.h"
@@ -347,6 +351,79 @@ TEST_F(DevFedTest, OriginsAndCachesAnswerWantDigest) {
   EXPECT_EQ(relayed.body, "world");
   EXPECT_EQ(relayed.Header("digest"), "adler32=1e720467");
   EXPECT_EQ(Fetch(cache, "GET", {"Want-Digest: crc32c"}).status, 500);  // XRootD 5.5's proxy
+}
+
+// --fault-corrupt flips one byte of a cache's GET bodies, never an origin's;
+// the length and the connection stay whole, and SIGUSR1 reports the count.
+TEST_F(DevFedTest, FaultCorruptFlipsOneByteOfCacheBodiesOnly) {
+  std::string big(100000, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 % 251);
+  data_.Write("big.bin", big);
+  DevFed fed(
+      DevFed::Options{{{"/test", dir_.string(), false}}, 1, false, {"--fault-corrupt", "1"}});
+  ASSERT_EQ(fed.Start(), "");
+  std::string origin = fed.OriginUrl("/test") + "/test/big.bin";
+  std::string cache = fed.CacheUrls("/test").at(0) + "/test/big.bin";
+  auto differences = [](const std::string& a, const std::string& b) {
+    size_t n = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i];
+    return n;
+  };
+  constexpr int kReads = 4;
+  for (int i = 0; i < kReads; ++i) {
+    auto whole = Fetch(cache);
+    EXPECT_EQ(whole.status, 200);
+    EXPECT_EQ(whole.curl_code, CURLE_OK);
+    ASSERT_EQ(whole.body.size(), big.size());
+    EXPECT_EQ(differences(whole.body, big), 1u);
+    auto range = Fetch(cache, "GET", {"Range: bytes=1000-50999"});
+    EXPECT_EQ(range.status, 206);
+    ASSERT_EQ(range.body.size(), 50000u);
+    EXPECT_EQ(differences(range.body, big.substr(1000, 50000)), 1u);
+    EXPECT_EQ(Fetch(origin).body, big);
+    EXPECT_EQ(Fetch(origin, "GET", {"Range: bytes=1000-50999"}).body, big.substr(1000, 50000));
+  }
+  EXPECT_EQ(Fetch(cache, "HEAD").status, 200);
+  EXPECT_EQ(Fetch(fed.CacheUrls("/test")[0] + "/test/hello.txt").body.size(), 12u);
+  ASSERT_EQ(kill(fed.Pid(), SIGUSR1), 0);
+  std::string want = std::to_string(2 * kReads + 1) + " corrupted";
+  for (int i = 0; i < 50 && fed.ErrLog().find(want) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(fed.ErrLog().find(want), std::string::npos) << fed.ErrLog();
+}
+
+// --cache-control /NS=VALUE: that export's origin and caches answer with the
+// header (GET, HEAD, errors); other exports and the director do not.
+TEST_F(DevFedTest, CacheControlOnAnExportsOriginAndCaches) {
+  TempData other("other");
+  other.Write("x.txt", "x");
+  DevFed fed(DevFed::Options{{{"/test", dir_.string(), false}, {"/other", other.path().string()}},
+                             1,
+                             false,
+                             {"--cache-control", "/test=no-store"}});
+  ASSERT_EQ(fed.Start(), "");
+  std::vector<std::string> no_store = {"no-store"};
+  for (const std::string& base : {fed.OriginUrl("/test"), fed.CacheUrls("/test").at(0)}) {
+    for (int i = 0; i < 2; ++i) {  // a cold and a warm cache
+      auto get = Fetch(base + "/test/hello.txt");
+      EXPECT_EQ(get.body, "hello world\n") << base;
+      EXPECT_EQ(get.All("cache-control"), no_store) << base;
+      auto range = Fetch(base + "/test/hello.txt", "GET", {"Range: bytes=6-10"});
+      EXPECT_EQ(range.body, "world") << base;
+      EXPECT_EQ(range.All("cache-control"), no_store) << base;
+    }
+    EXPECT_EQ(Fetch(base + "/test/hello.txt", "HEAD").All("cache-control"), no_store) << base;
+    auto missing = Fetch(base + "/test/nope");
+    EXPECT_EQ(missing.status, 404) << base;
+    EXPECT_EQ(missing.All("cache-control"), no_store) << base;
+  }
+  for (const std::string& base : {fed.OriginUrl("/other"), fed.CacheUrls("/other").at(0)}) {
+    auto r = Fetch(base + "/other/x.txt");
+    EXPECT_EQ(r.body, "x") << base;
+    EXPECT_FALSE(r.Has("cache-control")) << base;
+  }
+  EXPECT_FALSE(Fetch(fed.DirectorUrl() + "/test/hello.txt").Has("cache-control"));
 }
 
 TEST_F(DevFedTest, TlsEverywhere) {
