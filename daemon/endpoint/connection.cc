@@ -266,17 +266,33 @@ class Connection {
     if (mount == nullptr)
       return Error(bhttp::status::not_found, path->str() + " is below no federation perchd mounts");
     core::FileSystem& fs = mount->fs();
+    if (!MayReadRestricted()) {
+      // The kernel walks a path through the mount one directory at a time
+      // and stops at a protected one (mode 0500/0550); so does the endpoint,
+      // so that a 404 or a 403 below it tells such a user nothing of its
+      // names, and perchd looks nothing up there for them.
+      const std::vector<std::string_view> segments = rel.Segments();
+      core::ObjectPath dir;  // the root, then each directory down to rel's parent
+      for (std::string_view segment : segments) {
+        auto above = fs.GetAttr(dir);
+        if (!above.ok()) return Error(StatusOf(above.status()), above.status().message());
+        if (above->restricted) return Protected(*path);
+        dir = *dir.Child(segment);
+      }
+    }
     auto attr = fs.GetAttr(rel);
     if (!attr.ok()) return Error(StatusOf(attr.status()), attr.status().message());
-    if (attr->restricted && !MayReadRestricted()) {
-      return Error(bhttp::status::forbidden,
-                   path->str() + " is in a protected namespace: perchd serves it to root and " +
-                       "members of its protected_group only");
-    }
+    if (attr->restricted && !MayReadRestricted()) return Protected(*path);
     federation_ = mount->spec().federation_id;
     if (m == bhttp::verb::propfind) return Propfind(req, fs, *path, rel, *attr);
     if (attr->is_dir) return Index(fs, *path, rel);
     return Object(req, fs, rel, *attr);
+  }
+
+  bool Protected(const core::ObjectPath& path) {
+    return Error(bhttp::status::forbidden,
+                 path.str() + " is in a protected namespace: perchd serves it to root and " +
+                     "members of its protected_group only");
   }
 
   bool Mounts() {

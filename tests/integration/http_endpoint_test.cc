@@ -246,13 +246,19 @@ TEST_F(HttpEndpointTest, PelicansTrailerReportsTheTransferStatus) {
 
 TEST_F(HttpEndpointTest, ProtectedNamespaceOnlyForTheUsersTheMountAllows) {
   Mount({"--protected-group", "users"});
-  auto curl_as = [&](const std::string& group) {
+  auto curl_as = [&](const std::string& group, const std::string& path = "/p/secret.txt") {
     return RunToExit("/usr/sbin/runuser", {"-u", "nobody", "-g", group, "--", "/usr/bin/curl",
-                                           "-sS", "-w", " %{http_code}", base_ + "/p/secret.txt"});
+                                           "-sS", "-w", " %{http_code}", base_ + path});
   };
   RunResult other = curl_as("nogroup");
   EXPECT_NE(other.output.find(" 403"), std::string::npos) << other.output;
   EXPECT_EQ(other.output.find("protected bytes"), std::string::npos) << other.output;
+  // Names below it are not probed: a missing one is 403 as well, as the
+  // kernel refuses the walk into the directory (docs/security.md).
+  for (const char* probe : {"/p/no-such-file", "/p/no/such/dir", "/p/"}) {
+    RunResult r = curl_as("nogroup", probe);
+    EXPECT_NE(r.output.find(" 403"), std::string::npos) << probe << ": " << r.output;
+  }
   RunResult member = curl_as("users");
   EXPECT_EQ(member.output, "protected bytes of /p\n 200") << member.output;
   // Root (the daemon's own user) reads it; public namespaces are for everyone.
