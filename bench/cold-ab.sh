@@ -20,7 +20,9 @@
 # the caches go: default the work directory on this disk; a tmpfs takes the
 # filesystem out), FRESH (1: the cache directory is removed and made again
 # before each pass, as bench/cost.sh does, so that a filesystem's cost after
-# deletes shows; 0: a new directory each pass). Prints to stdout.
+# deletes shows; 0: a new directory each pass), DEVFED_ARGS (more perch-devfed flags, e.g.
+# "--caches 1": reads then go through an XCache; "origin" CPU is then every xrootd's). Prints
+# to stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -32,7 +34,8 @@ read -r -a KINDS <<< "${READER:-threads}"
 for k in "${KINDS[@]}"; do bench_reader "$k" SMALL_READER; done  # checks the names
 bench_data "$SMALL_FILES" 1
 (cd "$DATA" && find imagenet -type f -name '*.JPEG' | sort) > "$WORK/files.txt"
-bench_devfed devfed
+# shellcheck disable=SC2086  # DEVFED_ARGS: flags, split on spaces
+bench_devfed devfed ${DEVFED_ARGS:-}
 M=$WORK/perch
 TCK=$(getconf CLK_TCK)
 mapfile -t ORIGIN_PIDS < <(pgrep -x xrootd)

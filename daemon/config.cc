@@ -298,6 +298,7 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c,
   r.Flag("prefetch", &c->prefetch);
   r.Flag("fuse_no_open", &c->fuse_no_open);
   r.Flag("fuse_passthrough", &c->fuse_passthrough);
+  r.Flag("verify_digests", &c->verify_digests);
   r.Size("readahead", &c->readahead);
   r.Size("fuse_read_ahead", &c->fuse_read_ahead);
   r.Count("prefetch_dir_max_entries", &c->prefetch_dir_max_entries);

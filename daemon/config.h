@@ -61,9 +61,13 @@ struct DaemonConfig {
   std::chrono::seconds dir_ttl{300};
   std::chrono::seconds file_ttl{3600};
   std::chrono::seconds negative_ttl{30};
-  bool prefetch = true;                    // read-ahead, directory prefetch, hints
-  bool fuse_no_open = true;                // let the kernel open files itself when it can
-  bool fuse_passthrough = true;            // the kernel reads complete cached large objects itself
+  bool prefetch = true;          // read-ahead, directory prefetch, hints
+  bool fuse_no_open = true;      // let the kernel open files itself when it can
+  bool fuse_passthrough = true;  // the kernel reads complete cached large objects itself
+  // Ask for the digest of each object read whole (Want-Digest) and deliver it
+  // only if it matches. Off by default: XRootD 5.5 crashes or answers 404
+  // under concurrent Want-Digest requests (docs/quirks.md).
+  bool verify_digests = false;
   uint64_t fuse_read_ahead = 1ULL << 20;   // the mount's kernel read-ahead; 0 = kernel default
   uint64_t readahead = 64ULL << 20;        // largest read-ahead window per open file
   size_t prefetch_dir_max_entries = 4096;  // larger directories are not prefetched

@@ -130,6 +130,7 @@ core::Status AddMount(const DaemonConfig& cfg, const std::vector<http::CurlLoop*
   client_opts.namespace_token_files = f.cfg.namespace_tokens;
   client_opts.namespace_token_files.insert(cfg.namespace_tokens.begin(),
                                            cfg.namespace_tokens.end());
+  client_opts.verify_digests = cfg.verify_digests;
   f.client = std::make_unique<http::FederationClient>(loops, f.url, client_opts);
   core::MountSpec spec;
   spec.federation_id = f.url.ToString();
@@ -506,6 +507,9 @@ int main(int argc, char** argv) {
   bool no_prefetch = false;
   app.add_flag("--no-prefetch", no_prefetch,
                "no read-ahead, directory prefetch or hints (benchmarks)");
+  bool verify_digests = false;
+  app.add_flag("--verify-digests", verify_digests,
+               "check objects of one block against their server's digest (config verify_digests)");
   std::string control_group;
   app.add_option("--control-group", control_group,
                  "group owning the control socket: its members may use perchctl");
@@ -544,6 +548,7 @@ int main(int argc, char** argv) {
     if (!block_size.empty()) cfg.block_size = perch::ParseSize(block_size, "--block-size");
     if (!control_address.empty()) cfg.control_address = control_address;
     if (no_prefetch) cfg.prefetch = false;
+    if (verify_digests) cfg.verify_digests = true;
     if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
     if (!control_group.empty()) cfg.control_group = control_group;
     if (metrics_allow_remote) cfg.metrics_allow_remote = true;

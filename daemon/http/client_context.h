@@ -23,6 +23,8 @@ struct FederationClientOptions {
   // Whether an opaque token found by discovery may be sent (token.h): only a
   // client that runs as the job itself (perch-transfer) says so; perchd never.
   OpaqueTokens opaque_tokens = OpaqueTokens::kRefuse;
+  // Whole objects are asked for their digest and checked (range_reader.h).
+  bool verify_digests = false;
   std::chrono::seconds namespace_ttl{300};         // director answers, per namespace prefix
   std::chrono::seconds discovery_ttl{1800};        // discovery document
   std::chrono::seconds discovery_failure_ttl{15};  // a failed discovery is remembered this long

@@ -174,8 +174,8 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
 
   req.headers.push_back("Range: bytes=" + std::to_string(op->attempt_start) + "-" +
                         std::to_string(last));
-  if (op->range.offset == 0 && op->range.length == op->version.size &&
-      digest_refusals_->MayAsk(op->server, Clock::now())) {
+  if (ctx_->options.verify_digests && op->range.offset == 0 &&
+      op->range.length == op->version.size && digest_refusals_->MayAsk(op->server, Clock::now())) {
     req.headers.push_back(kWantDigest);  // a whole object: checked before it is delivered
     op->asked_digest = true;
   }

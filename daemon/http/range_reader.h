@@ -7,7 +7,7 @@
 // of the version being read, and a server's ETag must not change between its
 // answers (XRootD's ETag is per host, so ETags are compared per server only).
 //
-// A read of a whole object (an object of one block) asks for the object's
+// With verify_digests, a read of a whole object (an object of one block) asks for the object's
 // digest (Want-Digest, digest.h) and delivers the body only if it matches:
 // a body that does not is a failure of that server (counted as a digest
 // mismatch) and the next server sends the object again. A server that
