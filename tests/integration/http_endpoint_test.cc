@@ -106,14 +106,7 @@ class HttpEndpointTest : public ::testing::Test {
   std::string Socket() const { return (work_->path() / "ctl.sock").string(); }
 
   nlohmann::json Ctl(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--socket", Socket()});
-    RunResult r = RunToExit(PERCHCTL_PATH, args);
-    try {
-      return nlohmann::json::parse(r.output);
-    } catch (const std::exception&) {
-      ADD_FAILURE() << "perchctl: " << r.output;
-      return {};
-    }
+    return PerchctlJson(Socket(), std::move(args));
   }
   nlohmann::json Stats() { return Ctl({"stats", "--json"}); }
 

@@ -19,6 +19,7 @@
 
 #include "tests/fakes/fault_server.h"
 #include "tests/integration/perchd_harness.h"
+#include "tests/integration/stats_json.h"
 #include "tests/integration/test_tree.h"
 
 namespace perch::testing {
@@ -59,11 +60,7 @@ class IntegrityTest : public ::testing::Test {
     ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "perchd.log"), "");
   }
   std::string Socket() const { return (work_->path() / "ctl.sock").string(); }
-  nlohmann::json Stats() {
-    RunResult r = RunToExit(PERCHCTL_PATH, {"--socket", Socket(), "stats", "--json"});
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return nlohmann::json::parse(r.output, nullptr, false);
-  }
+  nlohmann::json Stats() { return PerchctlJson(Socket(), {"stats", "--json"}); }
   // The errno of reading `name` whole through the mount (0 if it read).
   int ReadErrno(const std::string& name, std::string* bytes) {
     int fd = ::open((mnt_ / name).c_str(), O_RDONLY);

@@ -18,6 +18,7 @@
 
 #include "tests/devfed/devfed_harness.h"
 #include "tests/integration/perchd_harness.h"
+#include "tests/integration/stats_json.h"
 #include "tests/integration/test_tree.h"
 
 namespace perch::testing {
@@ -65,14 +66,7 @@ class MountedFederation : public ::testing::Test {
 
   // perchctl's JSON answer; a test failure when it exits non-zero or is not JSON.
   nlohmann::json CtlJson(std::vector<std::string> args) {
-    RunResult r = Ctl(args);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    try {
-      return nlohmann::json::parse(r.output);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not JSON: " << e.what() << "\n" << r.output;
-      return nlohmann::json();
-    }
+    return PerchctlJson(Socket(), std::move(args));
   }
 
   std::string ReadFile(const std::string& rel) { return ReadLocalFile(mnt_ / rel); }

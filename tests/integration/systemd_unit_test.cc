@@ -49,6 +49,7 @@
 
 #include "tests/devfed/devfed_harness.h"
 #include "tests/integration/perchd_harness.h"
+#include "tests/integration/stats_json.h"
 #include "tests/integration/test_tree.h"
 
 #ifndef PERCH_UNIT_PATH
@@ -316,14 +317,7 @@ class SystemdUnitTest : public ::testing::Test {
   std::string Socket() const { return (work_->path() / "ctl.sock").string(); }
 
   nlohmann::json Ctl(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--socket", Socket()});
-    RunResult r = RunToExit(PERCHCTL_PATH, args);
-    try {
-      return nlohmann::json::parse(r.output);
-    } catch (const std::exception&) {
-      ADD_FAILURE() << "perchctl: " << r.output;
-      return {};
-    }
+    return PerchctlJson(Socket(), std::move(args));
   }
 
   // The endpoint's answer to user nobody in group `group` for `path`: the

@@ -9,7 +9,6 @@
 // opaque token (a macaroon) goes only below the [tokens] prefix naming it.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "tests/fakes/fault_server.h"
+#include "tests/fakes/unsigned_jwt.h"
 #include "tests/integration/perchd_harness.h"
 #include "tests/integration/test_tree.h"
 
@@ -30,25 +30,9 @@ namespace fs = std::filesystem;
 constexpr char kGood[] = "https://good.example";
 constexpr char kMacaroon[] = "MDAxY2xvY2F0aW9uIG9wYXF1ZQ";
 
-std::string B64Url(const std::string& in) {
-  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
-  out.resize(static_cast<size_t>(n));
-  for (char& c : out) {
-    if (c == '+') c = '-';
-    if (c == '/') c = '_';
-  }
-  while (!out.empty() && out.back() == '=') out.pop_back();
-  return out;
-}
-
 // A WLCG token of `issuer` (unsigned: the fake origin does not verify).
 std::string Jwt(const std::string& issuer) {
-  return B64Url(R"({"alg":"ES256","typ":"JWT"})") + "." +
-         B64Url(R"({"wlcg.ver":"1.0","iss":")" + issuer + R"(","scope":"storage.read:/"})") +
-         ".c2ln";
+  return UnsignedJwt(R"({"wlcg.ver":"1.0","iss":")" + issuer + R"(","scope":"storage.read:/"})");
 }
 
 // Reads `path` whole: its bytes, or the errno of the first call that failed.

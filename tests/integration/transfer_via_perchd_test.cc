@@ -47,15 +47,7 @@ class TransferViaPerchdTest : public TransferFixture {
   std::string Socket() const { return (work_->path() / "ctl.sock").string(); }
 
   nlohmann::json Ctl(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--socket", Socket()});
-    RunResult r = RunToExit(PERCHCTL_PATH, args);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    try {
-      return nlohmann::json::parse(r.output);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not JSON: " << e.what() << "\n" << r.output;
-      return nlohmann::json::object();
-    }
+    return PerchctlJson(Socket(), std::move(args));
   }
   uint64_t Stat(const nlohmann::json& stats, const char* key) {
     return stats.contains(key) ? stats[key].get<uint64_t>() : 0;

@@ -1,37 +1,22 @@
 #include "daemon/http/token.h"
 
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include "tests/fakes/unsigned_jwt.h"
+
 namespace perch::http {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string B64Url(const std::string& in) {
-  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
-  out.resize(static_cast<size_t>(n));
-  for (char& c : out) {
-    if (c == '+') c = '-';
-    if (c == '/') c = '_';
-  }
-  while (!out.empty() && out.back() == '=') out.pop_back();
-  return out;
-}
-
 // An unsigned JWT with the given claims (perch never verifies signatures:
 // servers do; it only picks the token that fits).
-std::string Jwt(const std::string& claims) {
-  return B64Url(R"({"alg":"ES256","typ":"JWT"})") + "." + B64Url(claims) + ".c2ln";
-}
+std::string Jwt(const std::string& claims) { return testing::UnsignedJwt(claims); }
 
 class TokenFinderTest : public ::testing::Test {
  protected:
