@@ -34,6 +34,7 @@ struct FaultServer::Impl {
   std::map<std::string, std::vector<ListingEntry>> listings;          // Protected by mu
   std::optional<std::vector<std::string>> issuers;                    // Protected by mu
   std::vector<std::string> authorizations;                            // Protected by mu
+  std::string direct_reads;                                           // Protected by mu
   std::list<std::thread> conns;                                       // Protected by mu
   std::list<std::shared_ptr<tcp::socket>> sockets;                    // Protected by mu
   uint16_t port = 0;
@@ -97,6 +98,11 @@ void FaultServer::AddObject(const std::string& name, std::string bytes) {
 void FaultServer::SetLinks(std::vector<std::string> behaviours) {
   std::lock_guard<std::mutex> l(impl_->mu);
   impl_->links = std::move(behaviours);
+}
+
+void FaultServer::SetDirectReads(std::string behaviour) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->direct_reads = std::move(behaviour);
 }
 
 void FaultServer::SetDirectorOverride(int status,
@@ -217,8 +223,20 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
     return reply(200, "{\"director_endpoint\": \"http://127.0.0.1:" + std::to_string(port) + "\"}",
                  {{"Content-Type", "application/json"}});
   }
-  if (target.rfind("/ns/", 0) == 0 || target == "/ns") {
+  if (target.rfind("/ns/", 0) == 0 || target == "/ns" || target.rfind("/ns?", 0) == 0) {
     owner->director_hits_++;
+    // Pelican's director reads the query apart from the path; Link URLs carry none.
+    const size_t query = target.find('?');
+    bool directread = false;
+    if (query != std::string::npos) {
+      std::string params = target.substr(query + 1) + "&";
+      for (size_t at = 0, amp; (amp = params.find('&', at)) != std::string::npos; at = amp + 1) {
+        std::string param = params.substr(at, amp - at);
+        if (param.substr(0, param.find('=')) == "directread") directread = true;
+      }
+    }
+    target = target.substr(0, query);
+    if (directread) owner->direct_read_hits_++;
     std::unique_lock<std::mutex> l(mu);
     std::string ns_header = "namespace=/ns, require-token=";
     ns_header += issuers ? "true" : "false";
@@ -241,9 +259,21 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
     for (size_t i = 3; i < target.size(); ++i) {
       if (target[i] == '/' && i + 1 < target.size() && target[i + 1] != '/') ++depth;
     }
+    std::vector<std::string> named = links;
+    if (directread) {
+      if (direct_reads.empty()) {
+        l.unlock();
+        return reply(405,
+                     "{\"msg\":\"Discovered sources for the namespace, but none support the "
+                     "request: no origins found that support the 'get' request type with queries "
+                     "'DirectReads'\",\"status\":\"error\"}",
+                     {{"Content-Type", "application/json; charset=utf-8"}});
+      }
+      named = {direct_reads};
+    }
     std::string link;
     int pri = 1;
-    for (const std::string& b : links) {
+    for (const std::string& b : named) {
       std::string base = b == "refuse" ? "http://127.0.0.1:1"
                                        : "http://127.0.0.1:" + std::to_string(port) + "/srv/" + b;
       link += (link.empty() ? "" : ", ") +

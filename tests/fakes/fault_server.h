@@ -5,6 +5,10 @@
 //   GET /.well-known/pelican-configuration   discovery naming itself as director
 //   GET /ns/<name>                            director: 307 + Link to the
 //                                             behaviours set by SetLinks()
+//   GET /ns/<name>?directread                 director, for direct reads: 307 +
+//                                             Link to SetDirectReads()'s server,
+//                                             or 405 (as Pelican's without the
+//                                             DirectReads capability)
 //   GET /srv/<behaviour>/ns/<name>            a data server behaving as asked
 //
 //   PROPFIND /srv/<behaviour>/ns[/<dir>]      WebDAV listings set by SetListing()
@@ -70,6 +74,14 @@ class FaultServer {
   void SetDirectorOverride(int status, std::vector<std::pair<std::string, std::string>> headers,
                            int times = -1);
 
+  // How the director answers `?directread`: a 307 naming the data server of
+  // `behaviour` (e.g. "ok": the origin, where the namespace has the
+  // DirectReads capability), or, for "" (the default), 405 with Pelican's
+  // JSON error, as its director answers when no origin supports direct reads.
+  void SetDirectReads(std::string behaviour);
+  // How many `?directread` questions the director got (also in DirectorHits).
+  int DirectReadHits() const { return direct_read_hits_.load(); }
+
   // How many requests each behaviour's server got; how many of them carried Want-Digest.
   int Hits(const std::string& behaviour) const;
   int DigestAsks(const std::string& behaviour) const;
@@ -79,6 +91,7 @@ class FaultServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::atomic<int> director_hits_{0};
+  std::atomic<int> direct_read_hits_{0};
 };
 
 }  // namespace perch::testing
