@@ -56,12 +56,13 @@ struct FederationCounters {
   std::atomic<uint64_t> resumes{0};            // attempts that started past the range's first byte
   std::atomic<uint64_t> digests_verified{0};   // whole objects that matched the server's digest
   std::atomic<uint64_t> digest_mismatches{0};  // bodies that did not: fetched again elsewhere
+  std::atomic<uint64_t> origin_fallbacks{0};   // reads sent to the origins (?directread)
 
   // The counters at one moment; summed over a FederationClient's shards.
   struct Values {
     uint64_t discovery_queries = 0, director_queries = 0, propfinds = 0, range_gets = 0,
              body_bytes = 0, bytes_delivered = 0, failovers = 0, resumes = 0, digests_verified = 0,
-             digest_mismatches = 0;
+             digest_mismatches = 0, origin_fallbacks = 0;
     Values& operator+=(const Values& o) {
       discovery_queries += o.discovery_queries;
       director_queries += o.director_queries;
@@ -73,6 +74,7 @@ struct FederationCounters {
       resumes += o.resumes;
       digests_verified += o.digests_verified;
       digest_mismatches += o.digest_mismatches;
+      origin_fallbacks += o.origin_fallbacks;
       return *this;
     }
   };
@@ -80,7 +82,7 @@ struct FederationCounters {
     return Values{discovery_queries.load(), director_queries.load(), propfinds.load(),
                   range_gets.load(),        body_bytes.load(),       bytes_delivered.load(),
                   failovers.load(),         resumes.load(),          digests_verified.load(),
-                  digest_mismatches.load()};
+                  digest_mismatches.load(), origin_fallbacks.load()};
   }
 };
 

@@ -280,11 +280,35 @@ void NamespaceAnswers::Erase(const std::shared_ptr<const NamespaceEntry>& entry)
   std::lock_guard<std::mutex> l(mu_);
   auto it = by_prefix_.find(entry->prefix.str());
   if (it != by_prefix_.end() && it->second == entry) by_prefix_.erase(it);
+  auto direct = direct_.find(entry->prefix.str());
+  if (direct != direct_.end() && direct->second.direct.entry == entry) direct_.erase(direct);
 }
 
 void NamespaceAnswers::Clear() {
   std::lock_guard<std::mutex> l(mu_);
   by_prefix_.clear();
+  direct_.clear();
+}
+
+NamespaceAnswers::Direct NamespaceAnswers::GetDirect(const std::string& prefix) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = direct_.find(prefix);
+  if (it == direct_.end()) return {};
+  if (Clock::now() >= it->second.expires) {
+    direct_.erase(it);
+    return {};
+  }
+  return it->second.direct;
+}
+
+bool NamespaceAnswers::PutDirect(const std::string& prefix, Direct direct,
+                                 Clock::time_point expires) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (direct_.size() >= NamespaceDirectory::kMaxPrefixes) direct_.clear();
+  auto [it, inserted] = direct_.try_emplace(prefix, KeptDirect{direct, expires});
+  bool news = inserted || Clock::now() >= it->second.expires;
+  it->second = KeptDirect{std::move(direct), expires};
+  return news;
 }
 
 std::shared_ptr<const NamespaceEntry> DirectorClient::Lookup(const ObjectPath& fed_path) {
@@ -377,6 +401,98 @@ void DirectorClient::Query(const std::string& director, const ObjectPath& fed_pa
     self->FinishResolve(
         fed_path, ParseDirectorAnswer(fed_path, *r, o.max_servers, Clock::now() + o.namespace_ttl));
   });
+}
+
+// ---- direct reads (the origin as the last resort) ----
+
+void DirectorClient::ResolveDirect(const std::shared_ptr<const NamespaceEntry>& ns,
+                                   const ObjectPath& fed_path, Deadline deadline, NsCallback done) {
+  const std::string prefix = ns->prefix.str();
+  NamespaceAnswers::Direct kept = answers_->GetDirect(prefix);
+  if (kept.entry) {
+    done(kept.entry);
+    return;
+  }
+  if (!kept.refusal.ok()) {
+    done(kept.refusal);
+    return;
+  }
+  auto& waiters = direct_waiters_[fed_path.str()];
+  waiters.push_back(std::move(done));
+  if (waiters.size() > 1) return;
+  auto self = shared_from_this();
+  WithDirector(deadline, [self, prefix, fed_path, deadline](Result<std::string> director) {
+    if (!director.ok()) {
+      self->FinishDirect(prefix, fed_path, director.status());
+      return;
+    }
+    self->QueryDirect(*director, prefix, fed_path, deadline);
+  });
+}
+
+// Pelican's director takes `?directread` on the plain object path
+// (ShortcutMiddleware) and answers like any object request, with origins.
+// No retry on 429: the read that asks has little time left.
+void DirectorClient::QueryDirect(const std::string& director, const std::string& prefix,
+                                 const ObjectPath& fed_path, Deadline deadline) {
+  ctx_->counters.director_queries++;
+  HttpRequest req;
+  req.url = director + PercentEncodePath(fed_path) + "?directread";
+  req.deadline = deadline;
+  req.connect_timeout = ctx_->options.connect_timeout;
+  req.max_body = 1 << 20;
+  auto self = shared_from_this();
+  ctx_->loop.Submit(std::move(req), [self, director, prefix, fed_path](Result<HttpResponse> r) {
+    if (!r.ok()) {
+      self->FinishDirect(prefix, fed_path,
+                         r.status().code() == StatusCode::kDeadlineExceeded
+                             ? r.status()
+                             : core::UnavailableError("director " + director +
+                                                          " (directread): " + r.status().message(),
+                                                      FailureSite::kDirector));
+      return;
+    }
+    const FederationClientOptions& o = self->ctx_->options;
+    auto expires = Clock::now() + o.namespace_ttl;
+    auto answer = ParseDirectorAnswer(fed_path, *r, o.max_servers, expires);
+    if (r->head.status == 405) {
+      Status refusal =
+          core::PermissionDeniedError("the director refuses direct reads of namespace " + prefix +
+                                          ": HTTP 405 " + JsonMessage(r->body),
+                                      FailureSite::kDirector);
+      if (self->answers_->PutDirect(prefix, {nullptr, refusal}, expires)) {
+        spdlog::warn(
+            "federation {}: the director refuses direct reads of namespace {} (HTTP 405: it or "
+            "its origins lack DirectReads); its reads fail when every cache it names does",
+            self->ctx_->url.ToString(), core::EscapeForLog(prefix));
+      }
+      self->FinishDirect(prefix, fed_path, refusal);
+      return;
+    }
+    if (answer.ok() && (*answer)->cacheable && (*answer)->prefix.str() == prefix &&
+        self->answers_->PutDirect(prefix, {*answer, Status()}, expires)) {
+      spdlog::warn(
+          "federation {}: every server the director named for namespace {} failed; its reads "
+          "fall back to {} (?directread) while they do",
+          self->ctx_->url.ToString(), core::EscapeForLog(prefix),
+          core::EscapeForLog((*answer)->server_bases.front()));
+    }
+    self->FinishDirect(prefix, fed_path, std::move(answer));
+  });
+}
+
+void DirectorClient::FinishDirect(const std::string& prefix, const ObjectPath& fed_path,
+                                  Result<std::shared_ptr<const NamespaceEntry>> r) {
+  if (!r.ok()) {
+    spdlog::debug("federation {}: direct read of {} in {}: {}", ctx_->url.ToString(),
+                  core::EscapeForLog(fed_path.str()), core::EscapeForLog(prefix),
+                  core::EscapeForLog(r.status().ToString()));
+  }
+  auto it = direct_waiters_.find(fed_path.str());
+  if (it == direct_waiters_.end()) return;
+  auto waiters = std::move(it->second);
+  direct_waiters_.erase(it);
+  for (auto& w : waiters) w(r);
 }
 
 void DirectorClient::Invalidate(const std::shared_ptr<const NamespaceEntry>& entry) {

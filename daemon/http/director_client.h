@@ -8,6 +8,12 @@
 // tokens rules and listings URL). Concurrent questions about one path share
 // one director query.
 //
+// The last resort for reads is the origin: when every server the director
+// named has failed, ResolveDirect asks again with Pelican's `?directread`,
+// which names the namespace's origins when it and they have the DirectReads
+// capability and answers 405 otherwise. Both answers are kept per namespace
+// for namespace_ttl, so that the director is asked once, not per read.
+//
 // Thread-safety: every method runs on the CurlLoop's thread; callbacks too.
 // The answers themselves (NamespaceAnswers) may be shared by the clients of
 // several loops (FederationClient's shards), so that one shard's answer
@@ -53,21 +59,41 @@ core::Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(
     core::Clock::time_point expires);
 
 // Director answers by namespace prefix (cacheable ones only), for every
-// object below their prefix until they expire. Thread-safe: the DirectorClients
-// of one FederationClient's shards share one.
+// object below their prefix until they expire, and the answers to
+// `?directread` (origins, or a refusal) by the prefix of the namespace they
+// were asked for. Thread-safe: the DirectorClients of one FederationClient's
+// shards share one.
 class NamespaceAnswers {
  public:
   // The unexpired answer with the longest prefix holding `fed_path`; null if
   // none (expired answers are dropped on the way).
   std::shared_ptr<const NamespaceEntry> Longest(const core::ObjectPath& fed_path);
   void Put(std::shared_ptr<const NamespaceEntry> entry);
-  // Forgets `entry` if it is still the answer for its prefix.
+  // Forgets `entry` if it is still the answer, or the direct-read answer, for its prefix.
   void Erase(const std::shared_ptr<const NamespaceEntry>& entry);
+  // Forgets every answer, direct-read ones included.
   void Clear();
 
+  // What the director said about direct reads in namespace `prefix`: its
+  // origins (`entry`), or a refusal (`refusal` not ok). Both empty when it
+  // has not been asked, or that answer expired.
+  struct Direct {
+    std::shared_ptr<const NamespaceEntry> entry;
+    core::Status refusal;
+  };
+  Direct GetDirect(const std::string& prefix);
+  // Keeps `direct` for namespace `prefix` until `expires`; true when no
+  // unexpired answer was kept before (the caller logs the news once).
+  bool PutDirect(const std::string& prefix, Direct direct, core::Clock::time_point expires);
+
  private:
+  struct KeptDirect {
+    Direct direct;
+    core::Clock::time_point expires;
+  };
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<const NamespaceEntry>> by_prefix_;  // Protected by mu_
+  std::map<std::string, KeptDirect> direct_;                                // Protected by mu_
 };
 
 class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
@@ -87,6 +113,23 @@ class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
   // nested namespace the director did not list).
   void Resolve(const core::ObjectPath& fed_path, core::Deadline deadline, NsCallback done,
                bool fresh = false);
+
+  // The servers that serve `fed_path` without a cache: the director asked
+  // again with `?directread`, for a read whose every named server failed.
+  // `ns` is the path's entry from Resolve. The answer is kept for ns's
+  // namespace until namespace_ttl, and so is a refusal: 405 (the namespace
+  // or its origins lack DirectReads) is kPermissionDenied, answered again
+  // from the table without asking. Other errors (404, 429, 5xx, transport)
+  // are the director's usual ones (ParseDirectorAnswer) and are not kept.
+  // Concurrent questions about one path share one query.
+  void ResolveDirect(const std::shared_ptr<const NamespaceEntry>& ns,
+                     const core::ObjectPath& fed_path, core::Deadline deadline, NsCallback done);
+
+  // What ResolveDirect would answer from the table for ns's namespace (no
+  // I/O): the kept origins or refusal, or both empty.
+  NamespaceAnswers::Direct KeptDirect(const NamespaceEntry& ns) {
+    return answers_->GetDirect(ns.prefix.str());
+  }
 
   // Forgets `entry` (its servers all failed, or a listing's origin moved).
   void Invalidate(const std::shared_ptr<const NamespaceEntry>& entry);
@@ -112,6 +155,10 @@ class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
              int attempt);
   void FinishResolve(const core::ObjectPath& fed_path,
                      core::Result<std::shared_ptr<const NamespaceEntry>> r);
+  void QueryDirect(const std::string& director, const std::string& prefix,
+                   const core::ObjectPath& fed_path, core::Deadline deadline);
+  void FinishDirect(const std::string& prefix, const core::ObjectPath& fed_path,
+                    core::Result<std::shared_ptr<const NamespaceEntry>> r);
 
   std::shared_ptr<ClientContext> ctx_;
   std::string director_;
@@ -121,6 +168,7 @@ class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
   std::vector<std::function<void(core::Result<std::string>)>> discovery_waiters_;
   const std::shared_ptr<NamespaceAnswers> answers_;
   std::map<std::string, std::vector<NsCallback>> waiters_;
+  std::map<std::string, std::vector<NsCallback>> direct_waiters_;  // by federation path
   NamespaceDirectory directory_;
   core::Status list_status_ = core::UnavailableError("not fetched yet");
   core::Clock::time_point list_expires_;

@@ -69,6 +69,11 @@ FailoverPlan::Step FailoverPlan::Next(const std::string& what, Clock::time_point
     return {Step::kFail, 0, core::DeadlineExceededError(msg), {}};
   }
   if (next_ < order_.size()) return {Step::kTry, order_[next_++], Status(), {}};
+  if (attempts_ > 0 && DirectPending()) {
+    // Every server failed for its own reasons: the origin, once.
+    direct_taken_ = true;
+    return {Step::kDirect, 0, Status(), {}};
+  }
   if (refreshes_ < kMaxRefreshes && not_found_ == 0 && denied_ == 0) {
     // Every server failed: the director's list may be stale.
     static constexpr std::chrono::milliseconds kDelays[kMaxRefreshes] = {

@@ -12,11 +12,20 @@
 //   said 404 the object is missing, when any said 401/403 it is refused;
 // - cancellation and the read's deadline end the read at once.
 //
-// When every server failed for its own reasons, the director's answer may be
-// stale (its caches just died; it drops them within moments and names the
-// origin): the plan asks for it again (kRefresh) up to kMaxRefreshes times,
-// after 0, 0.5 and 1.5 s, while the deadline allows, then gives up with
-// kUnavailable (retryable).
+// When every server failed for its own reasons, the last resort is the
+// origin: once per read, the plan asks for the servers that serve the path
+// without a cache (kDirect: Pelican's `?directread`, where the namespace has
+// the DirectReads capability). A director may keep naming a hung cache (a
+// SIGSTOPped one still accepts connections) for as long as it likes; the
+// origin does not depend on it. So that this fits in the read's deadline, a
+// server is left after the first-byte time while the direct read is still
+// ahead, even when it is the last one named (see DirectPending).
+//
+// When those fail too, or direct reads are refused (405), the director's
+// answer may be stale (its caches just died; it drops them within moments
+// and names the origin): the plan asks for it again (kRefresh) up to
+// kMaxRefreshes times, after 0, 0.5 and 1.5 s, while the deadline allows,
+// then gives up with kUnavailable (retryable).
 //
 // Thread-safety: none; the federation client uses these on its loop thread.
 #pragma once
@@ -80,14 +89,28 @@ class FirstByteTimer {
 class FailoverPlan {
  public:
   struct Step {
-    enum Kind { kTry, kRefresh, kFail } kind;
-    size_t server = 0;                   // kTry: index into the namespace's server list
+    enum Kind { kTry, kDirect, kRefresh, kFail } kind;
+    size_t server = 0;                   // kTry: index into the list of the last Begin()
     core::Status status;                 // kFail: the read's result
     std::chrono::milliseconds delay{0};  // kRefresh: wait this long first
   };
 
-  // Starts (or, after kRefresh, restarts) the walk over `order`.
+  // Starts (or, after kRefresh or kDirect, restarts) the walk over `order`.
   void Begin(std::vector<size_t> order);
+
+  // Whether the director may be asked for direct reads (false once it
+  // refused them for the namespace). Without it, Next() never says kDirect.
+  void AllowDirect(bool allowed) { direct_allowed_ = allowed; }
+
+  // Marks the direct read as taken (the caller goes to the origins before
+  // the named servers are exhausted, because all of them failed recently).
+  void TakeDirect() { direct_taken_ = true; }
+
+  // True while Next() may still say kDirect: allowed, not taken, and no
+  // server has answered 404 or 401/403 for this read (the object's answer).
+  bool DirectPending() const {
+    return direct_allowed_ && !direct_taken_ && not_found_ == 0 && denied_ == 0;
+  }
 
   // What to do next for the read of `what` that must end by `deadline`.
   Step Next(const std::string& what, core::Clock::time_point now, core::Deadline deadline);
@@ -116,6 +139,7 @@ class FailoverPlan {
   size_t next_ = 0;
   int refreshes_ = 0;
   int attempts_ = 0, not_found_ = 0, denied_ = 0;
+  bool direct_allowed_ = false, direct_taken_ = false;
   core::Status last_error_;
 };
 

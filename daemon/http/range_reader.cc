@@ -3,7 +3,9 @@
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
@@ -28,6 +30,8 @@ struct RangeReader::Op {
   HttpHead probe;  // a probe's answer head, kept when the transfer is cut short
 
   std::shared_ptr<const NamespaceEntry> ns;
+  std::shared_ptr<const NamespaceEntry> direct;  // the origins, once the read went to them
+  std::set<std::string> failed;                  // servers that failed this read by their fault
   FailoverPlan plan;
   std::string buffer;  // bytes of `range` received so far, in order
   std::vector<std::string> auth;
@@ -74,29 +78,80 @@ void RangeReader::Head(const ObjectPath& fed_path, core::Deadline deadline,
 
 void RangeReader::Start(std::shared_ptr<Op> op) {
   auto self = shared_from_this();
-  director_->Resolve(op->fed_path, op->deadline,
-                     [self, op](Result<std::shared_ptr<const NamespaceEntry>> ns) {
-                       if (!ns.ok()) {
-                         self->Finish(op, ns.status());
-                         return;
-                       }
-                       op->ns = *ns;
-                       auto auth = self->auth_->Headers(op->ns->require_token, op->ns->prefix.str(),
-                                                        op->ns->issuers, op->fed_path.str());
-                       if (!auth.ok()) {
-                         self->Finish(op, auth.status());
-                         return;
-                       }
-                       op->auth = *auth;
-                       op->plan.Begin(self->health_.Order(op->ns->server_bases, Clock::now()));
-                       self->Attempt(op);
-                     });
+  director_->Resolve(
+      op->fed_path, op->deadline, [self, op](Result<std::shared_ptr<const NamespaceEntry>> ns) {
+        if (!ns.ok()) {
+          self->Finish(op, ns.status());
+          return;
+        }
+        op->ns = *ns;
+        op->direct = nullptr;
+        auto auth = self->auth_->Headers(op->ns->require_token, op->ns->prefix.str(),
+                                         op->ns->issuers, op->fed_path.str());
+        if (!auth.ok()) {
+          self->Finish(op, auth.status());
+          return;
+        }
+        op->auth = *auth;
+        NamespaceAnswers::Direct kept = self->director_->KeptDirect(*op->ns);
+        op->plan.AllowDirect(kept.refusal.ok());
+        auto now = Clock::now();
+        const auto& named = op->ns->server_bases;
+        if (kept.entry && op->plan.DirectPending() &&
+            std::all_of(named.begin(), named.end(),
+                        [&](const std::string& s) { return self->health_.Penalized(s, now); })) {
+          // Every named server failed recently: the origins first, the
+          // named servers after them only if the origins fail too.
+          if (self->UseDirect(op, kept.entry)) return;
+        }
+        op->plan.Begin(self->health_.Order(named, now));
+        self->Attempt(op);
+      });
+}
+
+bool RangeReader::UseDirect(const std::shared_ptr<Op>& op,
+                            std::shared_ptr<const NamespaceEntry> direct) {
+  std::vector<size_t> order;
+  for (size_t i : health_.Order(direct->server_bases, Clock::now())) {
+    if (!op->failed.count(direct->server_bases[i])) order.push_back(i);
+  }
+  if (order.empty()) return false;
+  auto auth = auth_->Headers(direct->require_token, direct->prefix.str(), direct->issuers,
+                             op->fed_path.str());
+  if (!auth.ok()) return false;
+  op->auth = *auth;
+  op->direct = std::move(direct);
+  op->plan.TakeDirect();
+  op->plan.Begin(std::move(order));
+  ctx_->counters.origin_fallbacks++;
+  Attempt(op);
+  return true;
+}
+
+bool RangeReader::DirectMayHelp(const Op& op) {
+  if (op.direct || !op.plan.DirectPending()) return false;
+  NamespaceAnswers::Direct kept = director_->KeptDirect(*op.ns);
+  if (!kept.refusal.ok()) return false;
+  if (!kept.entry) return true;  // not asked yet: it may name an origin
+  return std::any_of(kept.entry->server_bases.begin(), kept.entry->server_bases.end(),
+                     [&](const std::string& s) { return s != op.server && !op.failed.count(s); });
 }
 
 void RangeReader::Attempt(std::shared_ptr<Op> op) {
   auto step = op->plan.Next("read of " + op->fed_path.str(), Clock::now(), op->deadline);
+  if (step.kind == FailoverPlan::Step::kDirect) {
+    // Every server failed: ask for the origins (kept per namespace). A
+    // refusal or an error leaves the plan to refresh or fail.
+    auto self = shared_from_this();
+    director_->ResolveDirect(op->ns, op->fed_path, op->deadline,
+                             [self, op](Result<std::shared_ptr<const NamespaceEntry>> direct) {
+                               if (!direct.ok() || !self->UseDirect(op, *direct)) self->Attempt(op);
+                             });
+    return;
+  }
   if (step.kind == FailoverPlan::Step::kRefresh) {
     director_->Invalidate(op->ns);
+    if (op->direct) director_->Invalidate(op->direct);
     if (step.delay.count() == 0) {
       Start(op);
     } else {
@@ -133,8 +188,9 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
     Finish(op, step.status);
     return;
   }
-  op->server = op->ns->server_bases[step.server];
-  op->url = op->ns->ServerUrl(step.server, op->fed_path);
+  const NamespaceEntry& serving = op->direct ? *op->direct : *op->ns;
+  op->server = serving.server_bases[step.server];
+  op->url = serving.ServerUrl(step.server, op->fed_path);
   op->attempt_start = op->range.offset + op->buffer.size();
   op->head_checked = false;
   op->head_error = Status();
@@ -209,10 +265,11 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
 
 // A server that has not begun to answer within the first-byte time is left
 // for the next one (only when there is a next one: the last server is waited
-// for until the deadline). The abandoned transfer ends as kCancelled, which
-// AttemptDone then counts as the server's failure.
+// for until the deadline, unless the origins of a direct read are still
+// ahead). The abandoned transfer ends as kCancelled, which AttemptDone then
+// counts as the server's failure.
 void RangeReader::WatchFirstByte(std::shared_ptr<Op> op) {
-  if (!op->plan.HasNext()) return;
+  if (!op->plan.HasNext() && !DirectMayHelp(*op)) return;
   auto self = shared_from_this();
   uint64_t seq = op->attempt_seq;
   ctx_->loop.PostAfter(first_byte_.Timeout(), [self, op, seq] {
@@ -333,6 +390,7 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
   }
   if (op->plan.Fail(failure, http_status) == FailureClass::kServer) {
     health_.Penalize(op->server, Clock::now());
+    op->failed.insert(op->server);
     spdlog::warn("read of {}: {} failed ({}); {} bytes kept, trying the next server",
                  core::EscapeForLog(op->fed_path.str()), core::EscapeForLog(op->server),
                  core::EscapeForLog(failure.ToString()), op->buffer.size());

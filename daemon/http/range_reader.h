@@ -1,6 +1,10 @@
 // RangeReader: reads a byte range of one federation object from the servers
 // the director names, failing over down the list and resuming at the first
-// missing byte (policy in failover.h).
+// missing byte (policy in failover.h). When every one of them failed, the
+// origin is the last resort: the servers the director names for
+// `?directread` (DirectorClient::ResolveDirect), tried within the same
+// deadline; while every named server is penalised and those origins are
+// known, reads go to the origins first.
 //
 // Every 206 is checked before its body is kept: Content-Range must start at
 // the byte asked for and end within the range, its total must equal the size
@@ -91,6 +95,11 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   struct Op;
   void Start(std::shared_ptr<Op> op);
   void Attempt(std::shared_ptr<Op> op);
+  // Goes on with `direct`'s servers (those this read has not seen fail);
+  // false, with nothing started, when there are none.
+  bool UseDirect(const std::shared_ptr<Op>& op, std::shared_ptr<const NamespaceEntry> direct);
+  // Whether the direct read may still bring a server this read has not tried.
+  bool DirectMayHelp(const Op& op);
   bool AcceptHead(Op& op, const HttpHead& head, uint64_t last);
   bool ProbeDone(std::shared_ptr<Op> op, const HttpHead& head);
   void WatchFirstByte(std::shared_ptr<Op> op);

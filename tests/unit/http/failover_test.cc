@@ -136,6 +136,53 @@ TEST(FailoverPlanTest, ContinueRetriesTheSameServer) {
   EXPECT_EQ(plan.Next("r", now, now + std::chrono::seconds(1)).server, 4u);
 }
 
+TEST(FailoverPlanTest, TheOriginComesOnceAfterEveryServerFailedThenTheDirectorAgain) {
+  FailoverPlan plan;
+  auto now = Clock::now();
+  auto deadline = now + std::chrono::seconds(10);
+  plan.AllowDirect(true);
+  plan.Begin({0});
+  EXPECT_TRUE(plan.DirectPending());
+  ASSERT_EQ(plan.Next("r", now, deadline).kind, FailoverPlan::Step::kTry);
+  EXPECT_FALSE(plan.HasNext());
+  plan.Fail(core::UnavailableError("no answer within 1000 ms"), 0);
+  ASSERT_EQ(plan.Next("r", now, deadline).kind, FailoverPlan::Step::kDirect);
+  EXPECT_FALSE(plan.DirectPending());  // once per read
+  plan.Begin({0});                     // the origins
+  ASSERT_EQ(plan.Next("r", now, deadline).kind, FailoverPlan::Step::kTry);
+  plan.Fail(core::UnavailableError("reset"), 0);
+  EXPECT_EQ(plan.Next("r", now, deadline).kind, FailoverPlan::Step::kRefresh);
+}
+
+TEST(FailoverPlanTest, NoOriginWhenRefusedOrWhenTheObjectAnswered) {
+  auto now = Clock::now();
+  auto deadline = now + std::chrono::seconds(10);
+  FailoverPlan refused;  // the director answered 405 to ?directread before
+  refused.AllowDirect(false);
+  refused.Begin({0});
+  refused.Next("r", now, deadline);
+  refused.Fail(core::UnavailableError("reset"), 0);
+  EXPECT_EQ(refused.Next("r", now, deadline).kind, FailoverPlan::Step::kRefresh);
+
+  FailoverPlan missing;  // 404 somewhere: the object's answer, not the servers' fault
+  missing.AllowDirect(true);
+  missing.Begin({0, 1});
+  missing.Next("r", now, deadline);
+  missing.Fail(core::UnavailableError("reset"), 0);
+  missing.Next("r", now, deadline);
+  missing.Fail(core::NotFoundError("HTTP 404"), 404);
+  EXPECT_FALSE(missing.DirectPending());
+  EXPECT_EQ(missing.Next("r", now, deadline).kind, FailoverPlan::Step::kFail);
+
+  FailoverPlan taken;  // the read went to the origins first
+  taken.AllowDirect(true);
+  taken.TakeDirect();
+  taken.Begin({0});
+  taken.Next("r", now, deadline);
+  taken.Fail(core::UnavailableError("reset"), 0);
+  EXPECT_EQ(taken.Next("r", now, deadline).kind, FailoverPlan::Step::kRefresh);
+}
+
 TEST(FailoverPlanTest, ClassifiesCancellation) {
   EXPECT_EQ(Classify(core::Status(StatusCode::kCancelled, "x")), FailureClass::kCancelled);
   EXPECT_EQ(Classify(core::CorruptError("bad Content-Range")), FailureClass::kServer);

@@ -128,8 +128,56 @@ TEST_F(FaultsTest, ExhaustedListIsUnavailableAndNamesTheLastError) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
   EXPECT_TRUE(r.status().retryable());
   EXPECT_NE(r.status().message().find("failed on all"), std::string::npos);
-  // The director was asked again three times (after 0, 0.5 and 1.5 s) before giving up.
-  EXPECT_EQ(server_.DirectorHits(), 4);
+  // The director was asked for direct reads once (405: the default), then
+  // again three times (after 0, 0.5 and 1.5 s) before giving up.
+  EXPECT_EQ(server_.DirectReadHits(), 1);
+  EXPECT_EQ(server_.DirectorHits(), 5);
+}
+
+// Issue #30 item 6: a director that names only a hung cache (accepts, never
+// answers) while the origin serves ?directread.
+TEST_F(FaultsTest, WhenEveryNamedServerHangsTheOriginServesTheRead) {
+  FederationClientOptions opts;  // default first-byte time (1 s on loopback) and low-speed limit
+  client_ = std::make_unique<FederationClient>(
+      loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
+  server_.SetLinks({"silent"});
+  server_.SetDirectReads("ok");
+  auto start = std::chrono::steady_clock::now();
+  auto r = Read(0, 4096, std::chrono::seconds(5));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(*r == object_.substr(0, 4096));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(server_.DirectReadHits(), 1);
+  EXPECT_EQ(client_->counters().origin_fallbacks, 1u);
+  // The hung cache is penalised and the origin known: the next reads go to
+  // the origin at once, without asking the director again.
+  start = std::chrono::steady_clock::now();
+  for (uint64_t off = 4096; off < 5 * 4096; off += 4096) {
+    r = Read(off, 4096, std::chrono::seconds(5));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(*r == object_.substr(off, 4096));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(900));
+  EXPECT_EQ(server_.Hits("silent"), 1);
+  EXPECT_EQ(server_.DirectReadHits(), 1);
+  EXPECT_EQ(client_->counters().origin_fallbacks, 5u);
+}
+
+TEST_F(FaultsTest, ARefusedDirectReadIsAskedOnceAndTheReadEndsAtItsDeadline) {
+  FederationClientOptions opts;
+  client_ = std::make_unique<FederationClient>(
+      loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
+  server_.SetLinks({"silent"});  // SetDirectReads not called: 405
+  for (int i = 0; i < 2; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    auto r = Read(0, 10, std::chrono::seconds(3));
+    auto took = std::chrono::steady_clock::now() - start;
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+    EXPECT_LT(took, std::chrono::milliseconds(3500));
+  }
+  EXPECT_EQ(server_.DirectReadHits(), 1);
+  EXPECT_EQ(client_->counters().origin_fallbacks, 0u);
 }
 
 TEST_F(FaultsTest, DeadlineIsHonouredWhenEveryServerStalls) {
