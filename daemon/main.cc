@@ -205,6 +205,7 @@ core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& fed
     n.resumes += c.resumes;
     n.digests_verified += c.digests_verified;
     n.digest_mismatches += c.digest_mismatches;
+    n.origin_fallbacks += c.origin_fallbacks;
   }
   return n;
 }

@@ -45,6 +45,7 @@ struct NetworkStats {
   uint64_t resumes = 0;
   uint64_t digests_verified = 0;
   uint64_t digest_mismatches = 0;
+  uint64_t origin_fallbacks = 0;
 };
 
 struct NamespaceCounters {
@@ -145,6 +146,7 @@ struct StatsSnapshot {
     fn("http_endpoint.request_timeouts", s.http_endpoint.request_timeouts);
     fn("digests_verified", s.network.digests_verified);
     fn("digest_mismatches", s.network.digest_mismatches);
+    fn("origin_fallbacks", s.network.origin_fallbacks);
   }
 };
 
