@@ -3,8 +3,9 @@
 // It owns the inode table (inode <-> path, with the kernel's lookup counts:
 // they change only in lookup/readdirplus and forget), translates core
 // results to FUSE replies (ToErrno is the one mapping out of Status for the
-// mount) and answers every request exactly once. Nothing here decides
-// policy: caching, deadlines and failover happen below, in core.
+// mount) and answers every request exactly once. Caching, deadlines and
+// failover happen below, in core; the one policy decided here is the open
+// policy, the kernel's side of an open (passthrough, no-open: Decide()).
 //
 // The mount is read-only ("ro"): the kernel refuses writes with EROFS, and
 // every write-shaped operation that still reaches us gets EROFS too. Files

@@ -1,14 +1,17 @@
 // BlockStore: where cached bytes live. A block is one fixed-size piece of one
 // version of one object (the last block of an object may be shorter; a small
 // object is one block). Writes are all-or-nothing: a reader sees a whole,
-// checksummed block or none (the file implementation writes a temp file and
-// renames it into place).
+// checksummed block or none (the file implementation puts a small object's
+// block in a pack record named by the index only once written, and a larger
+// object's block in the object's file, visible once its map entry is written:
+// daemon/store/file_block_store.h).
 //
 // Thread-safety: all methods are safe from any thread. They do disk I/O and
 // may block: never call them on the net loop.
 //
 // Extending: the store knows bytes and keys, not paths, namespaces or LRU
-// order; those live in the Index.
+// order; those live in the catalog's records in the Index. (The file store
+// writes index records of its own only to name pack records: "sp/" keys.)
 #pragma once
 
 #include <unistd.h>

@@ -3,12 +3,13 @@
 // Design. Every stored block has an index record "b/<object_id>/<index>" with
 // its length and a last-access sequence number; the catalog loads these at
 // start (an index scan, so start stays fast) and keeps the total.
-// Commit order is data first: the block file is renamed into place by the
-// BlockStore *before* Stored() writes its record, so a crash leaves at worst
-// an orphan file, never a record without data.
+// Commit order is data first: the BlockStore has written the block (a pack
+// record, or the block in its object file with its map entry) *before*
+// Stored() writes its record, so a crash leaves at worst an orphan block,
+// never a record without data.
 //
 // Reconcile() then walks the store once in the background (disk executor):
-// block files without a record (a crash between rename and record, or an
+// blocks without a record (a crash between the write and the record, or an
 // index that was lost to corruption) are adopted from their headers, as the
 // oldest blocks, so that they count against the quota and can be evicted;
 // records whose file is gone (a crash inside an eviction) are dropped; the

@@ -4,8 +4,10 @@
 // a cache, an origin, the director) and whether retrying elsewhere or later
 // may help. Adapters convert foreign errors (CURLcode + HTTP status, errno,
 // rocksdb::Status) into a Status where they enter; no foreign error type
-// crosses into core. The mapping out exists exactly twice: ToErrno() in fuse/
-// and ToGrpcStatus() in control/.
+// crosses into core. Each kind of output has one mapping out of Status, in
+// its adapter: ToErrno() in fuse/ (the mount), ToGrpcStatus() in control/
+// (the control API), StatusOf() in endpoint/ (HTTP statuses) and Describe()
+// in client/transfer/ (perch-transfer's messages and HTCondor's error ad).
 //
 // Thread-safety: a Status is a value; distinct objects may be used from
 // distinct threads without synchronisation.
