@@ -73,7 +73,11 @@ Result<FetchReport> DirectFetcher::Fetch(const http::FederationUrl& url, const T
     ++in_flight;
     ++attempts[r.offset];
     client.ReadRange(url.path, version, r, core::DeadlineAfter(chunk_timeout_),
-                     [completions, r](Result<core::Bytes> bytes) {
+                     [completions, r](Result<core::FetchedBytes> fetched) {
+                       // The job's file is the download, not a cache: may_store is moot.
+                       Result<core::Bytes> bytes =
+                           fetched.ok() ? Result<core::Bytes>(std::move(fetched->bytes))
+                                        : Result<core::Bytes>(fetched.status());
                        std::lock_guard<std::mutex> l(completions->mu);
                        completions->done.emplace_back(r, std::move(bytes));
                        completions->cv.notify_one();

@@ -292,13 +292,13 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     stats_.misses++;
     ns->misses++;
     auto started = Clock::now();
-    origin_.ReadRange(
-        path, version, range, deadline,
-        [this, key, path, version, ns, started, release = std::move(release)](Result<Bytes> r) {
-          release();  // the next queued fetch may start
-          fetch_latency_.Observe(Clock::now() - started);
-          Complete(key, path, version, *ns, std::move(r));
-        });
+    origin_.ReadRange(path, version, range, deadline,
+                      [this, key, path, version, ns, started,
+                       release = std::move(release)](Result<FetchedBytes> r) {
+                        release();  // the next queued fetch may start
+                        fetch_latency_.Observe(Clock::now() - started);
+                        Complete(key, path, version, *ns, std::move(r));
+                      });
   };
   if (scheduler_ == nullptr) {
     start([] {});
@@ -312,10 +312,12 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
 }
 
 void BlockReader::Complete(const BlockKey& key, const ObjectPath& path,
-                           const ObjectVersion& version, ReadCounters& ns, Result<Bytes> r) {
+                           const ObjectVersion& version, ReadCounters& ns, Result<FetchedBytes> r) {
   std::vector<BlockCallback> waiters;
   std::shared_ptr<const Bytes> copy;
-  if (r.ok()) copy = std::make_shared<const Bytes>(*std::move(r));
+  const bool keep = r.ok() && r->may_store;
+  if (r.ok()) copy = std::make_shared<const Bytes>(std::move(r->bytes));
+  if (r.ok() && !keep) stats_.uncacheable_blocks++;
   bool schedule = false;
   {
     MutexLock l(mu_);
@@ -324,7 +326,7 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path,
       waiters = std::move(it->second.waiters);
       inflight_.erase(it);
     }
-    if (copy) {
+    if (keep) {
       unwritten_[key] = copy;
       pending_writes_.push_back(PendingWrite{key, copy, path, version});
       schedule = !drain_scheduled_;

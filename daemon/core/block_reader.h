@@ -10,7 +10,9 @@
 // never on the net loop. A store that cannot write (full disk) does not fail the read: the bytes
 // are served uncached and the failure is counted; the listener (the catalog) is told, makes room,
 // and the write is tried once more. The warning is logged at most once a minute, with the count of
-// those suppressed.
+// those suppressed. A block whose server forbids keeping it (FetchedBytes::may_store:
+// Cache-Control no-store or private) is handed to its waiters and never written: every
+// read of it is a fetch.
 //
 // Thread-safety: Read is safe from any thread. Callbacks run on the thread
 // that completed the last block: the caller's (all hits), the Origin's or the
@@ -67,9 +69,10 @@ struct BlockReaderStats {
   std::atomic<uint64_t> shared_fetches{0};    // misses that joined a fetch in flight
   std::atomic<uint64_t> bytes_from_cache{0};  // bytes of those parts (not of whole blocks)
   std::atomic<uint64_t> bytes_from_network{0};
-  std::atomic<uint64_t> corrupt_blocks{0};  // dropped after a failed check, refetched
-  std::atomic<uint64_t> store_errors{0};    // blocks served but not cached
-  std::atomic<uint64_t> whole_files{0};     // complete objects handed out by WholeFile
+  std::atomic<uint64_t> corrupt_blocks{0};      // dropped after a failed check, refetched
+  std::atomic<uint64_t> store_errors{0};        // blocks served but not cached
+  std::atomic<uint64_t> whole_files{0};         // complete objects handed out by WholeFile
+  std::atomic<uint64_t> uncacheable_blocks{0};  // served, not kept: Cache-Control no-store/private
 };
 
 // Part of a block's bytes, shared with every other reader of that block (and
@@ -172,7 +175,7 @@ class BlockReader {
              uint64_t block_len, uint64_t part_len, Deadline deadline, const FetchClass& cls,
              BlockCallback done);
   void Complete(const BlockKey& key, const ObjectPath& path, const ObjectVersion& version,
-                ReadCounters& ns, Result<Bytes> r);
+                ReadCounters& ns, Result<FetchedBytes> r);
   // A fetched block waiting for its batch (pending_writes_).
   struct PendingWrite {
     BlockKey key;

@@ -79,6 +79,7 @@ struct StatsSnapshot {
   uint64_t corrupt_blocks = 0;
   uint64_t store_errors = 0;
   uint64_t whole_files = 0;
+  uint64_t uncacheable_blocks = 0;
   std::vector<NamespaceCounters> namespaces;  // add up to totals
   uint64_t cached_bytes = 0;
   uint64_t capacity_bytes = 0;
@@ -147,6 +148,7 @@ struct StatsSnapshot {
     fn("digests_verified", s.network.digests_verified);
     fn("digest_mismatches", s.network.digest_mismatches);
     fn("origin_fallbacks", s.network.origin_fallbacks);
+    fn("uncacheable_blocks", s.uncacheable_blocks);
   }
 };
 

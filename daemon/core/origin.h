@@ -33,11 +33,12 @@ class Origin {
   virtual void List(const ObjectPath& path, Deadline deadline,
                     std::function<void(Result<std::vector<DirEntry>>)> done) = 0;
 
-  // Yields exactly `range` of `path` at `version`. A short body, a wrong
-  // Content-Range or a changed version is kCorrupt, never a partial success.
-  // Ranges past the end of the object are clipped to its size.
+  // Yields exactly `range` of `path` at `version`, and whether the server
+  // lets them be cached. A short body, a wrong Content-Range or a changed
+  // version is kCorrupt, never a partial success. Ranges past the end of the
+  // object are clipped to its size.
   virtual void ReadRange(const ObjectPath& path, const ObjectVersion& version, ByteRange range,
-                         Deadline deadline, std::function<void(Result<Bytes>)> done) = 0;
+                         Deadline deadline, std::function<void(Result<FetchedBytes>)> done) = 0;
 };
 
 }  // namespace perch::core

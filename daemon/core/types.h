@@ -89,4 +89,12 @@ struct DirEntry {
 
 using Bytes = std::string;
 
+// A range's bytes as a server sent them, and whether it lets them be kept:
+// HTTP `Cache-Control: no-store` (or `private`: a node's cache is shared by
+// every user) makes may_store false, and the bytes are served, never cached.
+struct FetchedBytes {
+  Bytes bytes;
+  bool may_store = true;
+};
+
 }  // namespace perch::core

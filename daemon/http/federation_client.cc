@@ -77,7 +77,7 @@ void FederationClient::List(const ObjectPath& path, Deadline deadline,
 
 void FederationClient::ReadRange(const ObjectPath& path, const core::ObjectVersion& version,
                                  core::ByteRange range, Deadline deadline,
-                                 std::function<void(Result<core::Bytes>)> done) {
+                                 std::function<void(Result<core::FetchedBytes>)> done) {
   if (version.size > 0) {
     if (range.offset >= version.size) range.length = 0;
     range.length = std::min(range.length, version.size - std::min(range.offset, version.size));
@@ -85,7 +85,7 @@ void FederationClient::ReadRange(const ObjectPath& path, const core::ObjectVersi
   ObjectPath fed = ToFederation(path);
   const Shard& s = ReaderOf(fed);
   if (range.length == 0) {
-    s.loop->Post([done = std::move(done)] { done(core::Bytes()); });
+    s.loop->Post([done = std::move(done)] { done(core::FetchedBytes()); });
     return;
   }
   s.loop->Post([reader = s.reader, fed = std::move(fed), version, range, deadline,

@@ -75,7 +75,7 @@ class FederationClient : public core::Origin {
             std::function<void(core::Result<std::vector<core::DirEntry>>)> done) override;
   void ReadRange(const core::ObjectPath& path, const core::ObjectVersion& version,
                  core::ByteRange range, core::Deadline deadline,
-                 std::function<void(core::Result<core::Bytes>)> done) override;
+                 std::function<void(core::Result<core::FetchedBytes>)> done) override;
 
   const FederationUrl& url() const { return url_; }
   // Every shard's counters summed, at one moment.

@@ -1,6 +1,7 @@
 #include "daemon/http/pelican_headers.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <limits>
 
@@ -287,6 +288,21 @@ Result<ContentRange> ParseContentRange(std::string_view value) {
     return bad("LAST beyond TOTAL");
   }
   return out;
+}
+
+bool CacheControlForbidsStoring(std::string_view value) {
+  while (!value.empty()) {
+    size_t comma = value.find(',');
+    std::string_view item = value.substr(0, comma);
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    item = item.substr(0, item.find('='));  // a directive's argument does not matter here
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    std::string lower(item);
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "no-store" || lower == "private") return true;
+  }
+  return false;
 }
 
 }  // namespace perch::http

@@ -1,5 +1,5 @@
 // Parsers for the headers a Pelican director answers with (docs/protocol.md
-// §3) and for Content-Range. Pure functions over strings: no I/O, safe from
+// §3) and for Content-Range and Cache-Control. Pure functions over strings: no I/O, safe from
 // any thread. Each returns kInvalidArgument with a message naming the header
 // and what is wrong; none throws.
 #pragma once
@@ -65,5 +65,10 @@ core::Result<ContentRange> ParseContentRange(std::string_view value);
 // without '=' or an unterminated quote.
 core::Result<std::vector<std::pair<std::string, std::string>>> ParseKeyValueList(
     std::string_view value);
+
+// Whether a Cache-Control value (RFC 9111 §5.2.2) forbids a shared cache to
+// keep the answer: `no-store`, or `private` (with or without a field list),
+// directives matched case-insensitively, each optionally with an argument.
+bool CacheControlForbidsStoring(std::string_view value);
 
 }  // namespace perch::http

@@ -25,7 +25,8 @@ struct RangeReader::Op {
   core::ObjectVersion version;
   core::ByteRange range;
   core::Deadline deadline;
-  std::function<void(Result<core::Bytes>)> done;
+  std::function<void(Result<core::FetchedBytes>)> done;
+  bool no_store = false;  // an answer said Cache-Control: no-store or private
   std::function<void(Result<core::FileAttr>)> head_done;  // set for a probe (Head())
   HttpHead probe;  // a probe's answer head, kept when the transfer is cut short
 
@@ -56,7 +57,7 @@ struct RangeReader::Op {
 
 void RangeReader::Read(const ObjectPath& fed_path, const core::ObjectVersion& version,
                        core::ByteRange range, core::Deadline deadline,
-                       std::function<void(Result<core::Bytes>)> done) {
+                       std::function<void(Result<core::FetchedBytes>)> done) {
   auto op = std::make_shared<Op>();
   op->fed_path = fed_path;
   op->version = version;
@@ -282,6 +283,9 @@ void RangeReader::WatchFirstByte(std::shared_ptr<Op> op) {
 // Checks a response's head against what was asked; false (with head_error
 // set) ends the transfer before any of its body is kept.
 bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
+  if (auto cc = head.Get("cache-control"); cc && CacheControlForbidsStoring(*cc)) {
+    op.no_store = true;  // any part of the range said so: none of it is kept
+  }
   if (head.status == 206) {
     std::string content_range = head.Get("content-range").value_or("");
     auto cr = ParseContentRange(content_range);
@@ -481,7 +485,12 @@ void RangeReader::Finish(std::shared_ptr<Op> op, Result<core::Bytes> r) {
   }
   auto done = std::move(op->done);
   op->done = nullptr;
-  if (done) done(std::move(r));
+  if (!done) return;
+  if (!r.ok()) {
+    done(r.status());
+    return;
+  }
+  done(core::FetchedBytes{*std::move(r), !op->no_store});
 }
 
 void RangeReader::NoteServer(const std::string& fed_path, const std::string& server) {

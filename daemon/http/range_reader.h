@@ -6,6 +6,10 @@
 // deadline; while every named server is penalised and those origins are
 // known, reads go to the origins first.
 //
+// An answer with `Cache-Control: no-store` or `private` makes the range
+// uncacheable (FetchedBytes::may_store false): the block reader serves it and
+// keeps nothing.
+//
 // Every 206 is checked before its body is kept: Content-Range must start at
 // the byte asked for and end within the range, its total must equal the size
 // of the version being read, and a server's ETag must not change between its
@@ -72,7 +76,7 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   // Yields exactly `range` (non-empty, within the object) of `fed_path`.
   void Read(const core::ObjectPath& fed_path, const core::ObjectVersion& version,
             core::ByteRange range, core::Deadline deadline,
-            std::function<void(core::Result<core::Bytes>)> done);
+            std::function<void(core::Result<core::FetchedBytes>)> done);
 
   // The attributes of `fed_path` from a one-byte Range GET down the same
   // server list (for namespaces that offer no listings): a file's size from

@@ -32,6 +32,11 @@ void FakeOrigin::ShortBodies(bool on) {
   short_ = on;
 }
 
+void FakeOrigin::NoStore(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  no_store_ = on;
+}
+
 void FakeOrigin::Hold(bool on) {
   std::lock_guard<std::mutex> l(mu_);
   hold_ = on;
@@ -122,11 +127,13 @@ void FakeOrigin::List(const core::ObjectPath& path, core::Deadline,
 
 void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersion& version,
                            core::ByteRange range, core::Deadline,
-                           std::function<void(Result<core::Bytes>)> done) {
+                           std::function<void(Result<core::FetchedBytes>)> done) {
   reads++;
   Result<core::Bytes> r = core::NotFoundError(path.str() + " not found");
+  bool may_store = true;
   {
     std::lock_guard<std::mutex> l(mu_);
+    may_store = !no_store_;
     read_log_.push_back(path.str() + "@" + std::to_string(range.offset));
     if (!fail_.ok()) {
       r = fail_;
@@ -145,7 +152,10 @@ void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersi
       }
     }
   }
-  Complete([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+  Complete([done = std::move(done), r = std::move(r), may_store]() mutable {
+    if (!r.ok()) return done(r.status());
+    done(core::FetchedBytes{*std::move(r), may_store});
+  });
 }
 
 }  // namespace perch::testing

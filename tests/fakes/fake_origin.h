@@ -27,6 +27,8 @@ class FakeOrigin : public core::Origin {
   void FailWith(core::Status status);
   // Reads return one byte less than asked.
   void ShortBodies(bool on);
+  // Reads say their bytes may not be kept (Cache-Control: no-store).
+  void NoStore(bool on);
   // Park completions until Release().
   void Hold(bool on);
   // Runs parked completions; returns how many ran.
@@ -42,7 +44,7 @@ class FakeOrigin : public core::Origin {
             std::function<void(core::Result<std::vector<core::DirEntry>>)> done) override;
   void ReadRange(const core::ObjectPath& path, const core::ObjectVersion& version,
                  core::ByteRange range, core::Deadline deadline,
-                 std::function<void(core::Result<core::Bytes>)> done) override;
+                 std::function<void(core::Result<core::FetchedBytes>)> done) override;
 
   std::atomic<int> stats{0}, lists{0}, reads{0};
   std::atomic<uint64_t> bytes_read{0};
@@ -56,6 +58,7 @@ class FakeOrigin : public core::Origin {
   std::map<std::string, bool> dirs_;           // Protected by mu_
   core::Status fail_;                          // Protected by mu_
   bool short_ = false;                         // Protected by mu_
+  bool no_store_ = false;                      // Protected by mu_
   bool hold_ = false;                          // Protected by mu_
   std::vector<std::function<void()>> parked_;  // Protected by mu_
   std::vector<std::string> read_log_;          // Protected by mu_

@@ -55,10 +55,12 @@ Result<std::vector<core::DirEntry>> ListSync(FederationClient& c, const std::str
 }
 Result<core::Bytes> ReadSync(FederationClient& c, const std::string& path, uint64_t size,
                              uint64_t off, uint64_t len) {
-  return Wait<core::Bytes>([&](auto cb) {
+  auto r = Wait<core::FetchedBytes>([&](auto cb) {
     c.ReadRange(P(path), core::ObjectVersion{size, ""}, core::ByteRange{off, len},
                 core::DeadlineAfter(kTimeout), cb);
   });
+  if (!r.ok()) return r.status();
+  return std::move(r->bytes);
 }
 
 // Reads `size` bytes in 4 MiB ranges (the daemon's block size).

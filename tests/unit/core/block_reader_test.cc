@@ -102,6 +102,26 @@ TEST_F(BlockReaderTest, CorruptBlockIsDroppedAndRefetched) {
   EXPECT_TRUE(store_.Has(BlockKey{"obj", 0}));
 }
 
+// Issue #30 item 4: bytes a server says not to keep (Cache-Control no-store
+// or private) are served and never written; every read of them is a fetch.
+TEST_F(BlockReaderTest, BytesAServerSaysNotToKeepAreServedNeverStored) {
+  origin_.NoStore(true);
+  auto first = Read(900, 300);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(*first, data_.substr(900, 300));
+  EXPECT_FALSE(store_.Has(BlockKey{"obj", 0}));
+  EXPECT_FALSE(store_.Has(BlockKey{"obj", 1}));
+  EXPECT_EQ(reader_.stats().uncacheable_blocks.load(), 2u);
+  auto again = Read(950, 100);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, data_.substr(950, 100));
+  EXPECT_EQ(origin_.reads.load(), 4);  // fetched again, not served from memory
+  EXPECT_EQ(reader_.stats().hits.load(), 0u);
+  origin_.NoStore(false);
+  ASSERT_TRUE(Read(0, 10).ok());
+  EXPECT_TRUE(store_.Has(BlockKey{"obj", 0}));  // once the server allows it, it is kept
+}
+
 TEST_F(BlockReaderTest, FullDiskServesUncached) {
   store_.SetFull(true);
   auto r = Read(0, 2000);

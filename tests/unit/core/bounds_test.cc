@@ -57,13 +57,13 @@ class HugeSizeOrigin : public Origin {
                });
   }
   void ReadRange(const ObjectPath& path, const ObjectVersion& version, ByteRange range,
-                 Deadline deadline, std::function<void(Result<Bytes>)> done) override {
+                 Deadline deadline, std::function<void(Result<FetchedBytes>)> done) override {
     if (!sizes_.count(path.str()))
       return base_.ReadRange(path, version, range, deadline, std::move(done));
     huge_reads++;
     if (fail_) return done(UnavailableError("injected: no such object", FailureSite::kOrigin));
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    done(Bytes(range.length, '\0'));
+    done(FetchedBytes{Bytes(range.length, '\0'), true});
   }
 
   std::atomic<int> huge_reads{0};

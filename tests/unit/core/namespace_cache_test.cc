@@ -35,7 +35,7 @@ class CountingOrigin : public Origin {
     inner_.List(path, deadline, std::move(done));
   }
   void ReadRange(const ObjectPath& path, const ObjectVersion& version, ByteRange range,
-                 Deadline deadline, std::function<void(Result<Bytes>)> done) override {
+                 Deadline deadline, std::function<void(Result<FetchedBytes>)> done) override {
     inner_.ReadRange(path, version, range, deadline, std::move(done));
   }
   std::atomic<int> stats{0}, lists{0};

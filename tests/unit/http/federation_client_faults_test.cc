@@ -41,7 +41,10 @@ class FaultsTest : public ::testing::Test {
     std::promise<Result<core::Bytes>> p;
     client_->ReadRange(*core::ObjectPath::Parse("/obj"), core::ObjectVersion{object_.size(), ""},
                        core::ByteRange{off, len}, core::DeadlineAfter(timeout),
-                       [&](Result<core::Bytes> r) { p.set_value(std::move(r)); });
+                       [&](Result<core::FetchedBytes> r) {
+                         p.set_value(r.ok() ? Result<core::Bytes>(std::move(r->bytes))
+                                            : Result<core::Bytes>(r.status()));
+                       });
     return p.get_future().get();
   }
 

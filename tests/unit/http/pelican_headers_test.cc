@@ -174,5 +174,16 @@ TEST(PelicanHeadersTest, MessagesEscapeControlCharacters) {
   EXPECT_NE(r.status().message().find("\\n2026"), std::string::npos) << r.status().message();
 }
 
+TEST(CacheControlTest, NoStoreAndPrivateForbidStoringOthersDoNot) {
+  for (const char* v : {"no-store", "No-Store", "max-age=60, no-store", "private",
+                        "private=\"Set-Cookie\"", " public , PRIVATE "}) {
+    EXPECT_TRUE(CacheControlForbidsStoring(v)) << v;
+  }
+  for (const char* v : {"", "public", "max-age=0", "no-cache", "no-transform", "must-revalidate",
+                        "no-storex", "s-maxage=10"}) {
+    EXPECT_FALSE(CacheControlForbidsStoring(v)) << v;
+  }
+}
+
 }  // namespace
 }  // namespace perch::http
