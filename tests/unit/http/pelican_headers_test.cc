@@ -174,7 +174,7 @@ TEST(PelicanHeadersTest, MessagesEscapeControlCharacters) {
   EXPECT_NE(r.status().message().find("\\n2026"), std::string::npos) << r.status().message();
 }
 
-TEST(CacheControlTest, NoStoreAndPrivateForbidStoringOthersDoNot) {
+TEST(CacheControlHeaderTest, NoStoreAndPrivateForbidStoringOthersDoNot) {
   for (const char* v : {"no-store", "No-Store", "max-age=60, no-store", "private",
                         "private=\"Set-Cookie\"", " public , PRIVATE "}) {
     EXPECT_TRUE(CacheControlForbidsStoring(v)) << v;
