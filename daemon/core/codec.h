@@ -1,5 +1,5 @@
 // Little-endian fixed-width, varint (LEB128) and length-prefixed encodings for index values
-// (the on-disk format in README "On-disk format"). Decoders never read past
+// (the on-disk format in docs/design.md "On-disk format"). Decoders never read past
 // the input: a truncated value is a decode failure, not a crash.
 #pragma once
 

@@ -4,7 +4,7 @@
 // block records (length, checksum, last access), object records, pins, and
 // the persisted namespace (attributes and listings with their expiry).
 //
-// The key schema belongs to core (see README "On-disk format"); the adapter
+// The key schema belongs to core (see docs/design.md "On-disk format"); the adapter
 // stores opaque keys and values and holds no policy.
 //
 // Thread-safety: all methods are safe from any thread. They may block on

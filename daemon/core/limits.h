@@ -3,7 +3,7 @@
 // these where it enters (the PROPFIND and header parsers, NamespaceCache),
 // and the consumers (prefetcher, warmer) use the checked arithmetic below
 // anyway, so that a value that slips past a parser still cannot wrap a total
-// or drive an unbounded loop or allocation. README "Security" lists them.
+// or drive an unbounded loop or allocation. docs/security.md ("What servers say") lists them.
 #pragma once
 
 #include <cstddef>

@@ -14,7 +14,7 @@
 namespace perch::core {
 namespace {
 
-// Index keys (README "On-disk format"): "na" + key_prefix + path -> attribute
+// Index keys (docs/design.md "On-disk format"): "na" + key_prefix + path -> attribute
 // entry, "nl" + key_prefix + path -> listing entry (NamespaceCache::AttrKey).
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }

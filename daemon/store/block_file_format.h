@@ -1,4 +1,4 @@
-// The block file format (README "On-disk format") and the file helpers the
+// The block file format (docs/design.md "On-disk format") and the file helpers the
 // store's parts share: a block's header (magic "PERCHBLK", format, header
 // length, block index, data length, CRC32C, object id, run), as a block file
 // starts with it and as each record of a pack file does (pack_files.h).

@@ -318,7 +318,7 @@ namespace {
 constexpr char kRunMagic[8] = {'P', 'E', 'R', 'C', 'H', 'R', 'U', 'N'};
 constexpr uint64_t kRunFormat = 1;
 
-// The run file (README "On-disk format"): magic, format, this boot's id,
+// The run file (docs/design.md "On-disk format"): magic, format, this boot's id,
 // whether the run ended cleanly, its number, the first trusted run.
 struct RunRecord {
   std::string boot_id;

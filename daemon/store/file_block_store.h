@@ -7,7 +7,7 @@
 //
 //   <root>/packs/<16 hex digits>.pack        index: "sp/<object_id>"
 //
-// a 64-byte-aligned header followed by the block's bytes (README "On-disk
+// a 64-byte-aligned header followed by the block's bytes (docs/design.md "On-disk
 // format"; block_file_format.h): magic "PERCHBLK", format version, header
 // length, block index, data length, CRC32C of the data, the object id, the
 // run. Without packs (and as perch wrote it before them) such an object is a
@@ -180,7 +180,7 @@ class FileBlockStore : public core::BlockStore {
 
   // Small objects (one block shorter than block_size) go into pack files
   // (pack_files.h) from now on, each named by a record "sp/<object id>" in
-  // `locations` (pack, offset, length; README "On-disk format"). Without
+  // `locations` (pack, offset, length; docs/design.md "On-disk format"). Without
   // this, each is a block file. Block files written before are still read,
   // evicted and walked. REQUIRES: before the first Write; `locations`
   // outlives the store.

@@ -24,7 +24,7 @@ using core::Status;
 
 constexpr uint64_t kLocationFormat = 1;
 
-// README "On-disk format": varints of the format, the pack, the offset in
+// docs/design.md "On-disk format": varints of the format, the pack, the offset in
 // units of PackFiles::kAlign and the record's length (about 9 bytes).
 std::string EncodeLocation(const FileBlockStore::PackLocation& loc) {
   std::string out;

@@ -1,4 +1,4 @@
-// ObjectMap: the format of a large object's map file (README "On-disk
+// ObjectMap: the format of a large object's map file (docs/design.md "On-disk
 // format"). A FileBlockStore keeps an object of more than one block in two
 // files:
 //

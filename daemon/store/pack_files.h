@@ -1,4 +1,4 @@
-// PackFiles: the files that small objects share (FileBlockStore; README
+// PackFiles: the files that small objects share (FileBlockStore; docs/design.md
 // "On-disk format"):
 //
 //   <dir>/<16 hex digits>.pack

@@ -1,5 +1,5 @@
 // RocksDbIndex: core::Index on RocksDB. Keys and values are opaque here; the
-// schema belongs to core (README "On-disk format"). Writes go through the
+// schema belongs to core (docs/design.md "On-disk format"). Writes go through the
 // WAL without an fsync per batch: a crash loses at most the last moments of
 // access-time updates, never a record for a block whose file is incomplete
 // (files are renamed into place before their record is written).

@@ -1,4 +1,4 @@
-// Fuzzes the decoding of index records (README "On-disk format"): namespace
+// Fuzzes the decoding of index records (docs/design.md "On-disk format"): namespace
 // attribute and listing entries ("na"/"nl" + path, NamespaceCache) and the
 // block, object and pin records ("b/", "o/", "pin/", CacheCatalog::Load).
 // The input is records separated by '\x1e', each "key=value" (binary values

@@ -56,7 +56,7 @@ uint64_t U64(const unsigned char* p) {
 }
 
 // What the cache directory holds, read from the block files' headers and
-// the object files' maps (README "On-disk format": entries of 32 bytes from
+// the object files' maps (docs/design.md "On-disk format": entries of 32 bytes from
 // offset 4096, the first 8 the block's length, 0 when absent).
 OnDisk Walk(const fs::path& cache) {
   OnDisk out;
