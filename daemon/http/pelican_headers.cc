@@ -295,12 +295,9 @@ bool CacheControlForbidsStoring(std::string_view value) {
     size_t comma = value.find(',');
     std::string_view item = value.substr(0, comma);
     value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
-    item = item.substr(0, item.find('='));  // a directive's argument does not matter here
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    std::string lower(item);
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (lower == "no-store" || lower == "private") return true;
+    // A directive's argument does not matter here.
+    std::string directive = Lower(Trim(item.substr(0, item.find('='))));
+    if (directive == "no-store" || directive == "private") return true;
   }
   return false;
 }

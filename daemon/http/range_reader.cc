@@ -286,6 +286,9 @@ bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
   if (auto cc = head.Get("cache-control"); cc && CacheControlForbidsStoring(*cc)) {
     op.no_store = true;  // any part of the range said so: none of it is kept
   }
+  if (auto digest = head.Get("digest"); digest && op.asked_digest) {
+    op.digests = ParseDigestHeader(*digest);  // checked once the body is whole (2xx only)
+  }
   if (head.status == 206) {
     std::string content_range = head.Get("content-range").value_or("");
     auto cr = ParseContentRange(content_range);
@@ -301,9 +304,6 @@ bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
           core::CorruptError(op.server + ": object size is " + std::to_string(cr->total) +
                              ", expected " + std::to_string(op.version.size));
     }
-    if (auto digest = head.Get("digest"); digest && op.asked_digest) {
-      op.digests = ParseDigestHeader(*digest);
-    }
     if (auto etag = head.Get("etag")) {
       auto [it, inserted] = op.etag_by_server.emplace(op.server, *etag);
       if (!inserted && it->second != *etag) {
@@ -314,9 +314,6 @@ bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
   } else if (head.status == 200) {
     if (op.attempt_start != 0 || !op.version.size || op.range.length != op.version.size) {
       op.head_error = core::CorruptError(op.server + ": ignored the Range header (HTTP 200)");
-    }
-    if (auto digest = head.Get("digest"); digest && op.asked_digest) {
-      op.digests = ParseDigestHeader(*digest);
     }
   }
   return op.head_error.ok();
