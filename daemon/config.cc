@@ -299,6 +299,7 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c,
   r.Flag("fuse_no_open", &c->fuse_no_open);
   r.Flag("fuse_passthrough", &c->fuse_passthrough);
   r.Flag("verify_digests", &c->verify_digests);
+  r.Time("version_check_interval", &c->version_check_interval);
   r.Size("readahead", &c->readahead);
   r.Size("fuse_read_ahead", &c->fuse_read_ahead);
   r.Count("prefetch_dir_max_entries", &c->prefetch_dir_max_entries);
@@ -384,6 +385,9 @@ void Validate(const DaemonConfig& c) {
   if (c.http_connections_per_user < 1 || c.http_connections_per_user > kHttpConnections) {
     throw ConfigError("http_connections_per_user must be between 1 and " +
                       std::to_string(kHttpConnections));
+  }
+  if (c.version_check_interval > std::chrono::hours(1)) {
+    throw ConfigError("version_check_interval must be at most 1h");
   }
   if (c.http_request_timeout < std::chrono::milliseconds(100) ||
       c.http_request_timeout > std::chrono::hours(1)) {

@@ -68,6 +68,9 @@ struct DaemonConfig {
   // only if it matches. Off by default: XRootD 5.5 crashes or answers 404
   // under concurrent Want-Digest requests (docs/quirks.md).
   bool verify_digests = false;
+  // A partly cached object's version is confirmed with the origin before more
+  // of it is fetched once its last confirmation is this old (0: every time).
+  std::chrono::milliseconds version_check_interval{5000};
   uint64_t fuse_read_ahead = 1ULL << 20;   // the mount's kernel read-ahead; 0 = kernel default
   uint64_t readahead = 64ULL << 20;        // largest read-ahead window per open file
   size_t prefetch_dir_max_entries = 4096;  // larger directories are not prefetched

@@ -91,6 +91,7 @@ core::StackOptions StackOptionsOf(const DaemonConfig& cfg) {
   o.prefetch_options.max_window_bytes = cfg.readahead;
   o.prefetch_options.dir_max_entries = cfg.prefetch_dir_max_entries;
   o.prefetch_options.hint_window = cfg.hint_window;
+  o.version_check_interval = cfg.version_check_interval;
   return o;
 }
 

@@ -47,6 +47,8 @@ int ToErrno(const Status& status) {
       return EINTR;
     case StatusCode::kNoSpace:
       return ENOSPC;
+    case StatusCode::kStale:
+      return ESTALE;
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kCorrupt:
@@ -67,14 +69,16 @@ using Op = core::OpMetrics::Op;
 // threads, which keeps 1 MiB copies off the net loop.
 constexpr uint64_t kInlineReplyBytes = 256 << 10;
 
-// Logs, counts and answers an error. Expected misses (ENOENT) and refusals
-// (EACCES: the federation client logs a namespace without a token once) are
-// logged at debug level only: every user's `ls` must not flood the log.
+// Logs, counts and answers an error. Expected misses (ENOENT), refusals
+// (EACCES: the federation client logs a namespace without a token once) and
+// replaced objects (ESTALE: core's VersionGuard logs each once) are logged at
+// debug level only: every user's `ls` must not flood the log.
 void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   Self(req)->CountError(s);
   int err = ToErrno(s);
-  spdlog::log(err == ENOENT || err == EACCES ? spdlog::level::debug : spdlog::level::warn,
-              "fuse {}: {} -> {}", op, core::EscapeForLog(s.ToString()), std::strerror(err));
+  spdlog::log(
+      err == ENOENT || err == EACCES || err == ESTALE ? spdlog::level::debug : spdlog::level::warn,
+      "fuse {}: {} -> {}", op, core::EscapeForLog(s.ToString()), std::strerror(err));
   fuse_reply_err(req, err);
 }
 
@@ -300,7 +304,7 @@ struct FuseServer::Ops {
       FuseServer* self = Self(req);
       const auto started = std::chrono::steady_clock::now();
       ObjectPath path;  // no handle (no-open): the file is named by its inode
-      if (fi->fh == 0 && !self->PathOf(ino, &path)) {
+      if (self->stale_->Contains(ino) || (fi->fh == 0 && !self->PathOf(ino, &path))) {
         fuse_reply_err(req, ESTALE);
         return Observe(self->LatencyOf(Op::kRead), started);
       }
@@ -314,21 +318,26 @@ struct FuseServer::Ops {
         Observe(self->LatencyOf(Op::kRead), started);
         return;
       }
-      ReadLater(self, req, fi->fh, path, static_cast<uint64_t>(off), size, started);
+      ReadLater(self, req, ino, fi->fh, path, static_cast<uint64_t>(off), size, started);
     })
   }
 
   // A read of bytes that are not in a block file (a miss, or a block still in
   // memory): answered by whichever thread has them, without a copy of ours;
   // this worker returns to the queue at once.
-  static void ReadLater(FuseServer* self, fuse_req_t req, uint64_t fh, const ObjectPath& path,
-                        uint64_t off, size_t size, std::chrono::steady_clock::time_point started) {
+  static void ReadLater(FuseServer* self, fuse_req_t req, fuse_ino_t ino, uint64_t fh,
+                        const ObjectPath& path, uint64_t off, size_t size,
+                        std::chrono::steady_clock::time_point started) {
     auto replies = self->replies_;
     const uint64_t token = replies->Add(req, self->fs_.NewDeadline() + core::kAnswerSlack);
-    auto done = [replies, token, hist = self->LatencyOf(Op::kRead), started,
+    auto done = [replies, token, hist = self->LatencyOf(Op::kRead), started, ino,
+                 stale = self->stale_.get(),
                  pool = self->reply_pool_.get()](core::Result<std::vector<core::SharedBytes>> r) {
       fuse_req_t claimed = replies->Claim(token);
       if (claimed == nullptr) return;  // answered already: its time was up
+      // The object changed at the origin: the kernel's pages of the old
+      // version must go before any read of the new one is answered.
+      if (r.status().code() == StatusCode::kStale) stale->Mark(ino);
       // Claimed: the server (and its pool) stays until Answered().
       auto reply = [replies, claimed, hist, started, r = std::move(r)] {
         try {
@@ -512,7 +521,15 @@ FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
       replies_(std::make_shared<PendingReplies>([](fuse_req_t req) {
         ReplyStatus(req, "read", core::DeadlineExceededError("no answer before the deadline"));
       })),
-      reply_pool_(std::make_unique<ReplyPool>()) {
+      reply_pool_(std::make_unique<ReplyPool>()),
+      stale_(std::make_unique<StaleInodes>([this](uint64_t ino) {
+        if (se_ == nullptr || !mounted_) return;
+        int rc = fuse_lowlevel_notify_inval_inode(se_, ino, 0, 0);
+        if (rc != 0 && rc != -ENOENT) {
+          spdlog::warn("fuse: could not drop the kernel's pages of inode {}: {}", ino,
+                       std::strerror(-rc));
+        }
+      })) {
   options_.max_io = LoggedSpliceableMaxIo(options_.max_io);
   // A read-ahead window that is not a multiple of the request size ends in a
   // short request (1 MiB over 1008 KiB requests: two requests per window).
@@ -525,6 +542,7 @@ FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
 FuseServer::~FuseServer() {
   replies_->Close();  // answers what still waits (and waits for the reply threads)
   reply_pool_->threads.join();
+  stale_->Stop();
   Unmount();
   if (se_ != nullptr) fuse_session_destroy(se_);
 }

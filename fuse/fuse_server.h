@@ -39,6 +39,7 @@
 #include "daemon/core/metrics.h"
 #include "fuse/passthrough.h"
 #include "fuse/pending_replies.h"
+#include "fuse/stale_inodes.h"
 
 struct fuse_session;
 
@@ -167,6 +168,9 @@ class FuseServer {
   // so that the thread completing a fetch (the net loop) does not.
   struct ReplyPool;
   std::unique_ptr<ReplyPool> reply_pool_;
+  // Inodes whose object changed at the origin: ESTALE until the kernel has
+  // dropped their pages.
+  std::unique_ptr<StaleInodes> stale_;
   std::unordered_map<uint64_t, bool> open_direct_;      // fh -> passes through; Protected by mu_
   std::unordered_map<uint64_t, OpenModes> open_modes_;  // by inode; Protected by mu_
   // Opens answered in passthrough and not yet released, over all inodes.

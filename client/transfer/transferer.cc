@@ -63,6 +63,8 @@ std::string Describe(const Status& s) {
       return "timed out";
     case StatusCode::kCorrupt:
       return "inconsistent data from the servers";
+    case StatusCode::kStale:
+      return "the object changed at the origin while it was read";
     case StatusCode::kNoSpace:
       return "no space left on the local disk";
     case StatusCode::kInvalidArgument:

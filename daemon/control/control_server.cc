@@ -43,6 +43,9 @@ grpc::Status ToGrpcStatus(const core::Status& s) {
     case StatusCode::kNoSpace:
       code = grpc::StatusCode::RESOURCE_EXHAUSTED;
       break;
+    case StatusCode::kStale:
+      code = grpc::StatusCode::ABORTED;  // a retry opens the new version
+      break;
     case StatusCode::kCancelled:
       code = grpc::StatusCode::CANCELLED;
       break;

@@ -82,13 +82,14 @@ struct BlockReader::Assembly {
 
 BlockReader::BlockReader(Origin& origin, BlockStore& store, Executor& disk,
                          BlockReaderOptions options, BlockListener* listener,
-                         FetchScheduler* scheduler)
+                         FetchScheduler* scheduler, VersionGuard* guard)
     : origin_(origin),
       store_(store),
       disk_(disk),
       options_(options),
       listener_(listener),
-      scheduler_(scheduler) {}
+      scheduler_(scheduler),
+      guard_(guard) {}
 
 void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
                        const std::string& object_id, ByteRange range, Deadline deadline,
@@ -292,13 +293,26 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     stats_.misses++;
     ns->misses++;
     auto started = Clock::now();
-    origin_.ReadRange(path, version, range, deadline,
-                      [this, key, path, version, ns, started,
-                       release = std::move(release)](Result<FetchedBytes> r) {
-                        release();  // the next queued fetch may start
-                        fetch_latency_.Observe(Clock::now() - started);
-                        Complete(key, path, version, *ns, std::move(r));
-                      });
+    auto fetch = [this, key, path, version, ns, range, deadline, started,
+                  release = std::move(release)](Status go) {
+      if (!go.ok()) {  // the object changed at the origin (VersionGuard)
+        release();
+        Complete(key, path, version, *ns, std::move(go));
+        return;
+      }
+      origin_.ReadRange(path, version, range, deadline,
+                        [this, key, path, version, ns, started,
+                         release = std::move(release)](Result<FetchedBytes> r) {
+                          release();  // the next queued fetch may start
+                          fetch_latency_.Observe(Clock::now() - started);
+                          Complete(key, path, version, *ns, std::move(r));
+                        });
+    };
+    if (guard_ == nullptr) {
+      fetch(Status::Ok());
+    } else {
+      guard_->BeforeFetch(path, key.object_id, deadline, std::move(fetch));
+    }
   };
   if (scheduler_ == nullptr) {
     start([] {});

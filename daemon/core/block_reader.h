@@ -39,6 +39,7 @@
 #include "daemon/core/metrics.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/origin.h"
+#include "daemon/core/version_guard.h"
 
 namespace perch::core {
 
@@ -87,8 +88,11 @@ class BlockReader {
  public:
   // `listener` (may be null) hears of every stored, hit and dropped block.
   // `scheduler` (may be null: fetches start at once) orders and bounds every fetch.
+  // `guard` (may be null) confirms an object's version before a block of it
+  // is fetched (VersionGuard); a fetch it refuses fails with kStale.
   BlockReader(Origin& origin, BlockStore& store, Executor& disk, BlockReaderOptions options,
-              BlockListener* listener = nullptr, FetchScheduler* scheduler = nullptr);
+              BlockListener* listener = nullptr, FetchScheduler* scheduler = nullptr,
+              VersionGuard* guard = nullptr);
   BlockReader(const BlockReader&) = delete;
   BlockReader& operator=(const BlockReader&) = delete;
 
@@ -199,6 +203,7 @@ class BlockReader {
   const BlockReaderOptions options_;
   BlockListener* const listener_;
   FetchScheduler* const scheduler_;
+  VersionGuard* const guard_;
 
   BlockReaderStats stats_;
   CounterFamily<ReadCounters> by_namespace_;

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "daemon/core/check.h"
+#include "daemon/core/log_escape.h"
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
@@ -186,8 +187,20 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
   m.names_ = std::make_unique<NamespaceCache>(*s.origin, index_, s.names);
   BlockReaderOptions ropts = options_.reader;
   ropts.flow_prefix = m.tag_ + ":";  // fair between namespaces of every mount
+  // A replaced object: new opens see the new version, the old one's blocks go.
+  m.guard_ = std::make_unique<VersionGuard>(
+      *s.origin, disk_, VersionGuardOptions{s.federation_id, options_.version_check_interval},
+      [this](const std::string& object_id) { return catalog_.CachedBytes(object_id) > 0; },
+      [&m](const ObjectPath& path, const Result<FileAttr>& now) {
+        m.names_->Learned(path, now);
+        auto evicted = m.Evict(path);
+        if (!evicted.ok()) {
+          spdlog::warn("cache: could not drop the old version of {}: {}", EscapeForLog(path.str()),
+                       EscapeForLog(evicted.status().ToString()));
+        }
+      });
   m.reader_ = std::make_unique<BlockReader>(*s.origin, store_, disk_, ropts, m.listener_.get(),
-                                            &scheduler_);
+                                            &scheduler_, m.guard_.get());
   if (options_.prefetch) {
     PrefetchOptions popts = options_.prefetch_options;
     // Nothing is fetched ahead so far that it would push out what is being

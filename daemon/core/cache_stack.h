@@ -37,6 +37,7 @@
 #include "daemon/core/mutex.h"
 #include "daemon/core/namespace_cache.h"
 #include "daemon/core/prefetcher.h"
+#include "daemon/core/version_guard.h"
 #include "daemon/core/warmer.h"
 
 namespace perch::core {
@@ -50,6 +51,10 @@ struct StackOptions {
   // of the effective quota.
   PrefetchOptions prefetch_options;
   WarmerOptions warmer;
+  // A partly cached object's version is confirmed with the origin before
+  // more of it is fetched once its last confirmation is this old
+  // (VersionGuard); 0: before every such fetch.
+  std::chrono::milliseconds version_check_interval{5000};
   // Access times reach the index (and the free space is re-read) this often;
   // zero: no timer (tests call Flush themselves).
   std::chrono::milliseconds flush_period{5000};
@@ -88,6 +93,7 @@ class Mount {
   FileSystem& fs() { return *fs_; }
   Warmer& warmer() { return *warmer_; }
   const Warmer& warmer() const { return *warmer_; }
+  const VersionGuard& guard() const { return *guard_; }
   Prefetcher* prefetcher() { return prefetcher_.get(); }  // null with prefetch off
   const Prefetcher* prefetcher() const { return prefetcher_.get(); }
   bool offline() const { return names_->offline(); }
@@ -130,6 +136,7 @@ class Mount {
   CacheCatalog& catalog_;
   std::unique_ptr<Listener> listener_;
   std::unique_ptr<NamespaceCache> names_;
+  std::unique_ptr<VersionGuard> guard_;
   std::unique_ptr<BlockReader> reader_;
   std::unique_ptr<Prefetcher> prefetcher_;
   std::unique_ptr<FileSystem> fs_;

@@ -28,16 +28,6 @@ std::string FileSystem::ObjectId(const ObjectPath& path, const FileAttr& attr) c
   return ObjectIdFor(options_.federation_id, path, attr);
 }
 
-std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path,
-                        const FileAttr& attr) {
-  std::string key = federation_id;
-  key += '\0';
-  key += path.str();
-  key += '\0';
-  key += std::to_string(attr.size) + ":" + std::to_string(attr.mtime) + ":" + attr.etag;
-  return codec::StableId(key);
-}
-
 Result<uint64_t> FileSystem::Open(const ObjectPath& path) {
   auto attr = names_.GetAttr(path, NewDeadline());
   if (!attr.ok()) return attr.status();
@@ -200,7 +190,29 @@ void FileSystem::ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t
                                ReadDone done) {
   auto f = StartPathRead(path, offset, size);
   if (!f.ok()) return done(f.status());
-  ReadOpenAsync(*f, offset, size, std::move(done));
+  ReadOpenAsync(
+      *f, offset, size,
+      [this, path, id = f->object_id, done = std::move(done)](Result<std::vector<SharedBytes>> r) {
+        // The object changed at the origin: the next read by path
+        // opens the new version.
+        if (r.status().code() == StatusCode::kStale) ForgetImplicit(path, id);
+        done(std::move(r));
+      });
+}
+
+void FileSystem::ForgetImplicit(const ObjectPath& path, const std::string& object_id) {
+  uint64_t handle = 0;
+  {
+    MutexLock l(mu_);
+    auto it = implicit_.find(path.str());
+    if (it == implicit_.end()) return;
+    handle = it->second->second;
+    auto f = open_.find(handle);
+    if (f != open_.end() && f->second.object_id != object_id) return;  // reopened meanwhile
+    implicit_lru_.erase(it->second);
+    implicit_.erase(it);
+  }
+  Release(handle);
 }
 
 std::optional<std::vector<BlockSlice>> FileSystem::ReadSlicePath(const ObjectPath& path,

@@ -27,6 +27,7 @@
 #include "daemon/core/block_reader.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/namespace_cache.h"
+#include "daemon/core/object_ids.h"
 #include "daemon/core/prefetcher.h"
 
 namespace perch::core {
@@ -48,11 +49,6 @@ struct OpenFile {
   FileAttr attr;
   std::string object_id;
 };
-
-// The store id of `path` at version `attr` in federation `federation_id`:
-// a new version of an object is a new id.
-std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path,
-                        const FileAttr& attr);
 
 class FileSystem {
  public:
@@ -90,7 +86,9 @@ class FileSystem {
 
   // ReadSlice and ReadAsync for a kernel that opens files without asking us (FUSE
   // no-open): the file is opened on its first read and stays open until it
-  // is among the least recently read of `implicit_open_limit` files.
+  // is among the least recently read of `implicit_open_limit` files, or a
+  // read of it fails with kStale (the object changed at the origin: the
+  // next read opens the new version).
   std::optional<std::vector<BlockSlice>> ReadSlicePath(const ObjectPath& path, uint64_t offset,
                                                        uint64_t size);
   void ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size, ReadDone done);
@@ -116,6 +114,8 @@ class FileSystem {
   void ReadOpenAsync(const OpenFile& f, uint64_t offset, uint64_t size, ReadDone done);
   // The handle the *Path reads use for `path`, opening it if needed.
   Result<uint64_t> ImplicitHandle(const ObjectPath& path);
+  // Closes the handle the *Path reads use for `path` if it is of `object_id`.
+  void ForgetImplicit(const ObjectPath& path, const std::string& object_id);
   // The remembered failure of `object_id`, if recent (see failure_memo).
   std::optional<Status> RecentFailure(const std::string& object_id);
   void NoteResult(const std::string& object_id, const Status& s);

@@ -58,7 +58,7 @@ class ErrorCounters {
   std::vector<std::pair<std::string, uint64_t>> Take() const;
 
  private:
-  std::array<std::atomic<uint64_t>, static_cast<size_t>(StatusCode::kInternal) + 1> counts_{};
+  std::array<std::atomic<uint64_t>, kStatusCodeCount> counts_{};
 };
 
 // What the block cache served, for the whole node or one namespace.

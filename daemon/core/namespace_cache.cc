@@ -228,6 +228,37 @@ void NamespaceCache::StoreList(const ObjectPath& path, std::shared_ptr<const Lis
   }
 }
 
+void NamespaceCache::Learned(const ObjectPath& path, const Result<FileAttr>& now) {
+  const int64_t t = Now();
+  if (now.ok()) {
+    StoreAttr(path, AttrEntry{true, *now,
+                              t + (now->is_dir ? options_.dir_ttl : options_.file_ttl).count()});
+  } else if (now.status().code() == StatusCode::kNotFound) {
+    StoreAttr(path, AttrEntry{false, {}, t + options_.negative_ttl.count()});
+  } else {
+    return;
+  }
+  if (path.IsRoot()) return;
+  // The listing in memory answers readdirplus: it must not show the old
+  // version (the index's copy is read only after a restart, when the entry
+  // just stored answers first).
+  MutexLock l(mu_);
+  auto it = lists_.find(path.Parent().str());
+  if (it == lists_.end()) return;
+  const std::vector<DirEntry>& entries = it->second->entries;
+  auto e = std::lower_bound(entries.begin(), entries.end(), path.Name(),
+                            [](const DirEntry& d, std::string_view n) { return d.name < n; });
+  if (e == entries.end() || e->name != path.Name()) return;
+  auto changed = std::make_shared<ListEntry>(*it->second);
+  auto pos = changed->entries.begin() + (e - entries.begin());
+  if (now.ok()) {
+    pos->attr = *now;
+  } else {
+    changed->entries.erase(pos);
+  }
+  it->second = std::move(changed);
+}
+
 void NamespaceCache::NoteOnline() {
   if (offline_.exchange(false)) spdlog::info("namespace: the federation answers again");
 }

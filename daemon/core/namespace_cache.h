@@ -52,6 +52,12 @@ class NamespaceCache {
   // The entries of directory `path`, sorted by name. kInvalidArgument for a file.
   Result<std::vector<DirEntry>> ReadDir(const ObjectPath& path, Deadline deadline);
 
+  // What the origin has at `path` now (attributes, or kNotFound), learnt
+  // outside a lookup (a file found replaced while it was read): answers for
+  // `path` from now on, in memory, in its directory's listing held in memory
+  // and in the index, as if just asked.
+  void Learned(const ObjectPath& path, const Result<FileAttr>& now);
+
   // True while answers come from stale entries because the Origin failed.
   bool offline() const { return offline_.load(); }
 

@@ -152,6 +152,8 @@ StatsSnapshot NodeControl::Stats() const {
     s.store_errors += r.store_errors.load();
     s.whole_files += r.whole_files.load();
     s.uncacheable_blocks += r.uncacheable_blocks.load();
+    s.version_checks += m->guard().confirmations();
+    s.versions_replaced += m->guard().replacements();
     m->reader().namespace_stats().ForEach([&](const std::string& name, const ReadCounters& c) {
       s.namespaces.push_back({m->spec().federation_id,
                               m->FederationPath(PERCH_CHECKED(ObjectPath::Parse(name))), c.Take()});

@@ -80,6 +80,8 @@ struct StatsSnapshot {
   uint64_t store_errors = 0;
   uint64_t whole_files = 0;
   uint64_t uncacheable_blocks = 0;
+  uint64_t version_checks = 0;                // VersionGuard::confirmations
+  uint64_t versions_replaced = 0;             // VersionGuard::replacements
   std::vector<NamespaceCounters> namespaces;  // add up to totals
   uint64_t cached_bytes = 0;
   uint64_t capacity_bytes = 0;
@@ -149,6 +151,8 @@ struct StatsSnapshot {
     fn("digest_mismatches", s.network.digest_mismatches);
     fn("origin_fallbacks", s.network.origin_fallbacks);
     fn("uncacheable_blocks", s.uncacheable_blocks);
+    fn("version_checks", s.version_checks);
+    fn("versions_replaced", s.versions_replaced);
   }
 };
 

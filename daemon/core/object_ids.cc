@@ -3,7 +3,19 @@
 #include <array>
 #include <cstring>
 
+#include "daemon/core/codec.h"
+
 namespace perch::core {
+
+std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path,
+                        const FileAttr& attr) {
+  std::string key = federation_id;
+  key += '\0';
+  key += path.str();
+  key += '\0';
+  key += std::to_string(attr.size) + ":" + std::to_string(attr.mtime) + ":" + attr.etag;
+  return codec::StableId(key);
+}
 
 namespace {
 

@@ -21,7 +21,14 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/core/types.h"
+
 namespace perch::core {
+
+// The store id of `path` at version `attr` in federation `federation_id`:
+// a new version of an object (size, modification time or ETag) is a new id.
+std::string ObjectIdFor(const std::string& federation_id, const ObjectPath& path,
+                        const FileAttr& attr);
 
 class ObjectIds {
  public:

@@ -16,6 +16,8 @@ std::string_view ToString(StatusCode code) {
       return "DeadlineExceeded";
     case StatusCode::kCorrupt:
       return "Corrupt";
+    case StatusCode::kStale:
+      return "Stale";
     case StatusCode::kNoSpace:
       return "NoSpace";
     case StatusCode::kCancelled:

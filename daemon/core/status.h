@@ -13,6 +13,7 @@
 // distinct threads without synchronisation.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,7 +31,12 @@ enum class StatusCode {
   kCancelled,         // interrupt or shutdown
   kInvalidArgument,   // a bad request, URL or configuration value
   kInternal,          // a bug caught at a boundary
+  kStale,             // the object changed at the origin since it was opened: open it again
+  // A new code goes above this line (codes are counted, and their numbers
+  // are seen by HTCondor in perch-transfer's ErrorCode: never renumbered).
 };
+// How many codes there are (arrays indexed by code).
+inline constexpr size_t kStatusCodeCount = static_cast<size_t>(StatusCode::kStale) + 1;
 
 // Where a failure happened. It drives failover: a kCache failure moves to the
 // next server in the director's list, a kOrigin failure (the object really is
@@ -86,6 +92,9 @@ inline Status DeadlineExceededError(std::string msg, FailureSite where = Failure
 }
 inline Status CorruptError(std::string msg, FailureSite where = FailureSite::kCache) {
   return Status(StatusCode::kCorrupt, std::move(msg), where, true);
+}
+inline Status StaleError(std::string msg, FailureSite where = FailureSite::kOrigin) {
+  return Status(StatusCode::kStale, std::move(msg), where);
 }
 inline Status InvalidArgumentError(std::string msg, FailureSite where = FailureSite::kLocal) {
   return Status(StatusCode::kInvalidArgument, std::move(msg), where, false);

@@ -181,6 +181,7 @@ bhttp::status StatusOf(const core::Status& s) {
       return bhttp::status::bad_request;
     case core::StatusCode::kUnavailable:
     case core::StatusCode::kCancelled:
+    case core::StatusCode::kStale:  // the object changed while read: a retry reads the new one
       return bhttp::status::service_unavailable;
     case core::StatusCode::kDeadlineExceeded:
       return bhttp::status::gateway_timeout;

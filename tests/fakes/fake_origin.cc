@@ -80,6 +80,17 @@ void FakeOrigin::Complete(std::function<void()> fn) {
   fn();
 }
 
+void FakeOrigin::RemoveFile(const std::string& path) {
+  std::lock_guard<std::mutex> l(mu_);
+  files_.erase(path);
+  mtimes_.erase(path);
+}
+
+void FakeOrigin::FailStatsWith(core::Status status) {
+  std::lock_guard<std::mutex> l(mu_);
+  fail_stats_ = std::move(status);
+}
+
 void FakeOrigin::Stat(const core::ObjectPath& path, core::Deadline,
                       std::function<void(Result<core::FileAttr>)> done) {
   stats++;
@@ -88,6 +99,8 @@ void FakeOrigin::Stat(const core::ObjectPath& path, core::Deadline,
     std::lock_guard<std::mutex> l(mu_);
     if (!fail_.ok()) {
       r = fail_;
+    } else if (!fail_stats_.ok()) {
+      r = fail_stats_;
     } else if (auto f = files_.find(path.str()); f != files_.end()) {
       r = core::FileAttr{false, f->second.size(), mtimes_[path.str()], ""};
     } else if (dirs_.count(path.str())) {

@@ -22,9 +22,13 @@ class FakeOrigin : public core::Origin {
  public:
   void AddFile(const std::string& path, std::string bytes, int64_t mtime = 1700000000);
   void AddDir(const std::string& path);
+  // The object is gone from the origin (Stat: kNotFound; reads fail likewise).
+  void RemoveFile(const std::string& path);
 
   // Every call fails with `status` until cleared with Status::Ok().
   void FailWith(core::Status status);
+  // Stat alone fails with `status` until cleared with Status::Ok().
+  void FailStatsWith(core::Status status);
   // Reads return one byte less than asked.
   void ShortBodies(bool on);
   // Reads say their bytes may not be kept (Cache-Control: no-store).
@@ -57,6 +61,7 @@ class FakeOrigin : public core::Origin {
   std::map<std::string, int64_t> mtimes_;      // Protected by mu_
   std::map<std::string, bool> dirs_;           // Protected by mu_
   core::Status fail_;                          // Protected by mu_
+  core::Status fail_stats_;                    // Protected by mu_
   bool short_ = false;                         // Protected by mu_
   bool no_store_ = false;                      // Protected by mu_
   bool hold_ = false;                          // Protected by mu_

@@ -24,6 +24,7 @@ struct StackConfig {
   core::PrefetchOptions prefetch_options;
   core::NamespaceOptions names;
   std::chrono::milliseconds op_timeout{2000};
+  std::chrono::milliseconds version_check_interval{5000};
   bool first_mount = true;  // false: the test adds every mount itself
 };
 
@@ -41,6 +42,7 @@ class StackFixture {
     o.reader.block_size = config.block_size;
     o.prefetch = config.prefetch;
     o.prefetch_options = config.prefetch_options;
+    o.version_check_interval = config.version_check_interval;
     o.flush_period =
         std::chrono::milliseconds(0);  // the inline executor would run it at once, forever
     stack_ = std::make_unique<core::CacheStack>(index, store, disk, disk, o);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/core/check.h"
+#include "daemon/core/metrics.h"
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
 
@@ -50,6 +51,30 @@ TEST(CheckDeathTest, AFailedCheckAbortsNamingTheInvariant) {
                "ObjectPath::Parse.*must be absolute");
   EXPECT_EQ(PERCH_CHECKED(ObjectPath::Parse("/a//b")).str(), "/a/b");
   PERCH_CHECK(true);
+}
+
+}  // namespace
+}  // namespace perch::core
+
+namespace perch::core {
+namespace {
+
+// Every code has a name and a counter of its own (an array indexed by code
+// once ended at kInternal, and counting kStale wrote past it).
+TEST(StatusTest, EveryCodeIsNamedAndCounted) {
+  ErrorCounters errors;
+  for (size_t i = 1; i < kStatusCodeCount; ++i) {
+    const auto code = static_cast<StatusCode>(i);
+    EXPECT_NE(ToString(code), "Unknown") << i;
+    for (size_t n = 0; n < i; ++n) errors.Count(code);
+  }
+  auto counts = errors.Take();
+  ASSERT_EQ(counts.size(), kStatusCodeCount - 1);
+  for (size_t i = 1; i < kStatusCodeCount; ++i) {
+    EXPECT_EQ(counts[i - 1].first, ToString(static_cast<StatusCode>(i)));
+    EXPECT_EQ(counts[i - 1].second, i);
+  }
+  EXPECT_EQ(counts.back().first, "Stale");
 }
 
 }  // namespace
