@@ -15,6 +15,10 @@
 #   stop      the same with SIGSTOP (a hung cache: connections open, no answer)
 #   kill2     no faults; both caches SIGKILLed when 40 % are read (the origin
 #             stays: perch-devfed's director names it once no cache is left)
+#   digests   no faults; perchd with --verify-digests (what asking costs)
+#   corrupt1  1 % of the caches' bodies have one byte flipped (--fault-corrupt),
+#             perchd with --verify-digests: 0 wrong reads is the target
+#   corrupt20 the same with 20 %
 #   curl      FAULT % cut, each file fetched by curl through the director
 #             (-L) with --retry-all-errors: a client that restarts, not resumes
 # For each: bytes the origin and caches delivered to perch (tcpdump on the
@@ -177,7 +181,8 @@ run_perch() {
   rm -rf "$WORK/cache"
   touch "$WORK/perchd.log"
   local log0; log0=$(wc -l < "$WORK/perchd.log")
-  bench_mount "$WORK/cache" "$M"
+  # shellcheck disable=SC2086  # CASE_PERCHD_ARGS: this case's perchd flags, split on spaces
+  bench_mount "$WORK/cache" "$M" ${CASE_PERCHD_ARGS:-}
   local cpu0; cpu0=$(bench_cpu_ticks "$PERCHD_PID")
   nstat -n
   local cmd=true
@@ -188,6 +193,8 @@ run_perch() {
   local retrans; retrans=$(nstat -az TcpRetransSegs | awk '/TcpRetransSegs/ { print $2 }')
   echo "$CASE seed $SEED: TCP segments retransmitted (whole machine) during the reads: $retrans" >> "$DETAIL"
   local st; st=$(stats)
+  python3 -c 'import json, sys; s = json.loads(sys.argv[1]); print("%s seed %s: digests verified %d, mismatches %d, origin fallbacks %d" % (sys.argv[2], sys.argv[3], s.get("digests_verified", 0), s.get("digest_mismatches", 0), s.get("origin_fallbacks", 0)))' \
+    "$st" "$CASE" "$SEED" >> "$DETAIL"
   bench_tcpcount_stop
   local w; w=$(wire)
   bench_umount "$M"
@@ -271,6 +278,9 @@ for SEED in $SEEDS; do
       kill) run_perch kill "$SEED" "$AT" KILL $NOFAULT ;;
       stop) run_perch stop "$SEED" "$AT" STOP $NOFAULT ;;
       kill2) run_perch kill2 "$SEED" "$AT" KILL2 $NOFAULT ;;
+      digests) CASE_PERCHD_ARGS=--verify-digests run_perch digests "$SEED" 0 - $NOFAULT ;;
+      corrupt1) CASE_PERCHD_ARGS=--verify-digests run_perch corrupt1 "$SEED" 0 - --fault-corrupt 0.01 ;;
+      corrupt20) CASE_PERCHD_ARGS=--verify-digests run_perch corrupt20 "$SEED" 0 - --fault-corrupt 0.2 ;;
       curl) run_curl "$SEED" ;;
       *) echo "unknown case $c" >&2; exit 2 ;;
     esac
