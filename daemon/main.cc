@@ -30,6 +30,7 @@
 #include "daemon/core/cache_stack.h"
 #include "daemon/core/node_control.h"
 #include "daemon/endpoint/http_endpoint.h"
+#include "daemon/handoff.h"
 #include "daemon/http/federation_client.h"
 #include "daemon/store/cache_dir_lock.h"
 #include "daemon/store/file_block_store.h"
@@ -37,6 +38,7 @@
 #include "daemon/thread_pool_executor.h"
 #include "fuse/fuse_server.h"
 #include "fuse/mountpoint.h"
+#include "fuse/session_state.h"
 #include "perch/version.h"
 #include "proto/control_address.h"
 
@@ -105,13 +107,29 @@ struct Federation {
 };
 
 // Parses and checks every mount's URL and mountpoint (before anything starts).
-core::Result<std::vector<std::unique_ptr<Federation>>> PrepareMounts(const DaemonConfig& cfg) {
+// A mount in `inherited` is the previous perchd's, live: not checked (its
+// session is adopted).
+core::Result<std::vector<std::unique_ptr<Federation>>> PrepareMounts(
+    const DaemonConfig& cfg, const std::vector<handoff::MountHandoff>& inherited) {
   std::vector<std::unique_ptr<Federation>> out;
+  for (const handoff::MountHandoff& h : inherited) {
+    bool found = false;
+    for (const MountConfig& m : MountsOf(cfg)) found = found || m.mountpoint == h.mountpoint;
+    if (!found) {
+      return core::InvalidArgumentError("the running perchd serves " + h.mountpoint +
+                                        ", which this configuration does not mount");
+    }
+  }
   for (const MountConfig& m : MountsOf(cfg)) {
     auto url = http::ParseFederationUrl(m.federation_url);
     if (!url.ok()) return url.status();
-    if (core::Status s = fuse::PrepareMountpoint(
-            m.mountpoint, m.allow_nonempty_mountpoint || cfg.allow_nonempty_mountpoint);
+    bool adopted = false;
+    for (const handoff::MountHandoff& h : inherited)
+      adopted = adopted || m.mountpoint == h.mountpoint;
+    if (core::Status s =
+            adopted ? core::Status::Ok()
+                    : fuse::PrepareMountpoint(m.mountpoint, m.allow_nonempty_mountpoint ||
+                                                                cfg.allow_nonempty_mountpoint);
         !s.ok()) {
       return s;
     }
@@ -213,10 +231,17 @@ core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& fed
 
 void Wake(int) {}
 
+// A successor's connection, set by the handoff listener's thread (then
+// SIGUSR1 to the main thread), taken by RunMounts.
+std::atomic<int> g_handoff_conn{-1};
+
 // Serves every mount's FUSE session on its own thread until a signal
-// (SIGTERM, SIGINT, SIGHUP) or until one mount is unmounted; then ends them
-// all. REQUIRES: those signals blocked in every thread (Serve does it first).
-core::Status RunMounts(std::vector<std::unique_ptr<Federation>>& feds) {
+// (SIGTERM, SIGINT, SIGHUP), until one mount is unmounted, or until a
+// successor asks for the mounts (`*handoff_conn` set: the loops ended
+// without a request lost, for FuseServer::Detach); then ends them all.
+// REQUIRES: those signals blocked in every thread (Serve does it first).
+core::Status RunMounts(std::vector<std::unique_ptr<Federation>>& feds,
+                       std::chrono::milliseconds op_timeout, int* handoff_conn) {
   struct Runner {
     std::thread thread;
     std::atomic<bool> done{false};
@@ -245,8 +270,39 @@ core::Status RunMounts(std::vector<std::unique_ptr<Federation>>& feds) {
   sigemptyset(&stop);
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&stop, sig);
   int sig = 0;
-  sigwait(&stop, &sig);
-  spdlog::info("{}; stopping", sig == SIGUSR1 ? "a mount ended" : strsignal(sig));
+  while (true) {
+    sigwait(&stop, &sig);
+    int conn = sig == SIGUSR1 ? g_handoff_conn.exchange(-1) : -1;
+    bool ended = false;
+    for (auto& r : runners) ended = ended || r->done;
+    // A SIGUSR1 with neither: left pending by an earlier run (serving again
+    // after a refused handoff), whose loops ended on the handoff.
+    if (sig == SIGUSR1 && conn < 0 && !ended) continue;
+    if (conn < 0 || ended) {
+      if (conn >= 0) ::close(conn);
+      break;
+    }
+    // A successor asks: every worker finishes the request it holds and reads
+    // no other; requests wait in the kernel from now on.
+    const auto deadline = std::chrono::steady_clock::now() + op_timeout + std::chrono::seconds(5);
+    size_t paused = 0;
+    while (paused < feds.size() && feds[paused]->server->PauseReading(deadline)) ++paused;
+    if (paused < feds.size()) {
+      spdlog::warn("handoff: requests still in progress after {} s; refused, serving on",
+                   std::chrono::duration_cast<std::chrono::seconds>(op_timeout).count() + 5);
+      for (size_t i = 0; i < paused; ++i) feds[i]->server->ResumeReading();
+      ::close(conn);
+      continue;
+    }
+    for (auto& f : feds) f->server->EndForHandoff();
+    *handoff_conn = conn;
+    break;
+  }
+  if (*handoff_conn < 0) {
+    spdlog::info("{}; stopping", sig == SIGUSR1 ? "a mount ended" : strsignal(sig));
+  } else {
+    spdlog::info("handoff: the mounts stopped reading requests; handing them over");
+  }
   // A loop ends once it sees the exit flag, which a signal to its thread makes it look at.
   for (auto& f : feds) f->server->Exit();
   for (auto& r : runners) {
@@ -262,16 +318,26 @@ core::Status RunMounts(std::vector<std::unique_ptr<Federation>>& feds) {
   return core::Status::Ok();
 }
 
+// Mounts taken over from a perchd (or from this one, serving again after a
+// refused handoff), and, for a successor, the connection to confirm on.
+struct Inherited {
+  std::vector<handoff::MountHandoff> mounts;  // descriptors owned here until adopted
+  int conn = -1;                              // -1: nobody to confirm to
+};
+
 // Runs the daemon proper; returns the exit status. `ready` is called once the
 // mounts serve (it detaches from the terminal when not in the foreground).
-int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
+// After a successor asked for the mounts, `*handoff` holds its connection
+// and the mounts (everything else closed) for the caller to send.
+int Serve(const DaemonConfig& cfg, const std::function<void()>& ready, Inherited& inherited,
+          Inherited* handoff) {
   // Signals end the daemon through RunMounts on this thread, never a handler
   // in some other thread: block them before any thread exists.
   sigset_t stop;
   sigemptyset(&stop);
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&stop, sig);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  auto feds = PrepareMounts(cfg);
+  auto feds = PrepareMounts(cfg, inherited.mounts);
   if (!feds.ok()) return ExitFor(feds.status());
   auto lock = store::CacheDirLock::Acquire(cfg.cache_dir);
   if (!lock.ok()) return ExitFor(core::InternalError(lock.status().message()));
@@ -373,8 +439,38 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
     if (core::Status s = control.Start(copts); !s.ok())
       rc = ExitFor(core::InternalError(s.message()));
   }
+  handoff::Listener listener;
+  if (rc == 0) {
+    if (core::Status s = listener.Start(handoff::SocketPath(cfg.cache_dir),
+                                        [](int conn) {
+                                          if (int old = g_handoff_conn.exchange(conn); old >= 0)
+                                            ::close(old);
+                                          ::kill(::getpid(), SIGUSR1);
+                                        });
+        !s.ok()) {
+      spdlog::warn("{}; this perchd cannot hand its mounts to a successor", s.message());
+    }
+  }
+  // Until a successor confirms, the mounts it adopted are the previous perchd's.
+  bool own_mounts = inherited.conn < 0;
   for (size_t i = 0; rc == 0 && i < feds->size(); ++i) {
     Federation& f = *(*feds)[i];
+    handoff::MountHandoff* taken = nullptr;
+    for (auto& h : inherited.mounts) {
+      if (h.mountpoint == f.cfg.mountpoint && h.fd >= 0) taken = &h;
+    }
+    if (taken != nullptr) {
+      auto state = fuse::DecodeSessionState(taken->state);
+      core::Status s = state.ok()
+                           ? f.server->Adopt(std::exchange(taken->fd, -1), f.cfg.mountpoint, *state)
+                           : state.status();
+      if (!s.ok()) {
+        rc = ExitFor(
+            core::InternalError("cannot take over " + f.cfg.mountpoint + ": " + s.message()));
+        break;
+      }
+      continue;
+    }
     if (core::Status s = f.server->Mount(f.cfg.mountpoint); !s.ok()) {
       rc = ExitFor(core::InvalidArgumentError(s.message()));
       break;
@@ -382,15 +478,53 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
     spdlog::info("mounted {} at {} (cache {}, {} MiB, blocks of {} KiB)", f.url.ToString(),
                  f.cfg.mountpoint, cfg.cache_dir, cfg.cache_size >> 20, cfg.block_size >> 10);
   }
+  if (rc == 0 && inherited.conn >= 0) {
+    // Everything is open: the previous perchd may go.
+    if (core::Status s = handoff::Confirm(
+            inherited.conn, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+        !s.ok()) {
+      rc = ExitFor(core::InternalError("takeover called off: " + s.message()));
+    } else {
+      own_mounts = true;
+      spdlog::info("handoff: took over {} mount(s) from the previous perchd",
+                   inherited.mounts.size());
+    }
+    ::close(inherited.conn);
+    inherited.conn = -1;
+  }
+  if (!own_mounts) {
+    // Called off: the previous perchd serves on; leave its mounts alone.
+    for (auto& f : *feds) {
+      if (f->server != nullptr) f->server->Abandon();
+    }
+  }
+  int handoff_conn = -1;
   core::Status run;
   if (rc == 0) {
     ready();
     // Under systemd (Type=notify) the unit becomes active only now, with every mount serving.
     sd_notifyf(0, "READY=1\nSTATUS=serving %zu mount(s), first %s at %s", feds->size(),
                (*feds)[0]->url.ToString().c_str(), (*feds)[0]->cfg.mountpoint.c_str());
-    run = RunMounts(*feds);
-    sd_notify(0, "STOPPING=1");
+    run = RunMounts(*feds, cfg.op_timeout, &handoff_conn);
+    if (handoff_conn < 0) sd_notify(0, "STOPPING=1");
   }
+  if (handoff_conn >= 0) {
+    // The loops ended with every request read answered or waiting for its
+    // bytes: drain those, then keep each mount's descriptor and state.
+    const auto deadline =
+        std::chrono::steady_clock::now() + cfg.op_timeout + std::chrono::seconds(5);
+    handoff->conn = handoff_conn;
+    for (auto& f : *feds) {
+      int fd = -1;
+      auto state = f->server->Detach(deadline, &fd);
+      if (!state.ok()) {
+        spdlog::error("handoff: {}: {}", f->cfg.mountpoint, state.status().message());
+        continue;
+      }
+      handoff->mounts.push_back({f->cfg.mountpoint, fd, fuse::EncodeSessionState(*state)});
+    }
+  }
+  listener.Stop();
   control.Shutdown();  // ends warm streams (their warms are cancelled)
   metrics.Stop();
   http_endpoint.Shutdown();
@@ -417,9 +551,78 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready) {
   return rc;
 }
 
+// Serves; when a successor asks for the mounts, hands them over and returns
+// 0, or, if the successor fails to take them, serves them again. With
+// `takeover`, first takes the mounts of the perchd serving this cache.
+int ServeAndHandOver(const DaemonConfig& cfg, const std::function<void()>& ready, bool takeover) {
+  Inherited inherited;
+  const std::string path = handoff::SocketPath(cfg.cache_dir);
+  core::Result<int> conn = core::UnavailableError("no takeover");
+  if (takeover) {
+    conn = handoff::Connect(path);
+    if (!conn.ok()) return ExitFor(conn.status());
+  } else {
+    // A mountpoint still served by the perchd of this cache directory (a
+    // second start, a restart that did not stop it): take it over rather
+    // than fail.
+    for (const MountConfig& m : MountsOf(cfg)) {
+      if (fuse::PrepareMountpoint(m.mountpoint, true).code() != core::StatusCode::kUnavailable) {
+        continue;
+      }
+      conn = handoff::Connect(path);
+      if (conn.ok()) {
+        spdlog::info("{} is served by the perchd of cache {}: taking its mounts over", m.mountpoint,
+                     cfg.cache_dir);
+      }
+      break;
+    }
+  }
+  if (conn.ok()) {
+    spdlog::info("handoff: asking the perchd at {} for its mounts", path);
+    // It first lets the requests in progress end (op_timeout at most).
+    auto mounts = handoff::Receive(
+        *conn, std::chrono::steady_clock::now() + 2 * cfg.op_timeout + std::chrono::seconds(30));
+    if (!mounts.ok()) {
+      ::close(*conn);
+      return ExitFor(mounts.status());
+    }
+    inherited.mounts = *std::move(mounts);
+    inherited.conn = *conn;
+  }
+  bool said_ready = false;
+  auto ready_once = [&] {
+    if (!std::exchange(said_ready, true)) ready();
+  };
+  while (true) {
+    Inherited next;
+    int rc = Serve(cfg, ready_once, inherited, &next);
+    for (auto& m : inherited.mounts) {
+      if (m.fd >= 0) ::close(m.fd);  // not adopted (Serve failed first)
+    }
+    if (inherited.conn >= 0) ::close(inherited.conn);
+    if (next.conn < 0) return rc;
+    // Everything is closed but the mounts' descriptors: send them.
+    core::Status sent = handoff::Send(next.conn, next.mounts);
+    const bool taken =
+        sent.ok() &&
+        handoff::AwaitReady(next.conn, std::chrono::steady_clock::now() + 2 * cfg.op_timeout +
+                                           std::chrono::seconds(60));
+    ::close(next.conn);
+    next.conn = -1;
+    if (taken) {
+      for (auto& m : next.mounts) ::close(m.fd);
+      spdlog::info("handoff: the next perchd serves the mounts; exiting");
+      return 0;
+    }
+    if (!sent.ok()) spdlog::warn("{}", sent.message());
+    spdlog::warn("handoff: refused; serving the mounts again");
+    inherited = std::move(next);
+  }
+}
+
 // Forks before any thread exists; the parent waits until the child has
 // mounted (or failed) so that the exit status tells the truth.
-int ServeInTheBackground(const DaemonConfig& cfg) {
+int ServeInTheBackground(const DaemonConfig& cfg, bool takeover) {
   int pipefd[2];
   if (pipe(pipefd) != 0) {
     std::perror("perchd: pipe");
@@ -438,23 +641,26 @@ int ServeInTheBackground(const DaemonConfig& cfg) {
   }
   close(pipefd[0]);
   setsid();
-  int rc = Serve(cfg, [&] {
-    char ok = 0;
-    if (write(pipefd[1], &ok, 1) != 1) {
-      // The parent is gone; nothing to tell.
-    }
-    close(pipefd[1]);
-    int devnull = open("/dev/null", O_RDWR);
-    if (devnull >= 0) {
-      dup2(devnull, 0);
-      dup2(devnull, 1);
-      dup2(devnull, 2);
-      if (devnull > 2) close(devnull);
-    }
-    if (chdir("/") != 0) {
-      // Not fatal: we never use relative paths after start.
-    }
-  });
+  int rc = ServeAndHandOver(
+      cfg,
+      [&] {
+        char ok = 0;
+        if (write(pipefd[1], &ok, 1) != 1) {
+          // The parent is gone; nothing to tell.
+        }
+        close(pipefd[1]);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) {
+          dup2(devnull, 0);
+          dup2(devnull, 1);
+          dup2(devnull, 2);
+          if (devnull > 2) close(devnull);
+        }
+        if (chdir("/") != 0) {
+          // Not fatal: we never use relative paths after start.
+        }
+      },
+      takeover);
   char code = static_cast<char>(rc);
   if (write(pipefd[1], &code, 1) != 1) {
     // Already reported ready, or the parent is gone.
@@ -502,6 +708,10 @@ int main(int argc, char** argv) {
                  "group that may read namespaces requiring a token (default: root only)");
   app.add_option("--op-timeout", op_timeout, "longest any filesystem request may wait, e.g. 30s");
   app.add_flag("-f,--foreground", cfg.foreground, "stay in the foreground (systemd, debugging)");
+  bool takeover = false;
+  app.add_flag("--takeover", takeover,
+               "take the mounts over from the perchd serving the same cache directory, without "
+               "unmounting (restart, upgrade)");
   std::string control_address, metrics_address, http_address;
   app.add_option("--control", control_address,
                  "control API address: unix:PATH or tcp:127.0.0.1:PORT (default unix:" +
@@ -578,7 +788,8 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
   if (cfg.foreground) {
-    return perch::Serve(cfg, [] {});
+    return perch::ServeAndHandOver(
+        cfg, [] {}, takeover);
   }
-  return perch::ServeInTheBackground(cfg);
+  return perch::ServeInTheBackground(cfg, takeover);
 }

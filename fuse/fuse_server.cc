@@ -1,8 +1,11 @@
 #define FUSE_USE_VERSION 312
 #include "fuse/fuse_server.h"
 
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
@@ -82,13 +85,17 @@ void ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
   fuse_reply_err(req, err);
 }
 
-// A directory listing taken at opendir, so offsets stay stable across calls.
-struct DirHandle {
-  ObjectPath path;
-  std::vector<core::DirEntry> entries;
-};
-
 }  // namespace
+
+// A directory listing taken at opendir, so offsets stay stable across calls.
+// One handed over by the previous perchd is listed again at its first read
+// (from the namespace cache, as that perchd listed it).
+struct FuseServer::DirHandle {
+  ObjectPath path;
+  std::mutex mu;
+  bool listed = false;                  // Protected by mu
+  std::vector<core::DirEntry> entries;  // Protected by mu
+};
 
 // Every callback body runs inside Guard: no exception reaches libfuse.
 #define PERCH_FUSE_GUARD(req, op, body)                               \
@@ -193,11 +200,21 @@ struct FuseServer::Ops {
       if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
       auto entries = self->fs_.ReadDir(path);
       if (!entries.ok()) return ReplyStatus(req, "opendir", entries.status());
-      auto h = std::make_unique<DirHandle>(DirHandle{path, std::move(*entries)});
-      fi->fh = reinterpret_cast<uint64_t>(h.get());
+      auto h = std::make_shared<DirHandle>();
+      h->path = path;
+      h->entries = std::move(*entries);
+      h->listed = true;
+      {
+        std::lock_guard<std::mutex> l(self->mu_);
+        fi->fh = self->next_dh_++;
+        self->dirs_.emplace(fi->fh, h);
+      }
       fi->keep_cache = 1;
       fi->cache_readdir = 1;
-      if (fuse_reply_open(req, fi) == 0) h.release();
+      if (fuse_reply_open(req, fi) != 0) {
+        std::lock_guard<std::mutex> l(self->mu_);
+        self->dirs_.erase(fi->fh);
+      }
     })
   }
 
@@ -206,7 +223,20 @@ struct FuseServer::Ops {
     PERCH_FUSE_GUARD(req, plus ? "readdirplus" : "readdir", {
       FuseServer* self = Self(req);
       core::ScopedLatency timer(self->LatencyOf(Op::kReadDir));
-      auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+      std::shared_ptr<DirHandle> h;
+      {
+        std::lock_guard<std::mutex> l(self->mu_);
+        auto it = self->dirs_.find(fi->fh);
+        if (it != self->dirs_.end()) h = it->second;
+      }
+      if (h == nullptr) return (void)fuse_reply_err(req, EBADF);
+      std::lock_guard<std::mutex> hl(h->mu);
+      if (!h->listed) {
+        auto entries = self->fs_.ReadDir(h->path);
+        if (!entries.ok()) return ReplyStatus(req, "readdir", entries.status());
+        h->entries = std::move(*entries);
+        h->listed = true;
+      }
       std::vector<char> buf(size);
       size_t used = 0;
       const size_t total = h->entries.size() + 2;
@@ -266,7 +296,15 @@ struct FuseServer::Ops {
   }
 
   static void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-    delete reinterpret_cast<DirHandle*>(fi->fh);
+    std::shared_ptr<DirHandle> h;  // let go after the unlock
+    {
+      std::lock_guard<std::mutex> l(Self(req)->mu_);
+      auto it = Self(req)->dirs_.find(fi->fh);
+      if (it != Self(req)->dirs_.end()) {
+        h = std::move(it->second);
+        Self(req)->dirs_.erase(it);
+      }
+    }
     fuse_reply_err(req, 0);
   }
 
@@ -288,6 +326,10 @@ struct FuseServer::Ops {
       }
       fi->fh = *h;
       fi->noflush = 1;
+      {
+        std::lock_guard<std::mutex> l(self->mu_);
+        self->open_files_[*h] = ino;
+      }
       // Immutable objects: the page cache stays valid (keep_cache), unless
       // the kernel reads the cache's file itself (it then has that file's).
       fi->keep_cache = self->OpenDirect(ino, *h) ? 0 : 1;
@@ -620,6 +662,13 @@ Status FuseServer::Mount(const std::string& mountpoint) {
     return core::InvalidArgumentError(std::string("cannot use /dev/fuse: ") + std::strerror(errno) +
                                       " (is the fuse module loaded, and are you root?)");
   }
+  if (Status s = NewSession(mountpoint); !s.ok()) return s;
+  mounted_ = true;
+  mountpoint_ = mountpoint;
+  return Status::Ok();
+}
+
+Status FuseServer::NewSession(const std::string& mountpoint) {
   static const struct fuse_lowlevel_ops kOps = [] {
     struct fuse_lowlevel_ops o {};
     o.init = &Ops::Init;
@@ -677,22 +726,161 @@ Status FuseServer::Mount(const std::string& mountpoint) {
     return core::InvalidArgumentError("cannot mount at " + mountpoint +
                                       " (already mounted? see messages above)");
   }
-  mounted_ = true;
-  mountpoint_ = mountpoint;
-  if (options_.passthrough) {
-    // The backing-file ioctls need CAP_SYS_ADMIN: only root asks the kernel.
-    if (::geteuid() != 0) {
-      options_.passthrough = false;
-    } else if (Status s =
-                   Passthrough::Install(se_,
-                                        [](void* userdata) {
-                                          return &static_cast<FuseServer*>(userdata)->passthrough_;
-                                        });
-               !s.ok()) {
-      spdlog::warn("fuse: no passthrough: {}", s.message());
-      options_.passthrough = false;
+  // The backing-file ioctls need CAP_SYS_ADMIN: only root asks the kernel.
+  if (::geteuid() != 0) options_.passthrough = false;
+  // The hooks go on every session: a handoff needs them (Passthrough).
+  if (Status s = Passthrough::Install(
+          se_, [](void* userdata) { return &static_cast<FuseServer*>(userdata)->passthrough_; });
+      !s.ok()) {
+    return core::InternalError("fuse: cannot install the device's I/O hooks: " + s.message());
+  }
+  return Status::Ok();
+}
+
+bool FuseServer::PauseReading(std::chrono::steady_clock::time_point deadline) {
+  if (se_ == nullptr) return true;
+  // A worker blocked in read(2) is woken by SIGUSR2 (perchd's handler has no
+  // SA_RESTART: the read fails with EINTR, having taken no request).
+  if (passthrough_.StopReading([](pthread_t t) { pthread_kill(t, SIGUSR2); }, deadline)) {
+    return true;
+  }
+  passthrough_.ResumeReading();
+  return false;
+}
+
+void FuseServer::ResumeReading() { passthrough_.ResumeReading(); }
+
+void FuseServer::EndForHandoff() {
+  if (se_ == nullptr) return;
+  fuse_session_exit(se_);
+  passthrough_.EndReading();
+}
+
+core::Result<SessionState> FuseServer::Detach(std::chrono::steady_clock::time_point deadline,
+                                              int* fd) {
+  if (se_ == nullptr || !mounted_) return core::InternalError("fuse: nothing mounted to hand over");
+  if (!replies_->Drain(deadline)) {
+    spdlog::warn("fuse: {} reads still wait for their bytes; they are answered EIO",
+                 replies_->pending());
+  }
+  replies_->Close();  // answers what is left (nothing, unless the drain timed out)
+  stale_->Stop();     // the kernel drops the pages of replaced objects now, still ours
+  SessionState s;
+  s.init = passthrough_.init();
+  if (s.init.empty()) return core::InternalError("fuse: the kernel's INIT was never seen");
+  s.passthrough_offered = passthrough_.offered();
+  s.passthrough_agreed = passthrough_.agreed();
+  s.no_open = no_open_;
+  s.deciding = deciding_;
+  s.opens = opens_;
+  s.large_opens = large_opens_;
+  std::unordered_map<uint64_t, uint64_t> files;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    s.no_passthrough = no_passthrough_;
+    s.next_ino = next_ino_;
+    s.nodes.reserve(inodes_.size());
+    for (const auto& [ino, node] : inodes_) s.nodes.push_back({ino, node.path.str(), node.lookups});
+    s.next_dh = next_dh_;
+    for (const auto& [dh, h] : dirs_) s.dirs.push_back({dh, h->path.str()});
+    for (const auto& [ino, modes] : open_modes_) {
+      if (modes.direct_opens > 0) s.backings.push_back({ino, modes.backing_id});
+    }
+    files = open_files_;
+    for (const auto& [fh, ino] : files) {
+      auto d = open_direct_.find(fh);
+      s.files.push_back({fh, ino, "", {}, d != open_direct_.end() && d->second});
     }
   }
+  auto open = fs_.OpenFiles();
+  std::unordered_map<uint64_t, const core::OpenFile*> by_fh;
+  for (const auto& [fh, f] : open) by_fh[fh] = &f;
+  std::erase_if(s.files, [&](SessionState::File& f) {
+    auto it = by_fh.find(f.fh);
+    if (it == by_fh.end()) return true;  // released meanwhile
+    f.path = it->second->path.str();
+    f.attr = it->second->attr;
+    return false;
+  });
+  *fd = ::fcntl(fuse_session_fd(se_), F_DUPFD_CLOEXEC, 3);
+  if (*fd < 0) return core::InternalError(std::string("fuse: dup: ") + std::strerror(errno));
+  mounted_ = false;  // the next perchd's now: never unmounted from here
+  return s;
+}
+
+Status FuseServer::Adopt(int fd, const std::string& mountpoint, const SessionState& state) {
+  if (Status s = NewSession("/dev/fd/" + std::to_string(fd)); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  adopted_ = true;
+  mounted_ = true;
+  mountpoint_ = mountpoint;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    inodes_.clear();
+    by_path_.clear();
+    for (const auto& n : state.nodes) {
+      auto path = ObjectPath::Parse(n.path);
+      if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + n.path);
+      auto node = inodes_.emplace(n.ino, Inode{*path, n.lookups}).first;
+      by_path_.emplace(node->second.path.str(), n.ino);
+    }
+    if (inodes_.find(FUSE_ROOT_ID) == inodes_.end()) {
+      auto root = inodes_.emplace(FUSE_ROOT_ID, Inode{ObjectPath(), 1}).first;
+      by_path_.emplace(root->second.path.str(), FUSE_ROOT_ID);
+    }
+    next_ino_ = std::max<uint64_t>(state.next_ino, 2);
+    next_dh_ = std::max<uint64_t>(state.next_dh, 1);
+    for (const auto& d : state.dirs) {
+      auto path = ObjectPath::Parse(d.path);
+      if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + d.path);
+      auto h = std::make_shared<DirHandle>();
+      h->path = *path;
+      dirs_.emplace(d.dh, std::move(h));
+    }
+    no_passthrough_ = state.no_passthrough;
+  }
+  std::unordered_map<uint64_t, uint64_t> direct_fh_of;  // inode -> one of its passthrough files
+  for (const auto& f : state.files) {
+    auto path = ObjectPath::Parse(f.path);
+    if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + f.path);
+    fs_.AdoptOpenFile(f.fh, *path, f.attr);
+    std::lock_guard<std::mutex> l(mu_);
+    open_files_[f.fh] = f.ino;
+    if (!state.passthrough_agreed) continue;
+    open_direct_[f.fh] = f.direct;
+    OpenModes& modes = open_modes_[f.ino];
+    (f.direct ? modes.direct_opens : modes.cached_opens)++;
+    if (f.direct) {
+      direct_opens_++;
+      direct_fh_of[f.ino] = f.fh;
+    }
+  }
+  for (const auto& b : state.backings) {
+    // The kernel holds the backing file itself; this hold keeps its blocks
+    // from eviction while files pass through to it, as the Open that
+    // registered it did.
+    std::shared_ptr<const core::BlockFd> held;
+    if (auto it = direct_fh_of.find(b.ino); it != direct_fh_of.end()) {
+      if (auto file = fs_.WholeFile(it->second); file.ok()) held = *std::move(file);
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    OpenModes& modes = open_modes_[b.ino];
+    modes.backing_id = b.id;
+    modes.backing = std::move(held);
+  }
+  // libfuse's session has not seen INIT (the kernel sent it to the previous
+  // perchd): it is fed the same one, which runs Ops::Init as then.
+  passthrough_.ReplayInit(se_, state.init, state.passthrough_agreed);
+  no_open_ = state.no_open;
+  deciding_ = state.deciding;
+  opens_ = state.opens;
+  large_opens_ = state.large_opens;
+  spdlog::info(
+      "fuse: took over {} from the previous perchd: {} inodes, {} open files, {} open "
+      "directories",
+      mountpoint, state.nodes.size(), state.files.size(), state.dirs.size());
   return Status::Ok();
 }
 
@@ -787,6 +975,7 @@ void FuseServer::Released(uint64_t ino, uint64_t fh) {
   bool now_no_open = false;
   {
     std::lock_guard<std::mutex> l(mu_);
+    open_files_.erase(fh);
     auto open = open_direct_.find(fh);
     if (open == open_direct_.end()) return;
     const bool direct = open->second;
@@ -842,7 +1031,17 @@ void FuseServer::Exit() {
 
 void FuseServer::Unmount() {
   if (mounted_ && se_ != nullptr) {
-    fuse_session_unmount(se_);
+    if (adopted_) {
+      // libfuse did not mount it (Adopt): unmount as it would have.
+      if (::geteuid() == 0) {
+        ::umount2(mountpoint_.c_str(), MNT_DETACH);
+      } else {
+        std::string cmd = "fusermount3 -u -z -- '" + mountpoint_ + "' 2>/dev/null";
+        if (std::system(cmd.c_str()) != 0) spdlog::warn("fusermount3 -u {} failed", mountpoint_);
+      }
+    } else {
+      fuse_session_unmount(se_);
+    }
     mounted_ = false;
   }
 }

@@ -16,6 +16,11 @@
 // by the thread that completes it (PendingReplies bounds the wait), or, for a
 // large reply, by one of two reply threads.
 //
+// The mount can be handed to another perchd without unmounting (issue 31):
+// PauseReading/EndForHandoff stop the loop with no request lost, Detach
+// yields the kernel-facing state (SessionState) and the /dev/fuse
+// descriptor, Adopt serves them in the next process.
+//
 // Thread-safety: FUSE callbacks run on libfuse's worker threads; the inode
 // table is under mu_ (a leaf lock, never held across a FileSystem call or a
 // fuse_reply_*). Exceptions never cross into libfuse: each callback catches
@@ -39,6 +44,7 @@
 #include "daemon/core/metrics.h"
 #include "fuse/passthrough.h"
 #include "fuse/pending_replies.h"
+#include "fuse/session_state.h"
 #include "fuse/stale_inodes.h"
 
 struct fuse_session;
@@ -116,6 +122,27 @@ class FuseServer {
   // True between a successful Mount and Unmount.
   bool mounted() const { return mounted_; }
 
+  // Handing the mount to the next perchd (issue 31), in three steps:
+  // PauseReading stops the workers from reading requests (each finishes the
+  // one it holds; later requests wait in the kernel); false if some still
+  // processed one at `deadline`. Then either ResumeReading (called off) or
+  // EndForHandoff, after which Run returns. Then Detach.
+  bool PauseReading(std::chrono::steady_clock::time_point deadline);
+  void ResumeReading();
+  void EndForHandoff();
+  // After Run returned from EndForHandoff: waits (up to `deadline`) for the
+  // reads answered later (PendingReplies), then yields the state the kernel
+  // relies on and a duplicate of the /dev/fuse descriptor, which the caller
+  // owns. The mount stays: this server no longer unmounts it.
+  core::Result<SessionState> Detach(std::chrono::steady_clock::time_point deadline, int* fd);
+  // Instead of Mount: serves the mount at `mountpoint` over `fd` (another
+  // perchd's /dev/fuse descriptor, detached with `state`), which this server
+  // now owns. Requests the kernel queued meanwhile are answered once Run
+  // starts.
+  core::Status Adopt(int fd, const std::string& mountpoint, const SessionState& state);
+  // Never unmounts: the mount stays another perchd's (a takeover called off).
+  void Abandon() { mounted_ = false; }
+
   // Where operation `op` is timed (null without options_.metrics); counts a failed operation.
   core::LatencyHistogram* LatencyOf(core::OpMetrics::Op op);
   void CountError(const core::Status& s);
@@ -125,6 +152,10 @@ class FuseServer {
 
  private:
   friend struct Ops;
+  struct DirHandle;
+  // The session over `mountpoint` ("/dev/fd/N": an open /dev/fuse), with
+  // the I/O hooks installed.
+  core::Status NewSession(const std::string& mountpoint);
   struct Inode {
     core::ObjectPath path;
     uint64_t lookups = 0;
@@ -171,6 +202,10 @@ class FuseServer {
   // Inodes whose object changed at the origin: ESTALE until the kernel has
   // dropped their pages.
   std::unique_ptr<StaleInodes> stale_;
+  std::unordered_map<uint64_t, uint64_t> open_files_;  // fh -> inode, every open; Protected by mu_
+  // Open directories by handle (the kernel's fh for them).
+  std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // Protected by mu_
+  uint64_t next_dh_ = 1;                                           // Protected by mu_
   std::unordered_map<uint64_t, bool> open_direct_;      // fh -> passes through; Protected by mu_
   std::unordered_map<uint64_t, OpenModes> open_modes_;  // by inode; Protected by mu_
   // Opens answered in passthrough and not yet released, over all inodes.
@@ -180,6 +215,7 @@ class FuseServer {
   // open of an inode open in passthrough).
   bool no_passthrough_ = false;  // Protected by mu_
   bool handlers_ = false;
+  bool adopted_ = false;  // over another perchd's descriptor: libfuse does not unmount it
 
   std::mutex mu_;
   std::unordered_map<uint64_t, Inode> inodes_;  // Protected by mu_

@@ -127,7 +127,7 @@ core::Status PrepareMountpoint(const std::string& mountpoint, bool allow_nonempt
     return core::UnavailableError(
         "mountpoint " + mountpoint + " is already a perch mount of " + entry.fsname +
             ", served by another perchd; stop that one first (or fusermount3 -u " + mountpoint +
-            ")",
+            "), or start this one with the same cache directory to take it over",
         core::FailureSite::kLocal);
   }
   if (std::string name = FirstEntry(dir); !name.empty() && !allow_nonempty) {

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace perch::fuse {
 
@@ -34,6 +36,23 @@ constexpr uint32_t kFopenPassthrough = 1u << 7;
 // fuse_out_header {len, error, unique}; fuse_init_out {..., flags @12, ...,
 // flags2 @32, max_stack_depth @36}; fuse_open_out {fh, open_flags @8, backing_id @12}.
 constexpr size_t kInHeader = 40;
+// The id of the INIT a successor replays (ReplayInit): never one of the
+// kernel's (they count up from 2 in steps of 2), and its reply is not sent.
+constexpr uint64_t kReplayUnique = ~uint64_t{1};
+
+enum WorkerState { kReading = 0, kProcessing = 1, kWaiting = 2 };
+
+// The worker this thread is to the session whose hook it runs, unregistered
+// when the thread ends (libfuse ends idle workers beyond its limit).
+struct ThreadWorker {
+  const void* owner = nullptr;
+  void* worker = nullptr;
+  std::function<void()> forget;
+  ~ThreadWorker() {
+    if (forget) forget();
+  }
+};
+thread_local ThreadWorker t_worker;
 
 template <typename T>
 T Load(const void* p, size_t at) {
@@ -61,6 +80,76 @@ ssize_t SpliceSendHook(int fdin, off_t* offin, int fdout, off_t* offout, size_t 
 
 }  // namespace
 
+Passthrough::Worker* Passthrough::ThisWorker() {
+  if (t_worker.owner == workers_.get()) return static_cast<Worker*>(t_worker.worker);
+  if (t_worker.forget) t_worker.forget();  // a thread that read for another session before
+  std::lock_guard<std::mutex> l(workers_->mu);
+  workers_->list.emplace_back();
+  auto it = std::prev(workers_->list.end());
+  it->thread = pthread_self();
+  t_worker.owner = workers_.get();
+  t_worker.worker = &*it;
+  t_worker.forget = [workers = workers_, it] {
+    std::lock_guard<std::mutex> l(workers->mu);
+    workers->list.erase(it);
+  };
+  return &*it;
+}
+
+void Passthrough::NoteInit(const void* init, size_t n) {
+  if (n < 20) return;
+  const uint32_t flags = Load<uint32_t>(init, 12);
+  const uint32_t flags2 = Load<uint32_t>(init, 16);
+  offered_.store((flags & kInitExt) && (flags2 & kPassthroughFlags2), std::memory_order_release);
+  std::lock_guard<std::mutex> l(mu_);
+  init_.assign(static_cast<const char*>(init), n);
+}
+
+std::string Passthrough::init() const {
+  std::lock_guard<std::mutex> l(const_cast<std::mutex&>(mu_));
+  return init_;
+}
+
+void Passthrough::ReplayInit(struct fuse_session* se, const std::string& init, bool agreed) {
+  std::vector<char> buf(kInHeader + init.size());
+  Store<uint32_t>(buf.data(), 0, static_cast<uint32_t>(buf.size()));  // len
+  Store<uint32_t>(buf.data(), 4, kOpInit);                            // opcode
+  Store<uint64_t>(buf.data(), 8, kReplayUnique);                      // unique
+  std::memcpy(buf.data() + kInHeader, init.data(), init.size());
+  NoteInit(init.data(), init.size());
+  init_unique_.store(kReplayUnique, std::memory_order_release);
+  struct fuse_buf fb {};
+  fb.size = buf.size();
+  fb.mem = buf.data();
+  fuse_session_process_buf(se, &fb);
+  // What the kernel agreed with the previous perchd, whatever this one asked.
+  agreed_.store(agreed && offered(), std::memory_order_release);
+}
+
+bool Passthrough::StopReading(const std::function<void(pthread_t)>& wake,
+                              std::chrono::steady_clock::time_point deadline) {
+  stopping_.store(true);  // seq_cst: a worker that reads after this sees it, or is seen reading
+  while (true) {
+    bool all_waiting = true;
+    {
+      std::lock_guard<std::mutex> l(workers_->mu);
+      for (Worker& w : workers_->list) {
+        const int state = w.state.load();
+        if (state == kWaiting) continue;
+        all_waiting = false;
+        if (state == kReading) wake(w.thread);  // blocked in read(2), or about to be
+      }
+    }
+    if (all_waiting) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void Passthrough::ResumeReading() { stopping_.store(false); }
+
+void Passthrough::EndReading() { exited_.store(true); }
+
 core::Status Passthrough::Install(struct fuse_session* se, Passthrough* (*from_userdata)(void*)) {
   g_from_userdata = from_userdata;
   // No splice_receive: requests are read with read(2), where the hooks see
@@ -77,7 +166,29 @@ core::Status Passthrough::Install(struct fuse_session* se, Passthrough* (*from_u
 }
 
 ssize_t Passthrough::Read(int fd, void* buf, size_t len) {
-  ssize_t n = ::read(fd, buf, len);
+  Worker* w = ThisWorker();
+  w->state.store(kReading);  // seq_cst: StopReading sees it, or this sees stopping_
+  ssize_t n = -1;
+  while (true) {
+    if (stopping_.load()) {
+      // Wait for the end of the session (then libfuse's worker, finding it
+      // exited, ends), or to read again.
+      w->state.store(kWaiting);
+      while (stopping_.load() && !exited_.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      w->state.store(kReading);
+      if (exited_.load()) {
+        errno = EINTR;
+        return -1;
+      }
+      continue;
+    }
+    n = ::read(fd, buf, len);
+    if (n < 0 && errno == EINTR) continue;  // StopReading's signal, or another: look again
+    break;
+  }
+  w->state.store(kProcessing);
   if (n < static_cast<ssize_t>(kInHeader)) return n;
   const uint32_t opcode = Load<uint32_t>(buf, 4);
   const uint64_t unique = Load<uint64_t>(buf, 8);
@@ -85,9 +196,7 @@ ssize_t Passthrough::Read(int fd, void* buf, size_t len) {
     std::lock_guard<std::mutex> l(mu_);
     if (open_requests_.insert(unique).second) pending_.fetch_add(1, std::memory_order_release);
   } else if (opcode == kOpInit && n >= static_cast<ssize_t>(kInHeader + 20)) {
-    const uint32_t flags = Load<uint32_t>(buf, kInHeader + 12);
-    const uint32_t flags2 = Load<uint32_t>(buf, kInHeader + 16);
-    offered_.store((flags & kInitExt) && (flags2 & kPassthroughFlags2), std::memory_order_release);
+    NoteInit(static_cast<const char*>(buf) + kInHeader, static_cast<size_t>(n) - kInHeader);
     init_unique_.store(unique, std::memory_order_release);
   }
   return n;
@@ -107,6 +216,11 @@ ssize_t Passthrough::Writev(int fd, struct iovec* iov, int count) {
     Store<uint32_t>(out, 32, Load<uint32_t>(out, 32) | kPassthroughFlags2);
     Store<uint32_t>(out, 36, 1);  // max_stack_depth: the cache's filesystem is not stacked
     agreed_.store(true, std::memory_order_release);
+  }
+  if (unique == kReplayUnique) {  // the kernel had its answer from the previous perchd
+    size_t total = 0;
+    for (int i = 0; i < count; ++i) total += iov[i].iov_len;
+    return static_cast<ssize_t>(total);
   } else if (pending_.load(std::memory_order_acquire) > 0) {
     std::lock_guard<std::mutex> l(mu_);
     if (open_requests_.erase(unique) > 0) {

@@ -18,19 +18,32 @@
 // 7.40): fuse_in_header, fuse_init_in/out, fuse_open_out, and the device's
 // FUSE_DEV_IOC_BACKING_OPEN/CLOSE ioctls, which need CAP_SYS_ADMIN.
 //
-// Nothing is installed unless passthrough is wanted: other mounts use
-// libfuse's own I/O.
+// The same hooks serve a handoff to the next perchd (issue 31): they keep
+// the kernel's INIT argument (the successor replays it: ReplayInit), and
+// they can stop every worker from reading another request while letting
+// each finish the one it holds (StopReading), which libfuse's own exit does
+// not: its workers drop a request read just before they see the session
+// end, and the kernel never gets an answer.
+//
+// Installed on every session (a read and a writev as libfuse's own, and
+// splice for replies); passthrough is asked for only when wanted.
 //
 // Thread-safety: the I/O hooks run on every FUSE worker thread; mu_ is a
 // leaf lock.
 #pragma once
 
+#include <pthread.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -54,6 +67,29 @@ class Passthrough {
   // Asks for passthrough in the INIT reply (call from the init callback).
   void Want() { want_ = true; }
 
+  // The kernel's INIT argument (fuse_init_in) as it arrived ("" before INIT).
+  std::string init() const;
+  // Feeds `se` (a session adopted on another perchd's /dev/fuse descriptor,
+  // hooks installed) the INIT the kernel sent that perchd, so that libfuse
+  // and the init callback settle what the kernel holds; the reply is not
+  // written (the kernel has had one). Then passthrough is agreed as it was.
+  // REQUIRES: before the session's loop starts.
+  void ReplayInit(struct fuse_session* se, const std::string& init, bool agreed);
+
+  // Stops the workers of this session from reading requests: each finishes
+  // the request it holds (its reply sent, or handed to PendingReplies) and
+  // then waits in the read hook. `wake` interrupts a worker blocked in
+  // read(2) (a signal without SA_RESTART to that thread). True once every
+  // worker waits, false if some still processed a request at `deadline`.
+  bool StopReading(const std::function<void(pthread_t)>& wake,
+                   std::chrono::steady_clock::time_point deadline);
+  // After StopReading: the waiting workers read again (the handoff was
+  // called off)...
+  void ResumeReading();
+  // ... or, once the session is marked exited (fuse_session_exit), return
+  // from the hook with EINTR, and libfuse ends them.
+  void EndReading();
+
   // Registers open file `fd` with the kernel as a backing file; its id, or
   // an error (no CAP_SYS_ADMIN, a file the kernel will not stack on).
   core::Result<int32_t> OpenBacking(int device_fd, int fd);
@@ -71,6 +107,23 @@ class Passthrough {
   size_t PendingOpensForTest();
 
  private:
+  // A worker thread as the read hook sees it.
+  struct Worker {
+    pthread_t thread;
+    std::atomic<int> state{0};  // kReading, kProcessing or kWaiting
+  };
+  // The threads that read through the hook; shared with each thread's
+  // record of itself, which takes it out when the thread ends (perhaps
+  // after this object).
+  struct Workers {
+    std::mutex mu;
+    std::list<Worker> list;  // Protected by mu
+  };
+  Worker* ThisWorker();
+  void NoteInit(const void* init, size_t n);
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> exited_{false};
   std::atomic<bool> offered_{false};
   std::atomic<bool> agreed_{false};
   bool want_ = false;  // set in the init callback, read when its reply goes out
@@ -80,6 +133,8 @@ class Passthrough {
   std::mutex mu_;
   std::unordered_set<uint64_t> open_requests_;    // Protected by mu_
   std::unordered_map<uint64_t, int32_t> direct_;  // fh -> backing id; Protected by mu_
+  std::string init_;                              // Protected by mu_
+  const std::shared_ptr<Workers> workers_ = std::make_shared<Workers>();
 };
 
 }  // namespace perch::fuse

@@ -104,4 +104,15 @@ size_t PendingReplies::pending() const {
   return pending_.size();
 }
 
+bool PendingReplies::Drain(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!pending_.empty() || replying_ > 0) {
+    if (Clock::now() >= deadline) return false;
+    l.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    l.lock();
+  }
+  return true;
+}
+
 }  // namespace perch::fuse

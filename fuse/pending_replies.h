@@ -49,6 +49,9 @@ class PendingReplies {
   // Answers every pending request with `on_expire`, refuses later claims and
   // waits for answers in progress. Idempotent.
   void Close();
+  // Waits until every request added so far is answered (none pending, none
+  // being answered), up to `deadline`; false if some were not by then.
+  bool Drain(Clock::time_point deadline);
 
   size_t pending() const;
 

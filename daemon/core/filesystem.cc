@@ -40,6 +40,30 @@ Result<uint64_t> FileSystem::Open(const ObjectPath& path) {
   return h;
 }
 
+std::vector<std::pair<uint64_t, OpenFile>> FileSystem::OpenFiles() const {
+  MutexLock l(mu_);
+  std::vector<std::pair<uint64_t, OpenFile>> out;
+  out.reserve(open_.size());
+  for (const auto& [h, f] : open_) {
+    out.emplace_back(h, f);
+  }
+  std::erase_if(out, [&](const auto& e) {  // still under mu_
+    auto it = implicit_.find(e.second.path.str());
+    return it != implicit_.end() && it->second->second == e.first;
+  });
+  return out;
+}
+
+void FileSystem::AdoptOpenFile(uint64_t handle, const ObjectPath& path, const FileAttr& attr) {
+  OpenFile f{path, attr, ObjectId(path, attr)};
+  if (prefetcher_ != nullptr) prefetcher_->Opened(handle, f.path, f.attr, f.object_id);
+  uint64_t next = next_handle_.load();
+  while (next <= handle && !next_handle_.compare_exchange_weak(next, handle + 1)) {
+  }
+  MutexLock l(mu_);
+  open_[handle] = std::move(f);
+}
+
 Result<std::shared_ptr<const BlockFd>> FileSystem::WholeFile(uint64_t handle) {
   OpenFile f;
   {

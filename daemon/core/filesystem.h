@@ -96,6 +96,14 @@ class FileSystem {
   // The store id of `path` at version `attr`.
   std::string ObjectId(const ObjectPath& path, const FileAttr& attr) const;
 
+  // For a handoff to the next perchd (fuse/ SessionState): the files opened
+  // with Open and not yet released, by handle (the *Path reads' own opens are
+  // left out: they open again on their next read).
+  std::vector<std::pair<uint64_t, OpenFile>> OpenFiles() const;
+  // Takes over open file `handle` of the previous perchd, pinned to the same
+  // version; later Opens return larger handles.
+  void AdoptOpenFile(uint64_t handle, const ObjectPath& path, const FileAttr& attr);
+
   Deadline NewDeadline() const { return DeadlineAfter(options_.op_timeout); }
   bool offline() const { return names_.offline(); }
 

@@ -138,6 +138,46 @@ std::string PerchdProcess::Start(const std::vector<std::string>& args, const fs:
   return "perchd did not mount within 60 s:\n" + Log();
 }
 
+std::string PerchdProcess::HandOver(const std::string& binary, const std::vector<std::string>& args,
+                                    const fs::path& log, bool explicit_takeover,
+                                    std::chrono::seconds timeout) {
+  std::vector<std::string> all = {"--foreground"};
+  if (explicit_takeover) all.push_back("--takeover");
+  bool has_control = false;
+  for (const auto& a : args) has_control = has_control || a == "--control";
+  if (!has_control && !control_.empty()) all.insert(all.end(), {"--control", control_});
+  all.insert(all.end(), args.begin(), args.end());
+  pid_t next = Spawn(binary, all, log);
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    int status = 0;
+    if (waitpid(next, &status, WNOHANG) == next) {
+      return "the successor exited (" +
+             std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+             ") and the running perchd " + (kill(pid_, 0) == 0 ? "serves on" : "is gone") +
+             ":\n--- successor ---\n" + ReadLocalFile(log) + "\n--- running ---\n" + Log();
+    }
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      std::string old_log = Log();
+      pid_ = next;
+      log_ = log;
+      struct statfs st {};
+      if (code != 0 || ::statfs(mountpoint_.c_str(), &st) != 0) {
+        return "the running perchd exited " + std::to_string(code) +
+               (code == 0 ? " but the mount does not answer" : "") + ":\n--- old ---\n" + old_log +
+               "\n--- successor ---\n" + Log();
+      }
+      return "";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(next, SIGKILL);
+  WaitExit(next, std::chrono::seconds(5));
+  return "no handoff within the time allowed:\n--- successor ---\n" + ReadLocalFile(log) +
+         "\n--- running ---\n" + Log();
+}
+
 int PerchdProcess::Stop() {
   int code = 0;
   if (pid_ > 0) {

@@ -51,6 +51,16 @@ class PerchdProcess {
   // Returns "" on success, else a message with perchd's log.
   std::string Start(const std::vector<std::string>& args, const std::filesystem::path& mountpoint,
                     const std::filesystem::path& log);
+  // Starts `binary` (a perchd: a copy at another path stands for an
+  // upgrade) as `--foreground --takeover <args>` (without --takeover unless
+  // `explicit_takeover`; with this perchd's control address unless `args`
+  // name one) and waits until this perchd has handed its mounts over and
+  // exited 0. "" on success: pid() and Log() are then the successor's. Else
+  // a message with both logs; this perchd still runs (the successor exited,
+  // or is killed after `timeout`).
+  std::string HandOver(const std::string& binary, const std::vector<std::string>& args,
+                       const std::filesystem::path& log, bool explicit_takeover = true,
+                       std::chrono::seconds timeout = std::chrono::seconds(120));
   // Stops perchd cleanly (SIGTERM) and returns its exit code.
   int Stop();
   // Kills perchd with SIGKILL, as a crash would, and leaves its mount behind,

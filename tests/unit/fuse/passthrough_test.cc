@@ -4,12 +4,17 @@
 #include "fuse/passthrough.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace perch::fuse {
@@ -154,6 +159,94 @@ TEST_F(PassthroughHooksTest, AnOpenAnsweredWithAnErrorIsForgotten) {
     ErrorReply(unique, -ENOSYS);
   }
   EXPECT_EQ(pt_.PendingOpensForTest(), 0u);
+}
+
+// The kernel's INIT argument is kept as it came, for a successor to replay.
+TEST_F(PassthroughHooksTest, KeepsTheKernelsInitArgument) {
+  EXPECT_EQ(pt_.init(), "");
+  Request(kInit, 2, InitIn(true));
+  EXPECT_EQ(pt_.init(), InitIn(true));
+  EXPECT_TRUE(pt_.offered());
+}
+
+// StopReading: a worker blocked in read(2) is woken (here by a signal, as
+// perchd does) and waits without taking a request; a request written
+// meanwhile stays for whoever reads next; ResumeReading lets it read again,
+// EndReading lets it go with EINTR.
+TEST_F(PassthroughHooksTest, StopReadingParksWorkersWithoutTakingRequests) {
+  struct sigaction wake {};
+  wake.sa_handler = [](int) {};
+  struct sigaction old {};
+  ASSERT_EQ(::sigaction(SIGUSR2, &wake, &old), 0);  // no SA_RESTART
+  std::atomic<int> results{0};
+  std::atomic<ssize_t> last{0};
+  std::atomic<int> last_errno{0};
+  auto worker = [&] {
+    char buf[4096];
+    while (true) {
+      ssize_t n = pt_.Read(in_[0], buf, sizeof(buf));
+      last_errno = errno;
+      last = n;
+      results++;
+      if (n <= 0) return;
+    }
+  };
+  std::thread t(worker);
+  // The worker is blocked in read(2) of an empty "device".
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  ASSERT_TRUE(pt_.StopReading([](pthread_t th) { pthread_kill(th, SIGUSR2); }, deadline));
+  // A request now waits in the "device": the parked worker does not take it.
+  std::string r;
+  Put<uint32_t>(&r, 0, 40);
+  Put<uint32_t>(&r, 4, kRead);
+  Put<uint64_t>(&r, 8, 4);
+  r.resize(40, '\0');
+  ASSERT_EQ(::write(in_[1], r.data(), r.size()), 40);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(results.load(), 0);
+  // Called off: it reads the request.
+  pt_.ResumeReading();
+  for (int i = 0; i < 500 && results.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(results.load(), 1);
+  EXPECT_EQ(last.load(), 40);
+  // Stopped again and ended: the worker returns EINTR (libfuse then ends it).
+  ASSERT_TRUE(pt_.StopReading([](pthread_t th) { pthread_kill(th, SIGUSR2); },
+                              std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  pt_.EndReading();
+  t.join();
+  EXPECT_EQ(results.load(), 2);
+  EXPECT_EQ(last.load(), -1);
+  EXPECT_EQ(last_errno.load(), EINTR);
+  ::sigaction(SIGUSR2, &old, nullptr);
+}
+
+// A worker that holds a request (returned from the hook, not yet back) keeps
+// StopReading waiting until it comes back for the next one.
+TEST_F(PassthroughHooksTest, StopReadingWaitsForTheRequestInHand) {
+  char buf[4096];
+  std::string r;
+  Put<uint32_t>(&r, 0, 40);
+  Put<uint32_t>(&r, 4, kRead);
+  Put<uint64_t>(&r, 8, 6);
+  r.resize(40, '\0');
+  ASSERT_EQ(::write(in_[1], r.data(), r.size()), 40);
+  std::atomic<bool> release{false};
+  std::thread t([&] {
+    ASSERT_EQ(pt_.Read(in_[0], buf, sizeof(buf)), 40);  // in hand
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(pt_.Read(in_[0], buf, sizeof(buf)), -1);  // back: parks, then ends
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(pt_.StopReading([](pthread_t) {},
+                               std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
+  release = true;
+  EXPECT_TRUE(pt_.StopReading([](pthread_t) {},
+                              std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  pt_.EndReading();
+  t.join();
 }
 
 }  // namespace

@@ -115,5 +115,23 @@ TEST(PendingRepliesTest, RacingCompletionsAndExpiryAnswerEachRequestOnce) {
   EXPECT_EQ(claimed.load() + static_cast<int>(expired.size()), 2000);
 }
 
+// Drain waits for the answers, and gives up at its deadline.
+TEST(PendingRepliesTest, DrainWaitsUntilEveryRequestIsAnswered) {
+  Expired expired;
+  PendingReplies p(expired.Fn());
+  const uint64_t t = p.Add(Req(1), PendingReplies::Clock::now() + 10s);
+  EXPECT_FALSE(p.Drain(PendingReplies::Clock::now() + 20ms));
+  std::thread answer([&] {
+    std::this_thread::sleep_for(50ms);
+    ASSERT_EQ(p.Claim(t), Req(1));
+    std::this_thread::sleep_for(50ms);  // claimed, not yet answered: still draining
+    p.Answered();
+  });
+  EXPECT_TRUE(p.Drain(PendingReplies::Clock::now() + 5s));
+  EXPECT_EQ(p.pending(), 0u);
+  answer.join();
+  EXPECT_EQ(expired.size(), 0u);
+}
+
 }  // namespace
 }  // namespace perch::fuse

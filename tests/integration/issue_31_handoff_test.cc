@@ -1,0 +1,382 @@
+// Issue 31: a perchd hands its mounts to the next one (`perchd --takeover`)
+// without unmounting, while a job reads through the mount: a reader with its
+// working directory inside the mount, holding a large file and a directory
+// open, opening and listing as it goes, sees no error and no wrong byte
+// across handoffs; a successor that fails to start leaves the running perchd
+// serving. The successor is a copy of perchd at another path (an upgrade).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/mounted_federation.h"
+
+namespace perch::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kBigSize = 40 << 20;
+constexpr int kSmallFiles = 16;
+constexpr size_t kChunk = 1 << 20;
+
+// Counters the reader process shares with the test.
+struct Shared {
+  std::atomic<int> stop{0};
+  std::atomic<uint64_t> reads{0}, failed{0}, wrong{0}, opens{0}, lists{0};
+  std::atomic<int> first_errno{0};
+  char first_failure[128] = {};
+};
+
+// The reader: a process (its working directory is its own) that reads the
+// large file through one descriptor, over and over (dropping its page cache
+// after each pass so that reads reach perchd), and every few reads lists its
+// open directory, opens and reads a small file by a relative name, and stats
+// its working directory. Plain system calls only (it runs in a fork of a
+// threaded process), against expected bytes taken before the fork.
+class Reader {
+ public:
+  Reader(fs::path dir, std::string big, std::vector<std::string> smalls)
+      : dir_(std::move(dir)), big_(std::move(big)), smalls_(std::move(smalls)) {
+    void* p =
+        mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    shared_ = new (p) Shared();
+    buf_.resize(kChunk);
+    dents_.resize(1 << 16);
+  }
+  ~Reader() {
+    Stop();
+    munmap(shared_, sizeof(Shared));
+  }
+
+  void Start() {
+    pid_ = fork();
+    if (pid_ == 0) _exit(Run());
+  }
+  // Stops the reader; its exit code (0: it ran to the end).
+  int Stop() {
+    if (pid_ <= 0) return exit_code_;
+    shared_->stop = 1;
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_code_;
+  }
+  // Waits until `n` more reads than now are done (false after 60 s or if the reader died).
+  bool Progress(uint64_t n) {
+    const uint64_t want = shared_->reads + n;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (shared_->reads < want) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      if (pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+  const Shared& shared() const { return *shared_; }
+  std::string Failure() const {
+    return std::string(shared_->first_failure) + " (errno " +
+           std::to_string(shared_->first_errno.load()) + ": " +
+           std::strerror(shared_->first_errno.load()) + ")";
+  }
+
+  std::string big_expected;
+  std::vector<std::string> small_expected;
+
+ private:
+  void Fail(const char* what, int err) {
+    if (shared_->failed++ == 0) {
+      shared_->first_errno = err;
+      std::strncpy(shared_->first_failure, what, sizeof(shared_->first_failure) - 1);
+    }
+  }
+
+  int Run() {
+    if (chdir(dir_.c_str()) != 0) return Fail("chdir", errno), 1;
+    int big = open(big_.c_str(), O_RDONLY);
+    int dir = open(".", O_RDONLY | O_DIRECTORY);
+    if (big < 0 || dir < 0) return Fail("open", errno), 1;
+    uint64_t off = 0;
+    for (uint64_t k = 0; !shared_->stop; ++k) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, kBigSize - off));
+      ssize_t n = pread(big, buf_.data(), len, static_cast<off_t>(off));
+      if (n != static_cast<ssize_t>(len)) {
+        Fail("pread of the open large file", n < 0 ? errno : 0);
+      } else if (std::memcmp(buf_.data(), big_expected.data() + off, len) != 0) {
+        shared_->wrong++;
+      }
+      shared_->reads++;
+      off += len;
+      if (off >= kBigSize) {
+        off = 0;
+        posix_fadvise(big, 0, 0, POSIX_FADV_DONTNEED);
+      }
+      if (k % 4 != 0) continue;
+      // The open directory handle, from its start.
+      lseek(dir, 0, SEEK_SET);
+      long got = syscall(SYS_getdents64, dir, dents_.data(), dents_.size());
+      if (got <= 0) Fail("getdents64 of the open directory", got < 0 ? errno : 0);
+      shared_->lists++;
+      // A new open, by a name relative to the working directory.
+      const size_t i = (k / 4) % smalls_.size();
+      int s = open(smalls_[i].c_str(), O_RDONLY);
+      if (s < 0) {
+        Fail("open of a small file", errno);
+      } else {
+        ssize_t r = read(s, buf_.data(), buf_.size());
+        if (r != static_cast<ssize_t>(small_expected[i].size())) {
+          Fail("read of a small file", r < 0 ? errno : 0);
+        } else if (std::memcmp(buf_.data(), small_expected[i].data(), r) != 0) {
+          shared_->wrong++;
+        }
+        close(s);
+        shared_->opens++;
+      }
+      struct stat st {};
+      if (stat(".", &st) != 0) Fail("stat of the working directory", errno);
+    }
+    close(big);
+    close(dir);
+    return 0;
+  }
+
+  fs::path dir_;
+  std::string big_;
+  std::vector<std::string> smalls_;
+  Shared* shared_ = nullptr;
+  std::vector<char> buf_, dents_;
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+};
+
+std::vector<TreeFile> HandoffTree() {
+  std::vector<TreeFile> files = {{"data/big.bin", kBigSize}, {"whole/cached.bin", 9 << 20}};
+  for (int i = 0; i < kSmallFiles; ++i) {
+    files.push_back({"data/s" + std::to_string(i) + ".bin", 1000 + 7919 * uint64_t(i)});
+  }
+  return files;
+}
+
+size_t OpenDescriptors(pid_t pid) {
+  size_t n = 0;
+  for (auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+dev_t DeviceOf(const fs::path& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 ? st.st_dev : 0;
+}
+
+class HandoffTest : public MountedFederation {
+ protected:
+  void SetUp() override {
+    StartFederation("handoff", HandoffTree());
+    if (IsSkipped()) return;
+    Mount({"--log-level", "info"});
+    // The upgrade: the same build at another path.
+    next_binary_ = work_->path() / "bin-next" / "perchd";
+    fs::create_directories(next_binary_.parent_path());
+    fs::copy_file(PERCHD_BINARY, next_binary_);
+    fs::permissions(next_binary_, fs::perms::owner_all);
+    reader_ = std::make_unique<Reader>(mnt_ / "data", "big.bin", SmallNames());
+    reader_->big_expected = Original("data/big.bin");
+    for (const auto& n : SmallNames()) reader_->small_expected.push_back(Original("data/" + n));
+  }
+  void TearDown() override {
+    if (reader_ != nullptr) reader_->Stop();
+  }
+
+  static std::vector<std::string> SmallNames() {
+    std::vector<std::string> out;
+    for (int i = 0; i < kSmallFiles; ++i) out.push_back("s" + std::to_string(i) + ".bin");
+    return out;
+  }
+
+  // The arguments of Mount, for a successor.
+  std::vector<std::string> Args(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--cache-dir",  (work_->path() / "cache").string(),
+                                     "--op-timeout", "20s",
+                                     "--control",    "unix:" + Socket(),
+                                     "--log-level",  "info"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(fed_->FederationUrl() + "/test");
+    args.push_back(mnt_.string());
+    return args;
+  }
+
+  std::string Next(const std::string& tag) {
+    return perchd_.HandOver(((++handoffs_ % 2) ? next_binary_ : fs::path(PERCHD_BINARY)).string(),
+                            Args(), work_->path() / ("perchd-" + tag + ".log"));
+  }
+
+  void ExpectNoReadFailed() {
+    EXPECT_EQ(reader_->shared().failed.load(), 0u) << reader_->Failure();
+    EXPECT_EQ(reader_->shared().wrong.load(), 0u);
+  }
+
+  fs::path next_binary_;
+  std::unique_ptr<Reader> reader_;
+  int handoffs_ = 0;
+};
+
+TEST_F(HandoffTest, ReadersListingsAndOpensContinueAcrossAHandoff) {
+  const dev_t dev = DeviceOf(mnt_);
+  ASSERT_NE(dev, 0u);
+  // A file whose every block is cached opens in passthrough (as root): the
+  // kernel reads it from the cache's file, registered on this connection,
+  // which the next perchd must keep and let go of at the release.
+  const std::string whole = Original("whole/cached.bin");
+  ASSERT_TRUE(ReadFile("whole/cached.bin") == whole);
+  int direct = -1;
+  for (int i = 0; i < 50 && direct < 0; ++i) {
+    // The release of the last open reaches perchd after close returns: until
+    // then a new open is still in the kernel's cached mode.
+    const uint64_t before = CtlJson({"stats", "--json"}).value("whole_files", 0u);
+    int fd = open((mnt_ / "whole/cached.bin").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    if (CtlJson({"stats", "--json"}).value("whole_files", 0u) > before) {
+      direct = fd;
+    } else {
+      close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  const bool passthrough = direct >= 0;
+  if (!passthrough) direct = open((mnt_ / "whole/cached.bin").c_str(), O_RDONLY);
+  ASSERT_GE(direct, 0);
+  reader_->Start();
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  const pid_t old_pid = perchd_.pid();
+  ASSERT_EQ(Next("next"), "");
+  EXPECT_NE(perchd_.pid(), old_pid);
+  EXPECT_NE(perchd_.Log().find("took over 1 mount(s)"), std::string::npos) << perchd_.Log();
+  // Reads, listings and opens go on, served by the new perchd.
+  ASSERT_TRUE(reader_->Progress(120)) << reader_->Failure();
+  const uint64_t opens = reader_->shared().opens;
+  ASSERT_TRUE(reader_->Progress(40)) << reader_->Failure();
+  EXPECT_GT(reader_->shared().opens.load(), opens);
+  // The same mount (a remount would be another FUSE connection, another device).
+  EXPECT_EQ(DeviceOf(mnt_), dev);
+  std::vector<std::string> names;
+  for (auto& e : fs::directory_iterator(mnt_ / "data")) names.push_back(e.path().filename());
+  EXPECT_EQ(names.size(), static_cast<size_t>(kSmallFiles + 1));
+  EXPECT_TRUE(ReadFile("data/s3.bin") == Original("data/s3.bin"));
+  if (passthrough) {
+    // The new perchd holds the file the kernel reads: an evict leaves it.
+    EXPECT_EQ(CtlJson({"evict", "/test/whole/cached.bin", "--json"}).value("objects", 0u), 0u);
+  }
+  std::string got(whole.size(), '\0');
+  EXPECT_EQ(pread(direct, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+  EXPECT_TRUE(got == whole);
+  EXPECT_EQ(close(direct), 0);
+  EXPECT_TRUE(ReadFile("whole/cached.bin") == whole);  // opened again after its release
+  EXPECT_EQ(reader_->Stop(), 0) << reader_->Failure();
+  ExpectNoReadFailed();
+  // perchctl reaches the new perchd.
+  auto stats = Ctl({"stats", "--json"});
+  EXPECT_EQ(stats.exit_code, 0) << stats.output;
+  EXPECT_EQ(perchd_.Stop(), 0) << perchd_.Log();
+  EXPECT_FALSE(IsMounted(mnt_));
+}
+
+// A perchd started (without --takeover) on a mountpoint that the perchd of
+// the same cache directory still serves takes the mount over instead of
+// failing (or stacking a second mount).
+TEST_F(HandoffTest, APerchdStartedOnItsLiveMountTakesItOver) {
+  const dev_t dev = DeviceOf(mnt_);
+  reader_->Start();
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  ASSERT_EQ(perchd_.HandOver(PERCHD_BINARY, Args(), work_->path() / "perchd-again.log",
+                             /*explicit_takeover=*/false),
+            "");
+  EXPECT_NE(perchd_.Log().find("taking its mounts over"), std::string::npos) << perchd_.Log();
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  EXPECT_EQ(DeviceOf(mnt_), dev);
+  EXPECT_EQ(reader_->Stop(), 0) << reader_->Failure();
+  ExpectNoReadFailed();
+  EXPECT_EQ(perchd_.Stop(), 0) << perchd_.Log();
+}
+
+TEST_F(HandoffTest, RefusedCleanlyWhenTheSuccessorFailsToStart) {
+  // The successor cannot listen where it is told (the port is taken): it
+  // fails after the running perchd let go of everything, which then serves
+  // again.
+  int busy = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(busy, 0);
+  struct sockaddr_in addr {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(busy, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+
+  const dev_t dev = DeviceOf(mnt_);
+  reader_->Start();
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  const pid_t pid = perchd_.pid();
+  std::string err = perchd_.HandOver(next_binary_.string(), Args({"--http", "127.0.0.1:" + port}),
+                                     work_->path() / "perchd-failing.log");
+  close(busy);
+  EXPECT_NE(err.find("serves on"), std::string::npos) << err;
+  EXPECT_EQ(perchd_.pid(), pid);
+  EXPECT_NE(perchd_.Log().find("handoff: refused; serving the mounts again"), std::string::npos)
+      << perchd_.Log();
+  ASSERT_TRUE(reader_->Progress(120)) << reader_->Failure() << perchd_.Log();
+  EXPECT_EQ(DeviceOf(mnt_), dev);
+  // And a handoff after that works.
+  ASSERT_EQ(Next("after"), "");
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  EXPECT_EQ(reader_->Stop(), 0) << reader_->Failure();
+  ExpectNoReadFailed();
+  EXPECT_EQ(perchd_.Stop(), 0) << perchd_.Log();
+}
+
+TEST_F(HandoffTest, TwentyHandoffsUnderReadLoad) {
+  reader_->Start();
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  std::vector<size_t> fds;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(Next(std::to_string(i)), "") << "handoff " << i;
+    // Each perchd serves before the next takes over.
+    ASSERT_TRUE(reader_->Progress(30)) << "after handoff " << i << ": " << reader_->Failure();
+    fds.push_back(OpenDescriptors(perchd_.pid()));
+  }
+  EXPECT_EQ(reader_->Stop(), 0) << reader_->Failure();
+  ExpectNoReadFailed();
+  std::string counts;
+  for (size_t n : fds) counts += std::to_string(n) + " ";
+  // Descriptors flat: the twentieth perchd holds no more than the first (no
+  // descriptor of an earlier generation carried along).
+  EXPECT_LE(fds.back(), fds.front() + 2) << counts;
+  std::printf("descriptors after each handoff: %s\n", counts.c_str());
+  EXPECT_EQ(perchd_.Stop(), 0) << perchd_.Log();
+  EXPECT_FALSE(IsMounted(mnt_));
+}
+
+}  // namespace
+}  // namespace perch::testing
