@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
@@ -11,6 +12,10 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <mutex>
+#include <set>
+
+#include "daemon/core/log_escape.h"
+#include "daemon/http/url.h"
 
 namespace perch::http {
 
@@ -94,6 +99,8 @@ struct CurlLoop::Impl {
   std::vector<CURL*> easy_pool;
   CurlLoop* owner = nullptr;
   std::function<void(const HttpRequest&)> observer;
+  // Servers a token was held back from (plain http, not this node): logged once each.
+  std::set<std::string> token_refused;
 
   void Arm(const std::shared_ptr<SocketWatch>& w, bool read);
   void OnSocket(const std::shared_ptr<SocketWatch>& w, bool read,
@@ -253,9 +260,30 @@ uint64_t CurlLoop::Submit(HttpRequest request, Callback done) {
   queued_.fetch_add(1, std::memory_order_relaxed);
   asio::post(impl_->io, [this, t = std::move(t)]() mutable {
     queued_.fetch_sub(1, std::memory_order_relaxed);
+    if (core::Status held = RefuseTokenOverPlainHttp(t->request); !held.ok()) {
+      if (t->done) t->done(held);
+      return;
+    }
     StartOrQueue(std::move(t));
   });
   return id;
+}
+
+core::Status CurlLoop::RefuseTokenOverPlainHttp(const HttpRequest& request) {
+  const bool has_token = std::any_of(request.headers.begin(), request.headers.end(), [](auto& h) {
+    return h.size() >= 14 && strncasecmp(h.c_str(), "authorization:", 14) == 0;
+  });
+  if (!has_token || TokenMayTravelTo(request.url)) return core::Status::Ok();
+  std::string server(ServerOf(request.url));
+  if (impl_->token_refused.size() < 1000 && impl_->token_refused.insert(server).second) {
+    spdlog::warn(
+        "not sending a token to {} over plain http (another host: anyone on the path could read "
+        "it); its protected objects are read from other servers or not at all",
+        core::EscapeForLog(server, 200));
+  }
+  return core::PermissionDeniedError(
+      core::EscapeForLog(server, 200) + ": a token is never sent over plain http to another host",
+      core::FailureSite::kCache);
 }
 
 void CurlLoop::Cancel(uint64_t id) {

@@ -122,6 +122,9 @@ class CurlLoop {
   struct Impl;
 
   // All below is touched only on the loop thread, except where noted.
+  // kPermissionDenied (logged once per server) for a request that would carry
+  // a token over plain http to another host (TokenMayTravelTo).
+  core::Status RefuseTokenOverPlainHttp(const HttpRequest& request);
   void StartOrQueue(std::unique_ptr<Transfer> t);
   void Start(std::unique_ptr<Transfer> t);
   void Finish(Transfer* t, core::Result<HttpResponse> result);

@@ -1,6 +1,8 @@
 #include "daemon/http/url.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 
 #include <memory>
 
@@ -144,6 +146,20 @@ Result<SplitUrl> SplitHttpUrl(std::string_view url) {
     out.path = std::string(url.substr(slash, end == std::string_view::npos ? end : end - slash));
   }
   return out;
+}
+
+bool TokenMayTravelTo(std::string_view url) {
+  std::unique_ptr<CURLU, CurlUrlDeleter> u(curl_url());
+  if (!u || curl_url_set(u.get(), CURLUPART_URL, std::string(url).c_str(), 0) != CURLUE_OK) {
+    return false;
+  }
+  const std::string scheme = Lower(GetPart(u.get(), CURLUPART_SCHEME));
+  if (scheme == "https") return true;
+  if (scheme != "http") return false;
+  const std::string host = Lower(GetPart(u.get(), CURLUPART_HOST));
+  if (host == "localhost" || host == "[::1]") return true;
+  in_addr v4{};
+  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
 }  // namespace perch::http

@@ -44,4 +44,11 @@ struct SplitUrl {
 };
 core::Result<SplitUrl> SplitHttpUrl(std::string_view url);
 
+// Whether a bearer token may be sent to `url`: over https, or over plain
+// http only to this node itself (localhost, 127.0.0.0/8, ::1: perch-devfed,
+// a local proxy). A token sent over plain http to another host can be read
+// and replayed by anyone on the path, so a federation that names such a
+// server for a protected namespace gets no token from perch (docs/security.md).
+bool TokenMayTravelTo(std::string_view url);
+
 }  // namespace perch::http

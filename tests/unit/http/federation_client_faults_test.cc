@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <mutex>
 #include <random>
 
 #include "daemon/http/federation_client.h"
@@ -376,6 +377,49 @@ TEST(CurlLoopBudgetTest, AWaitingRequestEndsAtItsDeadlineOrWhenCancelled) {
   EXPECT_TRUE(first_done.load());
   EXPECT_EQ(loop.InFlight(), 0u);
   EXPECT_EQ(loop.Queued(), 0u);
+}
+
+}  // namespace
+}  // namespace perch::http
+
+namespace perch::http {
+namespace {
+
+// docs/security.md: a token never goes over plain http to another host. The
+// request fails at once (kPermissionDenied, the server's failure: the next
+// server may be https), nothing is sent, and the same request without a
+// token, or to this node, goes out as before.
+TEST(CurlLoopTokenTest, ATokenIsNeverSentOverPlainHttpToAnotherHost) {
+  testing::FaultServer local;
+  local.AddObject("obj", "bytes");
+  CurlLoop loop{CurlLoop::Options{}};
+  std::mutex mu;
+  std::vector<std::string> sent;
+  loop.SetRequestObserverForTest([&](const HttpRequest& r) {
+    std::lock_guard<std::mutex> l(mu);
+    sent.push_back(r.url);
+  });
+  auto submit = [&](const std::string& url, bool token) {
+    HttpRequest r;
+    r.url = url;
+    if (token) r.headers.push_back("Authorization: Bearer secret");
+    r.deadline = core::DeadlineAfter(std::chrono::milliseconds(300));
+    r.connect_timeout = std::chrono::milliseconds(200);
+    std::promise<core::Status> p;
+    loop.Submit(std::move(r), [&p](core::Result<HttpResponse> res) { p.set_value(res.status()); });
+    return p.get_future().get();
+  };
+  const std::string remote = "http://192.0.2.1:9/ns/obj";  // TEST-NET-1: no such host
+  core::Status held = submit(remote, true);
+  EXPECT_EQ(held.code(), core::StatusCode::kPermissionDenied) << held.ToString();
+  EXPECT_EQ(held.where(), core::FailureSite::kCache);
+  EXPECT_EQ(held.message().find("secret"), std::string::npos);
+  core::Status plain = submit(remote, false);  // tried: times out connecting
+  EXPECT_NE(plain.code(), core::StatusCode::kPermissionDenied) << plain.ToString();
+  EXPECT_TRUE(submit(local.BaseUrl() + "/srv/ok/ns/obj", true).ok());
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0], remote);  // the one without a token
 }
 
 }  // namespace

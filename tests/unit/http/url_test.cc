@@ -89,3 +89,27 @@ TEST(SplitHttpUrlTest, Splits) {
 
 }  // namespace
 }  // namespace perch::http
+
+namespace perch::http {
+namespace {
+
+TEST(TokenMayTravelToTest, HttpsAnywherePlainHttpOnlyToThisNode) {
+  EXPECT_TRUE(TokenMayTravelTo("https://cache.example.org:8443/ns/f"));
+  EXPECT_TRUE(TokenMayTravelTo("HTTPS://Cache.Example.org/ns/f"));
+  EXPECT_TRUE(TokenMayTravelTo("http://127.0.0.1:8080/ns/f"));
+  EXPECT_TRUE(TokenMayTravelTo("http://127.1.2.3/ns/f"));
+  EXPECT_TRUE(TokenMayTravelTo("http://localhost:1094/ns/f"));
+  EXPECT_TRUE(TokenMayTravelTo("http://[::1]:1094/ns/f"));
+  EXPECT_FALSE(TokenMayTravelTo("http://cache.example.org:8000/ns/f"));
+  EXPECT_FALSE(TokenMayTravelTo("http://10.0.0.7/ns/f"));
+  EXPECT_FALSE(TokenMayTravelTo("http://128.0.0.1/ns/f"));
+  EXPECT_FALSE(TokenMayTravelTo("http://127.0.0.1.evil.example/ns/f"));
+  EXPECT_FALSE(TokenMayTravelTo("http://localhost.evil.example/ns/f"));
+  EXPECT_FALSE(TokenMayTravelTo("http://127.0.0.1@evil.example/ns/f"));
+  EXPECT_FALSE(TokenMayTravelTo("http://[::2]/ns/f"));
+  EXPECT_FALSE(TokenMayTravelTo("ftp://127.0.0.1/ns/f"));
+  EXPECT_FALSE(TokenMayTravelTo("not a url"));
+}
+
+}  // namespace
+}  // namespace perch::http
