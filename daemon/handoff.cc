@@ -199,7 +199,15 @@ bool AwaitReady(int conn, std::chrono::steady_clock::time_point deadline) {
     return false;
   }
   const char a = 'A';
-  return WriteAll(conn, &a, 1).ok();
+  if (!WriteAll(conn, &a, 1).ok()) {
+    // The successor went away after it opened everything: it would not
+    // serve, so this perchd does (the worst case is a successor that dies
+    // right after reading 'A'; then nobody serves: a crash, see design.md).
+    return false;
+  }
+  char m = 0;
+  (void)ReadAll(conn, &m, 1, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  return true;
 }
 
 core::Result<int> Connect(const std::string& path) {
@@ -288,12 +296,16 @@ core::Result<std::vector<MountHandoff>> Receive(int conn,
   return out;
 }
 
-core::Status Confirm(int conn, std::chrono::steady_clock::time_point deadline) {
+core::Status Confirm(int conn, std::chrono::steady_clock::time_point deadline,
+                     const std::function<void()>& taken) {
   const char k = 'K';
   if (core::Status s = WriteAll(conn, &k, 1); !s.ok()) return s;
   char a = 0;
   if (core::Status s = ReadAll(conn, &a, 1, deadline); !s.ok()) return s;
   if (a != 'A') return core::InternalError("handoff: the running perchd answered badly");
+  taken();
+  const char m = 'M';
+  (void)WriteAll(conn, &m, 1);  // it exits either way
   return core::Status::Ok();
 }
 

@@ -11,7 +11,10 @@
 //   sends each mount's /dev/fuse fd  -->  opens the cache, sockets, ports,
 //   (SCM_RIGHTS) and SessionState         adopts the sessions
 //                                   <--   'K' (ready)
-//   'A' (yours; it will exit)        -->  starts serving
+//   'A' (yours)                      -->  tells systemd it is the main
+//                                         process now (MAINPID=, when
+//                                   <--   run by it), 'M'
+//   exits                                 serves
 //
 // Until it has sent 'A', the predecessor holds its own copy of every
 // descriptor: if the successor fails or goes away before 'K', the
@@ -71,7 +74,9 @@ class Listener {
 // Sends `mounts` (descriptors and states) on `conn`.
 core::Status Send(int conn, const std::vector<MountHandoff>& mounts);
 // Waits (until `deadline`) for the successor's 'K' and answers 'A': true if
-// the successor now serves; false if it failed, went away or took too long.
+// the successor now serves (then waits a little for its 'M', so that systemd
+// hears of the new main process before this one exits); false if it failed,
+// went away or took too long.
 bool AwaitReady(int conn, std::chrono::steady_clock::time_point deadline);
 
 // The successor's side: connects to the perchd serving at `path` and asks
@@ -80,7 +85,9 @@ core::Result<int> Connect(const std::string& path);
 // The mounts the predecessor sends (waits until `deadline`: it drains first).
 core::Result<std::vector<MountHandoff>> Receive(int conn,
                                                 std::chrono::steady_clock::time_point deadline);
-// Says 'K' and waits for 'A': OK when the predecessor lets go.
-core::Status Confirm(int conn, std::chrono::steady_clock::time_point deadline);
+// Says 'K' and waits for 'A': OK when the predecessor lets go; then runs
+// `taken` (the caller tells systemd) and says 'M'.
+core::Status Confirm(int conn, std::chrono::steady_clock::time_point deadline,
+                     const std::function<void()>& taken);
 
 }  // namespace perch::handoff

@@ -480,8 +480,18 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready, Inherited
   }
   if (rc == 0 && inherited.conn >= 0) {
     // Everything is open: the previous perchd may go.
+    // Under systemd (ExecReload), this process, started by the reload,
+    // becomes the service's main process before the previous one exits
+    // (the unit has NotifyAccess=all; systemd reads notifications before
+    // it reaps a process, so it never sees its main process end).
+    auto become_main = [] {
+      if (std::getenv("NOTIFY_SOCKET") != nullptr) {
+        sd_notifyf(0, "MAINPID=%d\nREADY=1", static_cast<int>(::getpid()));
+      }
+    };
     if (core::Status s = handoff::Confirm(
-            inherited.conn, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+            inherited.conn, std::chrono::steady_clock::now() + std::chrono::seconds(30),
+            become_main);
         !s.ok()) {
       rc = ExitFor(core::InternalError("takeover called off: " + s.message()));
     } else {

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -354,6 +356,83 @@ TEST_F(HandoffTest, RefusedCleanlyWhenTheSuccessorFailsToStart) {
   EXPECT_EQ(reader_->Stop(), 0) << reader_->Failure();
   ExpectNoReadFailed();
   EXPECT_EQ(perchd_.Stop(), 0) << perchd_.Log();
+}
+
+// `systemctl reload perchd`, as the package's upgrade runs it: the unit's
+// ExecReload= command line (its binary a copy standing for the upgraded
+// one, its configuration the test's) returns once the new perchd serves,
+// which has told systemd (NOTIFY_SOCKET, a socket of the test's here) that
+// it is the main process now; the old perchd exits 0; the reader sees no
+// error.
+TEST_F(HandoffTest, TheUnitsExecReloadHandsOverAndNamesTheNewMainPid) {
+  std::string reload;
+  {
+    std::ifstream unit(PERCH_UNIT_PATH);
+    for (std::string line; std::getline(unit, line);) {
+      if (line.rfind("ExecReload=", 0) == 0) reload = line.substr(11);
+    }
+  }
+  ASSERT_FALSE(reload.empty()) << "perchd.service has no ExecReload=";
+  std::vector<std::string> argv;
+  for (size_t at = 0; at < reload.size();) {
+    size_t end = reload.find(' ', at);
+    if (end == std::string::npos) end = reload.size();
+    if (end > at) argv.push_back(reload.substr(at, end - at));
+    at = end + 1;
+  }
+  ASSERT_EQ(argv.front(), "/usr/sbin/perchd");
+  const fs::path config = work_->path() / "perchd.toml";
+  std::ofstream(config) << "federation = \"" << fed_->FederationUrl() << "/test\"\n"
+                        << "mountpoint = \"" << mnt_.string() << "\"\n"
+                        << "cache_dir = \"" << (work_->path() / "cache").string() << "\"\n"
+                        << "op_timeout = \"20s\"\n"
+                        << "control = \"unix:" << Socket() << "\"\n";
+  argv.front() = next_binary_.string();
+  for (auto& a : argv) {
+    if (a == "/etc/perch/perchd.toml") a = config.string();
+  }
+  // systemd's notification socket, played by the test.
+  const fs::path notify = work_->path() / "notify.sock";
+  int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sock, 0);
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, notify.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+
+  reader_->Start();
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  setenv("NOTIFY_SOCKET", notify.c_str(), 1);
+  RunResult r = RunToExit(argv.front(), std::vector<std::string>(argv.begin() + 1, argv.end()),
+                          std::chrono::seconds(120));
+  unsetenv("NOTIFY_SOCKET");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // What the new perchd told "systemd".
+  pid_t main_pid = -1;
+  bool ready = false;
+  char msg[4096];
+  for (ssize_t n; (n = recv(sock, msg, sizeof(msg) - 1, MSG_DONTWAIT)) > 0;) {
+    msg[n] = '\0';
+    std::string m(msg);
+    if (auto at = m.find("MAINPID="); at != std::string::npos) {
+      main_pid = std::stoi(m.substr(at + 8));
+      ready = ready || m.find("READY=1") != std::string::npos;
+    }
+  }
+  close(sock);
+  ASSERT_GT(main_pid, 0) << r.output;
+  EXPECT_TRUE(ready);
+  EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(main_pid) + "/exe"), next_binary_);
+  ASSERT_EQ(perchd_.HandedTo(main_pid, work_->path() / "reloaded.log"), "");
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  EXPECT_EQ(reader_->Stop(), 0) << reader_->Failure();
+  ExpectNoReadFailed();
+  EXPECT_EQ(Ctl({"stats"}).exit_code, 0);
+  EXPECT_EQ(perchd_.Stop(), 0);
+  for (int i = 0; i < 250 && IsMounted(mnt_); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(IsMounted(mnt_));
 }
 
 TEST_F(HandoffTest, TwentyHandoffsUnderReadLoad) {

@@ -178,8 +178,42 @@ std::string PerchdProcess::HandOver(const std::string& binary, const std::vector
          "\n--- running ---\n" + Log();
 }
 
+// Whether `pid` (not a child of ours) has ended: gone, or a zombie.
+static bool Ended(pid_t pid) {
+  if (kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');
+  return paren == std::string::npos || (paren + 2 < line.size() && line[paren + 2] == 'Z');
+}
+
+std::string PerchdProcess::HandedTo(pid_t next, const fs::path& log) {
+  const int code = WaitExit(pid_, std::chrono::seconds(60));
+  if (code == -1) return "the running perchd did not exit:\n" + Log();
+  std::string old_log = Log();
+  pid_ = next;
+  child_ = false;
+  log_ = log;
+  if (code != 0) return "the running perchd exited " + std::to_string(code) + ":\n" + old_log;
+  return "";
+}
+
 int PerchdProcess::Stop() {
   int code = 0;
+  if (pid_ > 0 && !child_) {
+    kill(pid_, SIGTERM);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (!Ended(pid_) && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!Ended(pid_)) {
+      kill(pid_, SIGKILL);
+      code = -1;
+    }
+    pid_ = -1;
+    child_ = true;
+  }
   if (pid_ > 0) {
     kill(pid_, SIGTERM);
     code = WaitExit(pid_, std::chrono::seconds(15));
@@ -200,6 +234,11 @@ int PerchdProcess::Stop() {
 }
 
 void PerchdProcess::Kill() {
+  if (pid_ > 0 && !child_) {
+    kill(pid_, SIGKILL);
+    pid_ = -1;
+    child_ = true;
+  }
   if (pid_ > 0) {
     kill(pid_, SIGKILL);
     WaitExit(pid_, std::chrono::seconds(10));

@@ -61,6 +61,11 @@ class PerchdProcess {
   std::string HandOver(const std::string& binary, const std::vector<std::string>& args,
                        const std::filesystem::path& log, bool explicit_takeover = true,
                        std::chrono::seconds timeout = std::chrono::seconds(120));
+  // The mounts were handed (by a command of the test's, e.g. the unit's
+  // ExecReload) to perchd `next`, not a child of the test: waits until this
+  // perchd has exited; "" if it exited 0, and from then on pid(), Log(),
+  // Stop() are `next`'s (Stop then returns 0 once it is gone).
+  std::string HandedTo(pid_t next, const std::filesystem::path& log);
   // Stops perchd cleanly (SIGTERM) and returns its exit code.
   int Stop();
   // Kills perchd with SIGKILL, as a crash would, and leaves its mount behind,
@@ -75,6 +80,7 @@ class PerchdProcess {
 
  private:
   pid_t pid_ = -1;
+  bool child_ = true;  // pid_ is the test's child (else HandedTo's)
   std::filesystem::path mountpoint_;
   std::filesystem::path log_;
   std::string control_;

@@ -101,6 +101,14 @@ done
 exec_start=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/systemd/system/perchd.service |
   sed -n 's/^ExecStart=\([^ ]*\).*/\1/p')
 [[ $exec_start == /usr/sbin/perchd ]] || fail "perchd.service runs '$exec_start'"
+# A reload (and the upgrade, through the postinst) hands the mounts to the installed perchd
+# (issue 31); tests/integration/issue_31_handoff_test.cc runs that command line.
+exec_reload=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/systemd/system/perchd.service |
+  sed -n 's/^ExecReload=//p')
+[[ $exec_reload == "/usr/sbin/perchd --takeover --config /etc/perch/perchd.toml" ]] ||
+  fail "perchd.service reloads with '$exec_reload'"
+dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./postinst | grep -q '^ *deb-systemd-invoke reload perchd.service' ||
+  fail "the postinst does not hand over on upgrade"
 
 # --- lintian ------------------------------------------------------------------------------------
 # Only information-level tags remain (the build's hardening flags, an unneeded .comment section).
