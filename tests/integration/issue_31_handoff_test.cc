@@ -42,6 +42,7 @@ struct Shared {
   std::atomic<int> stop{0};
   std::atomic<uint64_t> reads{0}, failed{0}, wrong{0}, opens{0}, lists{0};
   std::atomic<int> first_errno{0};
+  std::atomic<uint64_t> longest_read_us{0};  // of the large file (a handoff's pause)
   char first_failure[128] = {};
 };
 
@@ -120,7 +121,13 @@ class Reader {
     uint64_t off = 0;
     for (uint64_t k = 0; !shared_->stop; ++k) {
       const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, kBigSize - off));
+      const auto started = std::chrono::steady_clock::now();
       ssize_t n = pread(big, buf_.data(), len, static_cast<off_t>(off));
+      const uint64_t us =
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                    std::chrono::steady_clock::now() - started)
+                                    .count());
+      if (us > shared_->longest_read_us) shared_->longest_read_us = us;
       if (n != static_cast<ssize_t>(len)) {
         Fail("pread of the open large file", n < 0 ? errno : 0);
       } else if (std::memcmp(buf_.data(), big_expected.data() + off, len) != 0) {
@@ -453,6 +460,9 @@ TEST_F(HandoffTest, TwentyHandoffsUnderReadLoad) {
   // descriptor of an earlier generation carried along).
   EXPECT_LE(fds.back(), fds.front() + 2) << counts;
   std::printf("descriptors after each handoff: %s\n", counts.c_str());
+  std::printf("reads: %lu, longest read of the large file: %.3f s\n",
+              static_cast<unsigned long>(reader_->shared().reads.load()),
+              reader_->shared().longest_read_us.load() / 1e6);
   EXPECT_EQ(perchd_.Stop(), 0) << perchd_.Log();
   EXPECT_FALSE(IsMounted(mnt_));
 }
