@@ -456,9 +456,13 @@ TEST_F(HandoffTest, TwentyHandoffsUnderReadLoad) {
   ExpectNoReadFailed();
   std::string counts;
   for (size_t n : fds) counts += std::to_string(n) + " ";
-  // Descriptors flat: the twentieth perchd holds no more than the first (no
-  // descriptor of an earlier generation carried along).
-  EXPECT_LE(fds.back(), fds.front() + 2) << counts;
+  // Descriptors flat: no descriptor of an earlier generation carried along
+  // (a leak of one per handoff would add 15 from the first five to the last
+  // five). Each count varies by a few with the connections and block files
+  // open at that moment: compare the least of five.
+  const size_t first = *std::min_element(fds.begin(), fds.begin() + 5);
+  const size_t last = *std::min_element(fds.end() - 5, fds.end());
+  EXPECT_LE(last, first + 3) << counts;
   std::printf("descriptors after each handoff: %s\n", counts.c_str());
   std::printf("reads: %lu, longest read of the large file: %.3f s\n",
               static_cast<unsigned long>(reader_->shared().reads.load()),
