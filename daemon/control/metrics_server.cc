@@ -1,17 +1,25 @@
 // MetricsServer: GET /metrics over plain HTTP/1.1 with Boost.Beast, on one
 // thread of its own. Every connection has a 5 s deadline, so a stuck scraper
 // cannot hold the thread, and a request is at most 8 KiB of headers and no
-// body, so a client cannot make it allocate.
+// body, so a client cannot make it allocate. At most kConnections are open
+// at once, kPerUser of them of one local user (the peer socket's owner,
+// daemon/peers): past that a connection is closed at once, so no user can
+// make perchd hold its descriptors (which its reads need) nor lock the
+// scraper out.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <functional>
+#include <optional>
 
 #include "daemon/control/control_server.h"
 #include "daemon/control/process_stats.h"
 #include "daemon/control/prometheus.h"
+#include "daemon/peers/connection_slots.h"
+#include "daemon/peers/peer_credentials.h"
 #include "proto/control_address.h"
 
 namespace perch::control {
@@ -23,9 +31,15 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+constexpr size_t kConnections = 32;
+constexpr size_t kPerUser = 8;
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, core::NodeControl& node) : stream_(std::move(socket)), node_(node) {}
+  // `release` gives the connection's slot back when the session ends.
+  Session(tcp::socket socket, core::NodeControl& node, std::function<void()> release)
+      : stream_(std::move(socket)), node_(node), release_(std::move(release)) {}
+  ~Session() { release_(); }
 
   void Run() {
     stream_.expires_after(std::chrono::seconds(5));
@@ -71,6 +85,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   core::NodeControl& node_;
+  std::function<void()> release_;
   beast::flat_buffer buffer_{16 * 1024};  // Beast parses at most 8 KiB of request headers
   bhttp::request<bhttp::empty_body> request_;
   bhttp::response<bhttp::string_body> response_;
@@ -79,6 +94,9 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 struct MetricsServer::Impl {
+  // Touched on the io thread only (and by sessions destroyed with io, after
+  // it): declared before io so that it outlives them.
+  peers::ConnectionSlots slots{kConnections, kPerUser};
   asio::io_context io;
   tcp::acceptor acceptor{io};
   std::thread thread;
@@ -90,7 +108,19 @@ struct MetricsServer::Impl {
         if (ec != asio::error::operation_aborted) Accept();
         return;
       }
-      std::make_shared<Session>(std::move(socket), *node)->Run();
+      const std::optional<peers::Peer> peer = peers::LoopbackPeer(socket.native_handle());
+      const peers::ConnectionSlots::Owner owner =
+          peer ? peers::ConnectionSlots::Owner(peer->uid) : std::nullopt;
+      if (slots.Acquire(owner) == peers::ConnectionSlots::Admission::kAdmitted) {
+        std::make_shared<Session>(std::move(socket), *node, [this, owner] {
+          slots.Release(owner);
+        })->Run();
+      } else {
+        spdlog::debug("metrics: connection refused: {} held by its user, {} in all",
+                      slots.held_by(owner), slots.held());
+        beast::error_code ignored;
+        socket.close(ignored);
+      }
       Accept();
     });
   }

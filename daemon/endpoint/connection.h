@@ -10,11 +10,16 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/endpoint/connection_slots.h"
 #include "daemon/endpoint/http_endpoint.h"
-#include "daemon/endpoint/peer_credentials.h"
+#include "daemon/peers/connection_slots.h"
+#include "daemon/peers/peer_credentials.h"
 
 namespace perch::endpoint {
+
+using peers::ConnectionSlots;
+using peers::LoopbackPeer;
+using peers::Peer;
+using peers::PeerInGroup;
 
 struct HttpEndpoint::Shared {
   Shared(core::CacheStack& s, core::OpMetrics& m, EndpointOptions o)

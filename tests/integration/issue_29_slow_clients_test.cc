@@ -323,3 +323,51 @@ TEST_F(SlowClientsTest, TheDeadlineEndsSilentAndIdleConnections) {
 
 }  // namespace
 }  // namespace perch::testing
+
+namespace perch::testing {
+namespace {
+
+// The open descriptors of process `pid`.
+int OpenFds(pid_t pid) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e :
+       fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    ++n;
+  }
+  return n;
+}
+
+// The metrics listener (#29's last known gap): `nobody` keeps 80 connections
+// open to it; perchd holds at most its share of them (8) and closes the rest
+// at once, so a local user cannot make perchd spend the descriptors its reads
+// need, and root's scrapes are still answered. On the old listener every
+// connection was held for its 5 s deadline (80 descriptors more).
+TEST_F(SlowClientsTest, OneUserCannotMakeTheMetricsListenerHoldDescriptors) {
+  Mount({"--metrics", "127.0.0.1:0"});
+  const std::string address = CtlJson({"health", "--json"})["metrics_address"];
+  ASSERT_FALSE(address.empty());
+  const int before = OpenFds(perchd_.pid());
+
+  constexpr int kHold = 8;
+  SlowClient slow;
+  const double start = Now();
+  ASSERT_EQ(slow.Start(address, kHold), "");
+  int most = 0, scrapes = 0;
+  while (Now() - start < kHold - 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    most = std::max(most, OpenFds(perchd_.pid()) - before);
+    RunResult r = RunToExit("/usr/bin/curl", {"-sS", "--max-time", "5", "-o", "/dev/null", "-w",
+                                              "%{http_code}", "http://" + address + "/metrics"});
+    EXPECT_EQ(r.output, "200");
+    ++scrapes;
+  }
+  const SlowReport s = slow.Finish();
+  std::cout << "root: " << scrapes << " scrapes; perchd held at most " << most
+            << " more descriptors; nobody: " << s.ToString() << "\n";
+  EXPECT_GE(s.connects, kSlowConnections);
+  EXPECT_LE(most, 8 + 4) << "nobody's connections were held";  // its share, and a scrape's
+  EXPECT_LE(s.max_held, 8);
+}
+
+}  // namespace
+}  // namespace perch::testing

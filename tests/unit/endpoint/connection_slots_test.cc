@@ -1,10 +1,10 @@
 // The endpoint's share of connections per peer uid (issue 29): one owner
 // past its share is refused while the others are still admitted.
-#include "daemon/endpoint/connection_slots.h"
+#include "daemon/peers/connection_slots.h"
 
 #include <gtest/gtest.h>
 
-namespace perch::endpoint {
+namespace perch::peers {
 namespace {
 
 using Admission = ConnectionSlots::Admission;
@@ -60,4 +60,4 @@ TEST(ConnectionSlotsDeathTest, ReleasingWhatWasNotTakenIsABug) {
 }
 
 }  // namespace
-}  // namespace perch::endpoint
+}  // namespace perch::peers

@@ -1,8 +1,8 @@
-#include "daemon/endpoint/connection_slots.h"
+#include "daemon/peers/connection_slots.h"
 
 #include "daemon/core/check.h"
 
-namespace perch::endpoint {
+namespace perch::peers {
 
 ConnectionSlots::ConnectionSlots(size_t total, size_t per_owner)
     : total_(total), per_owner_(per_owner) {
@@ -29,4 +29,4 @@ size_t ConnectionSlots::held_by(Owner owner) const {
   return it == by_owner_.end() ? 0 : it->second;
 }
 
-}  // namespace perch::endpoint
+}  // namespace perch::peers

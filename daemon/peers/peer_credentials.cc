@@ -1,4 +1,4 @@
-#include "daemon/endpoint/peer_credentials.h"
+#include "daemon/peers/peer_credentials.h"
 
 #include <arpa/inet.h>
 #include <grp.h>
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace perch::endpoint {
+namespace perch::peers {
 
 namespace {
 
@@ -163,4 +163,4 @@ bool UserInGroup(uid_t uid, gid_t gid) {
   return false;
 }
 
-}  // namespace perch::endpoint
+}  // namespace perch::peers

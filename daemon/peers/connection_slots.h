@@ -23,7 +23,7 @@
 #include <map>
 #include <optional>
 
-namespace perch::endpoint {
+namespace perch::peers {
 
 class ConnectionSlots {
  public:
@@ -52,4 +52,4 @@ class ConnectionSlots {
   std::map<Owner, size_t> by_owner_;  // owners holding at least one slot
 };
 
-}  // namespace perch::endpoint
+}  // namespace perch::peers

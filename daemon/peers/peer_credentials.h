@@ -19,7 +19,7 @@
 
 #include <optional>
 
-namespace perch::endpoint {
+namespace perch::peers {
 
 struct Peer {
   uid_t uid = 0;        // the peer socket's owner
@@ -37,4 +37,4 @@ bool PeerInGroup(const Peer& peer, gid_t gid);
 // in the user database.
 bool UserInGroup(uid_t uid, gid_t gid);
 
-}  // namespace perch::endpoint
+}  // namespace perch::peers
