@@ -442,6 +442,48 @@ TEST_F(HandoffTest, TheUnitsExecReloadHandsOverAndNamesTheNewMainPid) {
   EXPECT_FALSE(IsMounted(mnt_));
 }
 
+// Every mount of a perchd goes over, each with its own open files.
+TEST_F(HandoffTest, TwoMountsGoOverTogether) {
+  ASSERT_EQ(perchd_.Stop(), 0);
+  const fs::path second = work_->path() / "mnt2";
+  fs::create_directories(second);
+  const fs::path config = work_->path() / "two.toml";
+  std::ofstream(config) << "[[mount]]\nfederation = \"" << fed_->FederationUrl()
+                        << "/test\"\nmountpoint = \"" << mnt_.string() << "\"\n\n"
+                        << "[[mount]]\nfederation = \"" << fed_->FederationUrl()
+                        << "/test/whole\"\nmountpoint = \"" << second.string() << "\"\n";
+  const std::vector<std::string> args = {
+      "--config",     config.string(), "--cache-dir", (work_->path() / "cache").string(),
+      "--op-timeout", "20s",           "--control",   "unix:" + Socket()};
+  ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "two.log"), "");
+  for (int i = 0; i < 500 && !IsMounted(second); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(IsMounted(second));
+  const dev_t dev1 = DeviceOf(mnt_), dev2 = DeviceOf(second);
+  ASSERT_NE(dev1, dev2);
+  const std::string whole = Original("whole/cached.bin");
+  int fd = open((second / "cached.bin").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::string got(1 << 20, '\0');
+  ASSERT_EQ(pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+  reader_->Start();
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  ASSERT_EQ(perchd_.HandOver(next_binary_.string(), args, work_->path() / "two-next.log"), "");
+  EXPECT_NE(perchd_.Log().find("took over 2 mount(s)"), std::string::npos) << perchd_.Log();
+  ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
+  got.assign(whole.size(), '\0');
+  EXPECT_EQ(pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+  EXPECT_TRUE(got == whole);
+  EXPECT_EQ(close(fd), 0);
+  EXPECT_EQ(DeviceOf(mnt_), dev1);
+  EXPECT_EQ(DeviceOf(second), dev2);
+  EXPECT_EQ(reader_->Stop(), 0) << reader_->Failure();
+  ExpectNoReadFailed();
+  EXPECT_EQ(perchd_.Stop(), 0) << perchd_.Log();
+  EXPECT_FALSE(IsMounted(second));
+}
+
 TEST_F(HandoffTest, TwentyHandoffsUnderReadLoad) {
   reader_->Start();
   ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
