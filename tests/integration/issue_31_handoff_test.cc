@@ -442,6 +442,32 @@ TEST_F(HandoffTest, TheUnitsExecReloadHandsOverAndNamesTheNewMainPid) {
   EXPECT_FALSE(IsMounted(mnt_));
 }
 
+// Only perchd's own user (root for the node's perchd) may ask for the
+// mounts: the socket is in the private cache directory, and perchd checks
+// the peer's uid as well.
+TEST_F(HandoffTest, OnlyItsOwnUserMayAskForTheMounts) {
+  const fs::path sock = work_->path() / "cache" / "handoff.sock";
+  ASSERT_TRUE(fs::is_socket(sock));
+  EXPECT_EQ(fs::status(sock).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un addr {};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, sock.c_str(), sizeof(addr.sun_path) - 1);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) _exit(1);
+    _exit(errno == EACCES ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(ReadFile("data/s1.bin") == Original("data/s1.bin"));
+  EXPECT_EQ(perchd_.Log().find("asks to take over"), std::string::npos) << perchd_.Log();
+  ASSERT_EQ(Next("after"), "");
+}
+
 // Every mount of a perchd goes over, each with its own open files.
 TEST_F(HandoffTest, TwoMountsGoOverTogether) {
   ASSERT_EQ(perchd_.Stop(), 0);
