@@ -120,6 +120,18 @@ class BlockStore {
   // Removes block `key`; OK if it was absent.
   virtual Status Remove(const BlockKey& key) = 0;
 
+  // Reads block `key` whole and checks it against its CRC32C, whatever a
+  // read would skip (a trusted run, a block checked before): what a scrub
+  // does. Yields the block's length when it matches; kNotFound if the block
+  // is absent (evicted or replaced meanwhile: not a corruption); kCorrupt
+  // when its header, map entry or bytes do not match (the block is removed
+  // before returning, as Read does). A mismatch is confirmed under the lock
+  // that orders writes and removals of the block before it is reported, so
+  // a write or removal racing the check is never taken for a corruption;
+  // the bytes themselves are read without holding it, so readers of the
+  // block are not held up. Memory: a small buffer, whatever the block's size.
+  virtual Result<uint64_t> Verify(const BlockKey& key) = 0;
+
   // Like Read, but yields the open file and the position of the bytes in it
   // instead of the bytes (same checks, same errors). Stores that do not keep
   // blocks in files answer kInvalidArgument; callers then use Read.

@@ -288,6 +288,55 @@ std::vector<CachedObject> CacheCatalog::List(const ObjectPath& prefix, const std
   return out;
 }
 
+bool CacheCatalog::ScrubPage(const ObjectPath& prefix, ScrubCursor* cursor, size_t max_blocks,
+                             size_t max_objects, std::vector<ScrubItem>* out) const {
+  MutexLock l(mu_);
+  if (!cursor->key && !cursor->object_id.empty()) cursor->key = ids_.Find(cursor->object_id);
+  auto it = cursor->key ? objects_.lower_bound(*cursor->key) : objects_.begin();
+  size_t looked = 0, taken = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> blocks;  // (index, length) of one object
+  for (; it != objects_.end(); ++it) {
+    if (looked++ >= max_objects || taken >= max_blocks) break;
+    const CatalogEntry& o = it->second;
+    // Blocks before the cursor's index were walked already (same object).
+    const uint64_t from = cursor->key && *cursor->key == it->first ? cursor->index : 0;
+    if (!prefix.IsRoot() && (!o.described() || !Under(o.path(), prefix))) continue;
+    blocks.clear();
+    o.ForEach([&](uint64_t index, const Record& r) {
+      if (index >= from) blocks.emplace_back(index, r.length);
+    });
+    std::sort(blocks.begin(), blocks.end());
+    const std::string name = ids_.Name(it->first);
+    for (const auto& [index, length] : blocks) {
+      if (taken >= max_blocks) {
+        // The page is full in the middle of this object: go on from here.
+        cursor->key = it->first;
+        cursor->index = index;
+        cursor->object_id = name;
+        return true;
+      }
+      out->push_back(ScrubItem{BlockKey{name, index}, length, o.size(), o.blocks()});
+      ++taken;
+    }
+  }
+  if (it == objects_.end()) {
+    cursor->key.reset();
+    cursor->object_id.clear();
+    cursor->index = 0;
+    return false;
+  }
+  cursor->key = it->first;
+  cursor->index = 0;
+  cursor->object_id = ids_.Name(it->first);
+  return true;
+}
+
+std::string CacheCatalog::PathOf(const std::string& object_id) const {
+  MutexLock l(mu_);
+  const ObjectEntry* e = FindLocked(BlockKey{object_id, 0});
+  return e == nullptr ? "" : std::string(e->second.path());
+}
+
 void CacheCatalog::RemoveBlocks(const std::vector<BlockKey>& keys, EvictResult* result) {
   std::vector<Index::Write> batch;
   std::set<std::string> objects;

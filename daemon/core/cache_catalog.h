@@ -147,6 +147,24 @@ struct CachedObject {
   bool pinned = false;
 };
 
+// Where a walk of the catalog (ScrubPage) is: the next block to look at is
+// block `index` of object `key`, or the first block of a later object.
+struct ScrubCursor {
+  std::optional<ObjectIds::Key> key;  // nullopt: from the start
+  uint64_t index = 0;
+  // The same object by its id, for keeping the cursor across restarts (a
+  // hex id gives its key back; any other id starts over).
+  std::string object_id;
+};
+
+// A block a walk of the catalog found (ScrubPage).
+struct ScrubItem {
+  BlockKey key;
+  uint64_t length = 0;
+  uint64_t object_size = 0;    // 0: the object is not described (adopted)
+  uint64_t object_blocks = 0;  // blocks of the object in the catalog now
+};
+
 struct EvictResult {
   uint64_t objects = 0;  // objects with at least one block removed
   uint64_t blocks = 0;
@@ -209,6 +227,18 @@ class CacheCatalog : public BlockListener {
   // the start), in path order, at most `limit`.
   std::vector<CachedObject> List(const ObjectPath& prefix, const std::string& after,
                                  size_t limit) const;
+
+  // A page of a walk over the blocks of every object under catalog path
+  // `prefix` (the root: every object, the undescribed ones too), in object
+  // id order and, within an object, block order: from `*cursor` on, at most
+  // `max_blocks` blocks, looking at no more than `max_objects` objects, so
+  // that the lock is held briefly however few objects are under `prefix`.
+  // Appends them to `*out` and moves `*cursor` past them. False once the
+  // walk has passed the last object.
+  bool ScrubPage(const ObjectPath& prefix, ScrubCursor* cursor, size_t max_blocks,
+                 size_t max_objects, std::vector<ScrubItem>* out) const;
+  // The catalog path of object `object_id`; "" if none is recorded.
+  std::string PathOf(const std::string& object_id) const;
 
   // True if block `key` is recorded as stored.
   bool Contains(const BlockKey& key) const override;

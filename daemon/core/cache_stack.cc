@@ -135,9 +135,22 @@ CacheStack::CacheStack(Index& index, BlockStore& store, Executor& disk, Executor
                  }
                  return false;
                }),
-      scheduler_(options_.scheduler) {}
+      scheduler_(options_.scheduler) {
+  ScrubOptions scrub = options_.scrub;
+  scrub.block_size = options_.reader.block_size;
+  scrub.path_name = [this](const ObjectPath& p) {
+    ObjectPath below;
+    Mount* m = MountOfCatalogPath(p, &below);
+    return m == nullptr ? p.str() : m->FederationPath(below);
+  };
+  scrubber_ = std::make_unique<Scrubber>(catalog_, store_, index_, jobs_, std::move(scrub),
+                                         options_.digests);
+}
 
-CacheStack::~CacheStack() { closing_ = true; }
+CacheStack::~CacheStack() {
+  closing_ = true;
+  scrubber_->Stop();  // no step of it may run past the stack
+}
 
 Status CacheStack::Open(const std::function<Status(const Status&)>& reset_index) {
   Status loaded = catalog_.Load();
@@ -150,6 +163,7 @@ Status CacheStack::Open(const std::function<Status(const Status&)>& reset_index)
     return Status(loaded.code(), "cannot read the cache index: " + loaded.ToString());
   catalog_.Reconcile();  // background: orphans, leftovers, records without files
   if (options_.flush_period.count() > 0) ScheduleFlush();
+  scrubber_->Start();  // after the walk (it waits for it)
   return Status::Ok();
 }
 
@@ -314,6 +328,7 @@ void CacheStack::StopBackground(std::chrono::milliseconds warm_timeout) {
   for (Mount* m : mounts()) {
     if (m->prefetcher() != nullptr) m->prefetcher()->Shutdown();
   }
+  scrubber_->Stop();
 }
 
 void CacheStack::Close() {

@@ -37,6 +37,7 @@
 #include "daemon/core/mutex.h"
 #include "daemon/core/namespace_cache.h"
 #include "daemon/core/prefetcher.h"
+#include "daemon/core/scrubber.h"
 #include "daemon/core/version_guard.h"
 #include "daemon/core/warmer.h"
 
@@ -55,6 +56,10 @@ struct StackOptions {
   // more of it is fetched once its last confirmation is this old
   // (VersionGuard); 0: before every such fetch.
   std::chrono::milliseconds version_check_interval{5000};
+  // The scrub (background and verify jobs); block_size and path_name are set
+  // by the stack. `digests` (may be null) outlives the stack.
+  ScrubOptions scrub;
+  ObjectDigests* digests = nullptr;
   // Access times reach the index (and the free space is re-read) this often;
   // zero: no timer (tests call Flush themselves).
   std::chrono::milliseconds flush_period{5000};
@@ -162,7 +167,8 @@ class CacheStack {
   // Loads the catalog. When that finds the index corrupt past opening,
   // `reset_index` (may be empty: the error is returned) starts a new one and
   // the load is tried once more; the background walk then re-adopts blocks.
-  // Starts that walk and the flush timer. REQUIRES: once, before serving.
+  // Starts that walk, the flush timer and the background scrub. REQUIRES:
+  // once, before serving.
   Status Open(const std::function<Status(const Status&)>& reset_index = nullptr);
 
   // Adds a mount of `spec.origin`. kInvalidArgument when this federation is
@@ -173,6 +179,8 @@ class CacheStack {
   static std::string TagOf(const std::string& federation_id);
 
   CacheCatalog& catalog() { return catalog_; }
+  Scrubber& scrubber() { return *scrubber_; }
+  const Scrubber& scrubber() const { return *scrubber_; }
   const CacheCatalog& catalog() const { return catalog_; }
   FetchScheduler& scheduler() { return scheduler_; }
   const FetchScheduler& scheduler() const { return scheduler_; }
@@ -185,8 +193,8 @@ class CacheStack {
   // Blocks and free blocks of `unit` bytes for statfs: the quota as capacity.
   void StatFs(uint64_t unit, uint64_t* blocks, uint64_t* free_blocks) const;
 
-  // Stops warms and prefetch (before unmounting); waits up to `warm_timeout`
-  // for warms to let go of their fetches.
+  // Stops warms, prefetch and the scrub (before unmounting); waits up to
+  // `warm_timeout` for warms to let go of their fetches.
   void StopBackground(std::chrono::milliseconds warm_timeout);
   // Stops the flush timer and writes pending access times. Call after the
   // network and job executors have stopped; the disk executor must then be
@@ -206,7 +214,8 @@ class CacheStack {
   const StackOptions options_;
   CacheCatalog catalog_;
   FetchScheduler scheduler_;
-  mutable Mutex mu_;                                                 // a leaf lock
+  std::unique_ptr<Scrubber> scrubber_;  // started by Open, stopped by StopBackground
+  mutable Mutex mu_;                    // a leaf lock
   std::deque<std::unique_ptr<Mount>> mounts_ PERCH_GUARDED_BY(mu_);  // only grows
   std::atomic<bool> closing_{false};
 };

@@ -170,6 +170,13 @@ StatsSnapshot NodeControl::Stats() const {
     }
     s.offline = s.offline || m->offline();
   }
+  const ScrubCounters& scrub = stack_.scrubber().counters();
+  s.scrub.bytes = scrub.bytes.load();
+  s.scrub.corrupt_blocks = scrub.corrupt_blocks.load();
+  s.scrub.digest_mismatches = scrub.digest_mismatches.load();
+  s.scrub.digests_verified = scrub.digests_verified.load();
+  s.scrub.passes = scrub.passes.load();
+  s.corrupt_blocks += s.scrub.corrupt_blocks;  // every block that failed a check
   const CacheCatalog& catalog = stack_.catalog();
   s.cached_bytes = catalog.cached_bytes();
   s.capacity_bytes = catalog.capacity_bytes();
@@ -217,6 +224,12 @@ Result<std::shared_ptr<WarmJob>> NodeControl::Warm(const std::vector<ObjectPath>
   }
   if (mount == nullptr) return InvalidArgumentError("no paths to warm");
   return mount->warmer().Start(std::move(below), recursive, std::move(on_update));
+}
+
+std::shared_ptr<ScrubJob> NodeControl::Verify(const ObjectPath& path,
+                                              Scrubber::UpdateFn on_update) {
+  const std::string shown = path.IsRoot() ? "/" : FederationPath(path);
+  return stack_.scrubber().Verify(path, shown, std::move(on_update));
 }
 
 Result<std::pair<uint64_t, uint64_t>> NodeControl::Hint(const std::string& job,

@@ -80,8 +80,12 @@ struct StatsSnapshot {
   uint64_t store_errors = 0;
   uint64_t whole_files = 0;
   uint64_t uncacheable_blocks = 0;
-  uint64_t version_checks = 0;                // VersionGuard::confirmations
-  uint64_t versions_replaced = 0;             // VersionGuard::replacements
+  uint64_t version_checks = 0;     // VersionGuard::confirmations
+  uint64_t versions_replaced = 0;  // VersionGuard::replacements
+  struct {
+    uint64_t bytes = 0, corrupt_blocks = 0, digest_mismatches = 0, digests_verified = 0;
+    uint64_t passes = 0;
+  } scrub;                                    // the background scrub and verify jobs (Scrubber)
   std::vector<NamespaceCounters> namespaces;  // add up to totals
   uint64_t cached_bytes = 0;
   uint64_t capacity_bytes = 0;
@@ -153,6 +157,11 @@ struct StatsSnapshot {
     fn("uncacheable_blocks", s.uncacheable_blocks);
     fn("version_checks", s.version_checks);
     fn("versions_replaced", s.versions_replaced);
+    fn("scrubbed_bytes", s.scrub.bytes);
+    fn("scrub_corrupt_blocks", s.scrub.corrupt_blocks);
+    fn("scrub_digest_mismatches", s.scrub.digest_mismatches);
+    fn("scrub_digests_verified", s.scrub.digests_verified);
+    fn("scrub_passes", s.scrub.passes);
   }
 };
 
@@ -217,6 +226,11 @@ class NodeControl {
   // Starts warming catalog paths `paths`, which must lie under one mount.
   Result<std::shared_ptr<WarmJob>> Warm(const std::vector<ObjectPath>& paths, bool recursive,
                                         Warmer::UpdateFn on_update);
+
+  // Starts checking every cached block below catalog path `path` (the root:
+  // everything) against its CRC32C, and whole objects against their digest
+  // where one is recorded (Scrubber::Verify).
+  std::shared_ptr<ScrubJob> Verify(const ObjectPath& path, Scrubber::UpdateFn on_update);
 
   // Resolves `paths` and hands each mount's to its prefetcher as job `job`'s
   // list; returns (accepted, rejected). kInvalidArgument without prefetch.

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <vector>
 
 #include "daemon/core/codec.h"
 #include "daemon/store/block_file_format.h"
@@ -195,6 +196,126 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
             OpenBlock{std::make_shared<const core::BlockFd>(f.fd), header.size(), data.size()});
   f.fd = -1;
   return Status::Ok();
+}
+
+namespace {
+
+// Where Verify looks for a block (VerifyIn).
+constexpr int kInObjectFile = 0, kInPack = 1, kInBlockFile = 2;
+
+}  // namespace
+
+Result<uint64_t> FileBlockStore::Verify(const core::BlockKey& key) {
+  // Where a read looks (OpenChecked), in the same order.
+  std::vector<int> order;
+  if (key.index > 0) {
+    order = {kInObjectFile, kInBlockFile};
+  } else if (packs_ != nullptr) {
+    order = {kInPack, kInBlockFile, kInObjectFile};
+  } else {
+    order = {kInBlockFile, kInObjectFile};
+  }
+  for (int where : order) {
+    Result<uint64_t> r = VerifyIn(key, where);
+    if (r.ok() || r.status().code() != core::StatusCode::kNotFound) return r;
+  }
+  return core::NotFoundError("no block " + key.object_id + "#" + std::to_string(key.index),
+                             core::FailureSite::kLocal);
+}
+
+Result<FileBlockStore::Located> FileBlockStore::LocateBlockFile(const core::BlockKey& key) {
+  const std::string path = PathOf(key);
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) {
+    if (errno == ENOENT) return core::NotFoundError("no block " + path, core::FailureSite::kLocal);
+    return ErrnoStatus("open", path, errno);
+  }
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) return ErrnoStatus("stat", path, errno);
+  auto corrupt = [&](const std::string& why) {
+    Forget(CheckedKey{static_cast<uint64_t>(st.st_ino), 0});
+    open_.Erase(key);
+    ::unlink(path.c_str());
+    return core::CorruptError("cache block " + path + ": " + why + "; removed",
+                              core::FailureSite::kLocal);
+  };
+  ParsedHeader h = ParseHeader(f.fd, 0, static_cast<uint64_t>(st.st_size), true);
+  if (h.read_errno != 0) return ErrnoStatus("read", path, h.read_errno);
+  if (!h.why.empty()) return corrupt(h.why);
+  if (h.index != key.index || h.id != key.object_id) return corrupt("header names another block");
+  Located at;
+  at.file = std::make_shared<const core::BlockFd>(f.fd);
+  f.fd = -1;
+  at.offset = h.header_len;
+  at.length = h.data_len;
+  at.crc = static_cast<uint32_t>(h.crc);
+  at.ino = static_cast<uint64_t>(st.st_ino);
+  return at;
+}
+
+Result<uint64_t> FileBlockStore::VerifyIn(const core::BlockKey& key, int where) {
+  const std::string name = key.object_id + "#" + std::to_string(key.index);
+  // In use from before it is looked up: an eviction meanwhile keeps its
+  // bytes where they are (an object file's removal refuses, a pack's hole
+  // waits, a block file's inode stays with the descriptor).
+  std::shared_ptr<const void> use = Use(key);
+  auto locate = [&]() -> Result<Located> {
+    if (where == kInObjectFile) return LocateObjectBlockLocked(key);
+    if (where == kInPack) return LocatePackedLocked(key);
+    return LocateBlockFile(key);
+  };
+  Result<Located> at = [&] {
+    std::lock_guard<std::mutex> l(ObjectMutex(key.object_id));
+    return locate();
+  }();
+  if (!at.ok()) return at.status();
+  // The bytes, without the lock: a reader opening the block meanwhile does
+  // not wait for a pass over 4 MiB.
+  uint32_t crc = 0;
+  errno = 0;
+  bool read = FileCrc32c(at->file->fd(), at->offset, at->length, &crc);
+  if (!read && errno != 0) return ErrnoStatus("read", name, errno);
+  if (read && crc == at->crc) {
+    if (where != kInBlockFile) MarkVerified(at->checked, FileStamp{at->length, at->crc});
+    return at->length;
+  }
+  // A mismatch, or the bytes end early. Writes and removals of the block
+  // take its object's lock: under it, what is there now is looked up and
+  // read again, and only a mismatch then is a corruption (a block rewritten
+  // or dropped while it was read is not).
+  std::unique_lock<std::mutex> l(ObjectMutex(key.object_id));
+  at = locate();
+  if (!at.ok()) return at.status();
+  errno = 0;
+  read = FileCrc32c(at->file->fd(), at->offset, at->length, &crc);
+  if (!read && errno != 0) return ErrnoStatus("read", name, errno);
+  if (read && crc == at->crc) {
+    if (where != kInBlockFile) MarkVerified(at->checked, FileStamp{at->length, at->crc});
+    return at->length;
+  }
+  const std::string why = read ? "CRC32C mismatch" : "truncated data";
+  // No longer ours in use: the drop may free its bytes now (unless a
+  // reader still holds them).
+  use.reset();
+  std::string where_name;
+  if (where == kInObjectFile) {
+    where_name = "cache block " + std::to_string(key.index) + " of " + ObjectPathOf(key.object_id);
+    Result<ObjectFiles> files = OpenObject(key.object_id, false);
+    if (files.ok()) (void)DropObjectBlock(key, *files);
+  } else if (where == kInPack) {
+    where_name = "cache record " + key.object_id + " in " + packs_->PathOf(at->pack->pack);
+    Forget(at->checked);
+    DropPacked(key.object_id, *at->pack);
+  } else {
+    where_name = "cache block " + PathOf(key);
+    open_.Erase(key);
+    struct stat st {};
+    // The file that was checked, not one renamed over it meanwhile.
+    if (::stat(PathOf(key).c_str(), &st) == 0 && static_cast<uint64_t>(st.st_ino) == at->ino)
+      ::unlink(PathOf(key).c_str());
+  }
+  return core::CorruptError(where_name + ": " + why + "; removed", core::FailureSite::kLocal);
 }
 
 FileBlockStore::FileId FileBlockStore::IdOf(const struct stat& st) {

@@ -105,6 +105,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -152,6 +153,11 @@ class FileBlockStore : public core::BlockStore {
   // index batch; the others are written as by Write.
   std::vector<core::Status> WriteMany(const std::vector<BlockWrite>& blocks) override;
   core::Status Remove(const core::BlockKey& key) override;
+  // See core::BlockStore. Under the block's object lock only to find it
+  // (map entry, pack name, header) and, after a mismatch, to check it again
+  // before dropping it; the bytes are read while the block is in use
+  // (InUse), so an eviction keeps them in place meanwhile.
+  core::Result<uint64_t> Verify(const core::BlockKey& key) override;
   core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset,
                                        uint64_t length) override;
   core::Result<std::shared_ptr<const core::BlockFd>> WholeFile(
@@ -264,6 +270,22 @@ class FileBlockStore : public core::BlockStore {
   core::Status ForEachEntry(
       const ObjectFiles& files, const std::string& object_id, uint64_t from, uint64_t to,
       const std::function<bool(uint64_t, const std::optional<MapEntry>&)>& fn);
+  // Verify's parts. Where block `key`'s bytes are, found under the object's
+  // lock (kNotFound if absent; a damaged entry, name or header drops the
+  // block and is kCorrupt, as a read finds it).
+  struct Located {
+    std::shared_ptr<const core::BlockFd> file;
+    uint64_t offset = 0, length = 0;
+    uint32_t crc = 0;
+    CheckedKey checked;
+    std::optional<PackLocation> pack;  // a pack record's
+    uint64_t ino = 0;                  // a block file's
+  };
+  core::Result<Located> LocateObjectBlockLocked(const core::BlockKey& key);
+  core::Result<Located> LocatePackedLocked(const core::BlockKey& key);
+  core::Result<Located> LocateBlockFile(const core::BlockKey& key);
+  // As Verify, for a block in an object file, a pack or a block file.
+  core::Result<uint64_t> VerifyIn(const core::BlockKey& key, int where);
   // Pack files (file_block_store_packs.cc). Each takes the ObjectMutex of
   // the objects it touches, but DropPacked (its caller holds it).
   static std::string LocationKey(const std::string& object_id) { return "sp/" + object_id; }

@@ -140,6 +140,42 @@ Status FileBlockStore::CheckObjectBlock(const core::BlockKey& key, const ObjectF
   return Status::Ok();
 }
 
+Result<FileBlockStore::Located> FileBlockStore::LocateObjectBlockLocked(const core::BlockKey& key) {
+  const std::string path = ObjectPathOf(key.object_id);
+  if (key.index >= kMaxObjectBlocks) {
+    return core::NotFoundError("no block " + std::to_string(key.index) + " in " + path,
+                               core::FailureSite::kLocal);
+  }
+  Result<ObjectFiles> files = OpenObject(key.object_id, false);
+  if (!files.ok()) return files.status();
+  Result<std::optional<MapEntry>> entry = ReadEntry(*files, key.object_id, key.index);
+  if (!entry.ok()) return entry.status();
+  struct stat st {};
+  if (::fstat(files->data->fd(), &st) != 0) return ErrnoStatus("stat", path, errno);
+  auto corrupt = [&](const std::string& why) {
+    (void)DropObjectBlock(key, *files);
+    return core::CorruptError(
+        "cache block " + std::to_string(key.index) + " of " + path + ": " + why + "; removed",
+        core::FailureSite::kLocal);
+  };
+  if (!entry->has_value()) return corrupt("damaged map entry");
+  const MapEntry& e = **entry;
+  if (e.length == 0) {
+    return core::NotFoundError("no block " + std::to_string(key.index) + " in " + path,
+                               core::FailureSite::kLocal);
+  }
+  if (e.length > block_size_) return corrupt("map entry longer than a block");
+  const uint64_t offset = key.index * block_size_;
+  if (static_cast<uint64_t>(st.st_size) < offset + e.length) return corrupt("truncated data");
+  Located at;
+  at.file = files->data;
+  at.offset = offset;
+  at.length = e.length;
+  at.crc = static_cast<uint32_t>(e.crc);
+  at.checked = CheckedKey{files->ino, key.index};
+  return at;
+}
+
 Result<OpenBlock> FileBlockStore::OpenObjectBlock(const core::BlockKey& key) {
   const std::string path = ObjectPathOf(key.object_id);
   if (key.index >= kMaxObjectBlocks) {

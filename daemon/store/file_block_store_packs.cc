@@ -237,6 +237,44 @@ Result<OpenBlock> FileBlockStore::OpenPacked(const core::BlockKey& key) {
   return open;
 }
 
+Result<FileBlockStore::Located> FileBlockStore::LocatePackedLocked(const core::BlockKey& key) {
+  if (packs_ == nullptr || key.index != 0)
+    return core::NotFoundError("not packed", core::FailureSite::kLocal);
+  auto got = locations_->Get(LocationKey(key.object_id));
+  if (!got.ok()) return got.status();
+  if (!*got) return core::NotFoundError("not packed", core::FailureSite::kLocal);
+  const std::optional<PackLocation> loc = DecodeLocation(**got, block_size_);
+  const std::string where = "cache record " + key.object_id;
+  if (!loc) {
+    locations_->Apply({{LocationKey(key.object_id), std::nullopt}}).IgnoreError();
+    return core::CorruptError(where + ": damaged location; removed", core::FailureSite::kLocal);
+  }
+  auto file = packs_->Open(loc->pack);
+  if (!file.ok() && file.status().code() == core::StatusCode::kNotFound) {
+    locations_->Apply({{LocationKey(key.object_id), std::nullopt}}).IgnoreError();
+    return core::CorruptError(where + ": its pack is gone; removed", core::FailureSite::kLocal);
+  }
+  if (!file.ok()) return file.status();
+  const CheckedKey checked{file->ino, loc->offset};
+  ParsedHeader h = ReadNamedRecord(file->fd->fd(), *loc, key.object_id, block_size_);
+  if (h.read_errno != 0) return ErrnoStatus("read", packs_->PathOf(loc->pack), h.read_errno);
+  if (!h.why.empty()) {
+    Forget(checked);
+    DropPacked(key.object_id, *loc);
+    return core::CorruptError(
+        where + " in " + packs_->PathOf(loc->pack) + ": " + h.why + "; removed",
+        core::FailureSite::kLocal);
+  }
+  Located at;
+  at.file = file->fd;
+  at.offset = loc->offset + h.header_len;
+  at.length = h.data_len;
+  at.crc = static_cast<uint32_t>(h.crc);
+  at.checked = checked;
+  at.pack = loc;
+  return at;
+}
+
 Result<bool> FileBlockStore::RemovePacked(const core::BlockKey& key) {
   if (packs_ == nullptr || key.index != 0) return false;
   std::lock_guard<std::mutex> l(ObjectMutex(key.object_id));

@@ -40,6 +40,19 @@ core::Status MemBlockStore::Remove(const core::BlockKey& key) {
   return core::Status::Ok();
 }
 
+core::Result<uint64_t> MemBlockStore::Verify(const core::BlockKey& key) {
+  verifies++;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = blocks_.find(key);
+  if (it == blocks_.end()) return core::NotFoundError("no block", core::FailureSite::kLocal);
+  if (corrupt_.erase(key)) {
+    used_ -= it->second.size();
+    blocks_.erase(it);
+    return core::CorruptError("checksum mismatch", core::FailureSite::kLocal);
+  }
+  return static_cast<uint64_t>(it->second.size());
+}
+
 void MemBlockStore::SetFull(bool full) {
   std::lock_guard<std::mutex> l(mu_);
   full_ = full;

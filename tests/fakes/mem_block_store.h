@@ -20,6 +20,8 @@ class MemBlockStore : public core::BlockStore {
                                  uint64_t length) override;
   core::Status Write(const core::BlockKey& key, std::string_view data) override;
   core::Status Remove(const core::BlockKey& key) override;
+  // The block's length; a block marked by Corrupt is dropped and kCorrupt.
+  core::Result<uint64_t> Verify(const core::BlockKey& key) override;
 
   // As FileBlockStore: blocks `recorded` names are counted, not passed to `fn`.
   core::Result<core::BlockScan> ForEachBlock(
@@ -36,7 +38,8 @@ class MemBlockStore : public core::BlockStore {
   size_t Size();
 
   std::atomic<int> writes{0};
-  std::atomic<int> reads{0};  // calls of Read (hits and misses)
+  std::atomic<int> reads{0};     // calls of Read (hits and misses)
+  std::atomic<int> verifies{0};  // calls of Verify
 
  private:
   std::mutex mu_;
