@@ -2,7 +2,8 @@
 //
 // Output is for people by default (aligned tables, sizes in KiB/MiB/GiB) and
 // for scripts with --json. Exit codes: 0 success; 1 the operation failed
-// (a warm with errors, an unhealthy node, a daemon error); 2 bad usage;
+// (a warm with errors, a verify that found bad blocks, an unhealthy node, a
+// daemon error); 2 bad usage;
 // 3 no daemon answers at the address; 4 not found (e.g. unpin of a path that
 // is not pinned); 5 the control socket refuses this user.
 #include <unistd.h>
@@ -144,6 +145,98 @@ int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recur
     for (const auto& e : last.errors()) std::cerr << "  " << e << "\n";
   }
   return wait && (last.files_failed() > 0 || last.cancelled()) ? kExitFailed : 0;
+}
+
+// `perchctl verify`: streams the check's progress (a bar on a terminal, a
+// line every 5 s otherwise), then what was found; exit 1 when something was
+// bad (it has been dropped and is fetched again by its next read).
+int Verify(Client& c, const std::string& path, bool detach, bool as_json) {
+  v1::VerifyRequest req;
+  req.set_path(path.empty() ? path : Absolute(path));
+  req.set_detach(detach);
+  grpc::ClientContext ctx;
+  auto reader = c.stub().Verify(&ctx, req);
+  std::thread watcher;  // Ctrl-C cancels the call, and with it the check
+  std::atomic<bool> done{false};
+  if (!detach) {
+    std::signal(SIGINT, [](int) { g_interrupted = 1; });
+    watcher = std::thread([&] {
+      while (!done) {
+        if (g_interrupted) {
+          ctx.TryCancel();
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
+  v1::VerifyProgress p, last;
+  bool any = false;
+  const bool tty = ::isatty(2);
+  const auto started = std::chrono::steady_clock::now();
+  auto last_line = started;
+  while (reader->Read(&p)) {
+    any = true;
+    last = p;
+    if (detach || as_json) continue;
+    auto now = std::chrono::steady_clock::now();
+    if (!tty && now - last_line < std::chrono::seconds(5) && !p.finished()) continue;
+    last_line = now;
+    const double secs = std::chrono::duration<double>(now - started).count();
+    const double rate = secs > 0 ? static_cast<double>(p.bytes_done()) / secs : 0;
+    const double frac = p.bytes_total() ? std::min(1.0, static_cast<double>(p.bytes_done()) /
+                                                            static_cast<double>(p.bytes_total()))
+                                        : (p.finished() ? 1.0 : 0.0);
+    const int width = 30;
+    const int filled = static_cast<int>(frac * width);
+    const std::string bar = std::string(static_cast<size_t>(filled), '#') +
+                            std::string(static_cast<size_t>(width - filled), '.');
+    const uint64_t bad = p.corrupt_blocks() + p.digest_mismatches();
+    char line[256];
+    std::snprintf(line, sizeof(line), "[%s] %5.1f%%  %s / %s%s  %s/s  blocks %s/%s%s", bar.c_str(),
+                  100 * frac, Size(p.bytes_done()).c_str(), Size(p.bytes_total()).c_str(),
+                  p.counted() ? "" : "+", Size(static_cast<uint64_t>(rate)).c_str(),
+                  Count(p.blocks_done()).c_str(), Count(p.blocks_total()).c_str(),
+                  bad ? (", " + Count(bad) + " bad").c_str() : "");
+    std::cerr << (tty ? "\r\x1b[K" : "") << line << (tty ? "" : "\n") << std::flush;
+  }
+  done = true;
+  if (watcher.joinable()) watcher.join();
+  grpc::Status st = reader->Finish();
+  if (!detach && tty && any && !as_json) std::cerr << "\n";
+  if (!st.ok()) {
+    if (g_interrupted) {
+      std::cerr << "perchctl: verify cancelled\n";
+      return 130;
+    }
+    return c.Fail(st, "verify");
+  }
+  const uint64_t bad = last.corrupt_blocks() + last.digest_mismatches();
+  if (as_json) {
+    std::cout << ProtoJson(last).dump(2) << std::endl;
+  } else if (detach) {
+    std::cout << "verifying " << last.path() << " in the background (job #" << last.job_id()
+              << "); `perchctl stats` counts what it finds\n";
+  } else {
+    std::cout << "verified " << last.path() << ": " << Count(last.blocks_done()) << " blocks ("
+              << Size(last.bytes_done()) << ") of " << Count(last.objects_done()) << " objects; ";
+    if (bad == 0) {
+      std::cout << "all good";
+    } else {
+      std::cout << Count(last.corrupt_blocks()) << " bad blocks";
+      if (last.digest_mismatches())
+        std::cout << ", " << Count(last.digest_mismatches())
+                  << " objects not matching their digest";
+      std::cout << " (dropped: fetched again on their next read)";
+    }
+    if (last.missing_blocks())
+      std::cout << "; " << Count(last.missing_blocks()) << " evicted meanwhile";
+    if (last.unreadable_blocks())
+      std::cout << "; " << Count(last.unreadable_blocks()) << " UNREADABLE (disk errors)";
+    std::cout << "\n";
+    for (const auto& e : last.corrupt()) std::cout << "  " << e << "\n";
+  }
+  return !detach && (bad > 0 || last.unreadable_blocks() > 0 || last.cancelled()) ? kExitFailed : 0;
 }
 
 int PinCmd(Client& c, const std::string& path, bool pin) {
@@ -389,6 +482,13 @@ int main(int argc, char** argv) {
   hint->add_option("--file", hint_file, "read paths, one per line, from FILE ('-' for stdin)");
   hint->add_option("--job", job, "the job's name; a new list for the same job replaces the old one")
       ->capture_default_str();
+  bool detach = false;
+  auto* verify = app.add_subcommand(
+      "verify",
+      "read cached blocks below PATH (default: everything) again and check them; drop bad ones");
+  verify->add_option("PATH", path);
+  verify->add_flag("--detach", detach, "check in the background; print nothing more");
+  verify->add_flag("--json", as_json, "print the final progress as JSON");
   auto* health =
       app.add_subcommand("health", "is the mount serving, the federation reachable, the disk fine");
   health->add_flag("--json", as_json, "machine-readable output");
@@ -404,6 +504,7 @@ int main(int argc, char** argv) {
   if (evict->parsed()) return Evict(client, path, as_json);
   if (ls->parsed()) return Ls(client, path, as_json);
   if (health->parsed()) return Health(client, as_json);
+  if (verify->parsed()) return Verify(client, path, detach, as_json);
   if (hint->parsed()) return Hint(client, job, hint_paths, hint_file);
   return kExitUsage;
 }

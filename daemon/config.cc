@@ -300,6 +300,8 @@ void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c,
   r.Flag("fuse_passthrough", &c->fuse_passthrough);
   r.Flag("verify_digests", &c->verify_digests);
   r.Time("version_check_interval", &c->version_check_interval);
+  r.Size("scrub_rate", &c->scrub_rate);
+  r.Time("scrub_start_delay", &c->scrub_start_delay);
   r.Size("readahead", &c->readahead);
   r.Size("fuse_read_ahead", &c->fuse_read_ahead);
   r.Count("prefetch_dir_max_entries", &c->prefetch_dir_max_entries);
@@ -371,6 +373,8 @@ void Validate(const DaemonConfig& c) {
   if (c.op_timeout < std::chrono::milliseconds(100))
     throw ConfigError("op_timeout must be at least 100ms");
   if (c.net_threads > 64) throw ConfigError("net_threads must be at most 64");
+  if (c.scrub_start_delay > std::chrono::hours(24 * 7))
+    throw ConfigError("scrub_start_delay must be at most 7 days");
   if (std::string why = CheckControlAddress(c.control_address); !why.empty())
     throw ConfigError(why);
   if (std::string why = CheckMetricsAddress(c.metrics_address, c.metrics_allow_remote);

@@ -71,6 +71,11 @@ struct DaemonConfig {
   // A partly cached object's version is confirmed with the origin before more
   // of it is fetched once its last confirmation is this old (0: every time).
   std::chrono::milliseconds version_check_interval{5000};
+  // The background scrub: cached blocks read again and checked against their
+  // CRC32C (and whole objects against a recorded digest) at this many bytes
+  // a second; 0 = off. It begins scrub_start_delay after start.
+  uint64_t scrub_rate = 4ULL << 20;
+  std::chrono::seconds scrub_start_delay{300};
   uint64_t fuse_read_ahead = 1ULL << 20;   // the mount's kernel read-ahead; 0 = kernel default
   uint64_t readahead = 64ULL << 20;        // largest read-ahead window per open file
   size_t prefetch_dir_max_entries = 4096;  // larger directories are not prefetched

@@ -94,6 +94,8 @@ core::StackOptions StackOptionsOf(const DaemonConfig& cfg) {
   o.prefetch_options.dir_max_entries = cfg.prefetch_dir_max_entries;
   o.prefetch_options.hint_window = cfg.hint_window;
   o.version_check_interval = cfg.version_check_interval;
+  o.scrub.rate_bytes_per_second = cfg.scrub_rate;
+  o.scrub.start_delay = cfg.scrub_start_delay;
   return o;
 }
 
@@ -732,6 +734,10 @@ int main(int argc, char** argv) {
   bool verify_digests = false;
   app.add_flag("--verify-digests", verify_digests,
                "check objects of one block against their server's digest (config verify_digests)");
+  std::string scrub_rate;
+  app.add_option("--scrub-rate", scrub_rate,
+                 "read cached blocks again in the background at SIZE a second and drop bad ones, "
+                 "e.g. 4M (default; 0 = off; config scrub_rate)");
   std::string control_group;
   app.add_option("--control-group", control_group,
                  "group owning the control socket: its members may use perchctl");
@@ -771,6 +777,7 @@ int main(int argc, char** argv) {
     if (!control_address.empty()) cfg.control_address = control_address;
     if (no_prefetch) cfg.prefetch = false;
     if (verify_digests) cfg.verify_digests = true;
+    if (!scrub_rate.empty()) cfg.scrub_rate = perch::ParseSize(scrub_rate, "--scrub-rate");
     if (!metrics_address.empty()) cfg.metrics_address = metrics_address;
     if (!control_group.empty()) cfg.control_group = control_group;
     if (metrics_allow_remote) cfg.metrics_allow_remote = true;

@@ -86,52 +86,42 @@ grpc::Status CheckPaths(const google::protobuf::RepeatedPtrField<std::string>& p
   return grpc::Status::OK;
 }
 
-// Streams one warm's progress. gRPC allows one write in flight, so the
-// newest progress waits in `latest_` and intermediate ones are skipped.
+// Streams one job's progress (a warm, a verify). gRPC allows one write in
+// flight, so the newest progress waits in `latest_` and intermediate ones
+// are skipped.
 //
 // Lifetime: the job's progress callback may outlive this reactor (it runs on
 // other threads), so it reaches the reactor through `Link`, which OnDone
 // clears before the reactor is deleted.
-class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
+template <typename Job, typename Progress, typename Message>
+class JobWriter : public grpc::ServerWriteReactor<Message> {
  public:
   struct Link {
     std::mutex mu;
-    WarmWriter* writer = nullptr;  // Protected by mu
+    JobWriter* writer = nullptr;  // Protected by mu
   };
+  using UpdateFn = std::function<void(const Progress&)>;
+  using StartFn = std::function<core::Result<std::shared_ptr<Job>>(UpdateFn)>;
 
-  WarmWriter(core::NodeControl& node, const v1::WarmRequest& request, const ControlLimits& limits)
-      : node_(node), link_(std::make_shared<Link>()), detach_(request.detach()) {
-    if (grpc::Status bad = CheckPaths(request.paths(), limits.max_warm_paths, limits, "a warm");
-        !bad.ok()) {
-      Finish(bad);
-      finish_called_ = true;
-      return;
-    }
-    std::vector<core::ObjectPath> paths;
-    for (const std::string& p : request.paths()) {
-      auto resolved = node_.Resolve(p);
-      if (!resolved.ok()) {
-        Finish(ToGrpcStatus(resolved.status()));
-        finish_called_ = true;
-        return;
-      }
-      paths.push_back(*resolved);
-    }
-    if (paths.empty()) {
-      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no paths to warm"));
+  // Finishes at once with `bad` unless it is OK; else starts the job with
+  // `start` (its updates stream; none when detached).
+  JobWriter(bool detach, const grpc::Status& bad, const StartFn& start)
+      : link_(std::make_shared<Link>()), detach_(detach) {
+    if (!bad.ok()) {
+      this->Finish(bad);
       finish_called_ = true;
       return;
     }
     link_->writer = this;
     std::lock_guard<std::mutex> l(link_->mu);
-    auto update = [link = link_](const core::WarmProgress& p) {
+    auto update = [link = link_](const Progress& p) {
       std::lock_guard<std::mutex> l(link->mu);
       if (link->writer != nullptr) link->writer->OnProgress(p);
     };
-    auto job = node_.Warm(paths, request.recursive(), detach_ ? core::Warmer::UpdateFn() : update);
+    auto job = start(detach_ ? UpdateFn() : update);
     if (!job.ok()) {
       link_->writer = nullptr;
-      Finish(ToGrpcStatus(job.status()));
+      this->Finish(ToGrpcStatus(job.status()));
       finish_called_ = true;
       return;
     }
@@ -143,7 +133,7 @@ class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
     std::lock_guard<std::mutex> l(link_->mu);
     writing_ = false;
     if (!ok) {
-      // The client went away: a warm nobody waits for ends (unless detached).
+      // The client went away: a job nobody waits for ends (unless detached).
       if (!detach_) job_->Cancel();
       FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
       return;
@@ -158,7 +148,7 @@ class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
   void OnCancel() override {
     std::lock_guard<std::mutex> l(link_->mu);
     if (job_ && !detach_) job_->Cancel();
-    if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "warm cancelled"));
+    if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
 
   void OnDone() override {
@@ -171,7 +161,7 @@ class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
 
  private:
   // REQUIRES: link_->mu held.
-  void OnProgress(const core::WarmProgress& p) {
+  void OnProgress(const Progress& p) {
     if (finish_called_) return;
     latest_ = p;
     dirty_ = true;
@@ -186,28 +176,50 @@ class WarmWriter : public grpc::ServerWriteReactor<v1::WarmProgress> {
     dirty_ = false;
     writing_ = true;
     sent_final_ = latest_.finished;
-    StartWrite(&message_);
+    this->StartWrite(&message_);
   }
 
   // REQUIRES: link_->mu held.
   void FinishOnce(const grpc::Status& s) {
     if (finish_called_) return;
     finish_called_ = true;
-    Finish(s);
+    this->Finish(s);
   }
 
-  core::NodeControl& node_;
   std::shared_ptr<Link> link_;
   const bool detach_;
-  std::shared_ptr<core::WarmJob> job_;
+  std::shared_ptr<Job> job_;
   // Protected by link_->mu:
-  core::WarmProgress latest_;
+  Progress latest_;
   bool dirty_ = false;
   bool writing_ = false;
   bool sent_final_ = false;
   bool finish_called_ = false;
-  v1::WarmProgress message_;
+  Message message_;
 };
+
+using WarmWriter = JobWriter<core::WarmJob, core::WarmProgress, v1::WarmProgress>;
+using VerifyWriter = JobWriter<core::ScrubJob, core::ScrubProgress, v1::VerifyProgress>;
+
+WarmWriter* NewWarmWriter(core::NodeControl& node, const v1::WarmRequest& request,
+                          const ControlLimits& limits) {
+  grpc::Status bad = CheckPaths(request.paths(), limits.max_warm_paths, limits, "a warm");
+  std::vector<core::ObjectPath> paths;
+  for (const std::string& p : request.paths()) {
+    if (!bad.ok()) break;
+    auto resolved = node.Resolve(p);
+    if (!resolved.ok()) {
+      bad = ToGrpcStatus(resolved.status());
+      break;
+    }
+    paths.push_back(*resolved);
+  }
+  if (bad.ok() && paths.empty())
+    bad = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no paths to warm");
+  return new WarmWriter(request.detach(), bad, [&](WarmWriter::UpdateFn update) {
+    return node.Warm(paths, request.recursive(), std::move(update));
+  });
+}
 
 }  // namespace
 
@@ -233,7 +245,18 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
 
   grpc::ServerWriteReactor<v1::WarmProgress>* Warm(grpc::CallbackServerContext*,
                                                    const v1::WarmRequest* request) override {
-    return new WarmWriter(node_, *request, options_.limits);
+    return NewWarmWriter(node_, *request, options_.limits);
+  }
+
+  grpc::ServerWriteReactor<v1::VerifyProgress>* Verify(grpc::CallbackServerContext*,
+                                                       const v1::VerifyRequest* request) override {
+    // No path: everything cached (the catalog's root holds every mount's tag).
+    auto path = request->path().empty() ? core::Result<core::ObjectPath>(core::ObjectPath())
+                                        : Resolve(request->path());
+    grpc::Status bad = path.ok() ? grpc::Status::OK : ToGrpcStatus(path.status());
+    return new VerifyWriter(request->detach(), bad, [&](VerifyWriter::UpdateFn update) {
+      return core::Result<std::shared_ptr<core::ScrubJob>>(node_.Verify(*path, std::move(update)));
+    });
   }
 
   grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* ctx, const v1::PinRequest* request,

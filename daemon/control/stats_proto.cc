@@ -133,6 +133,25 @@ void ToProto(const core::WarmProgress& p, v1::WarmProgress* out) {
   for (const std::string& e : p.errors) out->add_errors(ProtoText(e));
 }
 
+void ToProto(const core::ScrubProgress& p, v1::VerifyProgress* out) {
+  out->set_job_id(p.id);
+  out->set_path(ProtoText(p.path));
+  out->set_blocks_total(p.blocks_total);
+  out->set_bytes_total(p.bytes_total);
+  out->set_counted(p.counted);
+  out->set_blocks_done(p.blocks_done);
+  out->set_bytes_done(p.bytes_done);
+  out->set_objects_done(p.objects_done);
+  out->set_missing_blocks(p.missing_blocks);
+  out->set_unreadable_blocks(p.unreadable_blocks);
+  out->set_corrupt_blocks(p.corrupt_blocks);
+  out->set_digests_verified(p.digests_verified);
+  out->set_digest_mismatches(p.digest_mismatches);
+  out->set_finished(p.finished);
+  out->set_cancelled(p.cancelled);
+  for (const std::string& c : p.corrupt) out->add_corrupt(ProtoText(c));
+}
+
 core::Status ToProto(const core::StatsSnapshot& s, v1::Stats* out) {
   Setter set(out);
   core::StatsSnapshot::ForEachNumber(s, set);

@@ -24,6 +24,8 @@ namespace perch::control {
 [[nodiscard]] core::Status ToProto(const core::StatsSnapshot& s, v1::Stats* out);
 // `p` as the WarmProgress message.
 void ToProto(const core::WarmProgress& p, v1::WarmProgress* out);
+// `p` as the VerifyProgress message.
+void ToProto(const core::ScrubProgress& p, v1::VerifyProgress* out);
 
 // `text` as a protobuf string field can carry it (UTF-8): each byte of an
 // invalid sequence (a name that is not UTF-8) as "\xHH". For paths shown to

@@ -202,8 +202,10 @@ std::string Scrubber::Shown(const std::string& catalog_path, const std::string& 
 
 void Scrubber::Start() {
   if (options_.rate_bytes_per_second == 0) return;
-  spdlog::info("cache: scrub at {} bytes/s in the background", options_.rate_bytes_per_second);
-  jobs_.Post([this, life = life_] {
+  spdlog::info("cache: scrub at {} bytes/s in the background, from {} s after start",
+               options_.rate_bytes_per_second,
+               std::chrono::duration_cast<std::chrono::seconds>(options_.start_delay).count());
+  jobs_.PostAfter(options_.start_delay, [this, life = life_] {
     if (!Enter(*life)) return;
     BackgroundStep();
     Leave(*life);

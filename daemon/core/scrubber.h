@@ -108,11 +108,12 @@ struct ScrubCounters {
 };
 
 struct ScrubOptions {
-  uint64_t block_size = 4 << 20;       // the readers' (an object's blocks from its size)
-  uint64_t rate_bytes_per_second = 0;  // the background scrub's; 0: no background scrub
-  size_t page_blocks = 64;             // blocks copied out of the catalog at once
-  size_t page_objects = 4096;          // objects looked at per page, at most
-  uint64_t job_step_bytes = 64 << 20;  // a verify job's step
+  uint64_t block_size = 4 << 20;             // the readers' (an object's blocks from its size)
+  uint64_t rate_bytes_per_second = 0;        // the background scrub's; 0: no background scrub
+  std::chrono::milliseconds start_delay{0};  // the background scrub begins this long after Start
+  size_t page_blocks = 64;                   // blocks copied out of the catalog at once
+  size_t page_objects = 4096;                // objects looked at per page, at most
+  uint64_t job_step_bytes = 64 << 20;        // a verify job's step
   // An empty cache (or one not yet walked at start) is looked at again after this.
   std::chrono::milliseconds idle{30000};
   std::chrono::milliseconds cursor_every{10000};  // the background cursor is saved this often

@@ -168,6 +168,25 @@ TEST_F(ConfigFileTest, EndpointLimits) {
   EXPECT_THROW(ApplyConfigFile(path_, &c), ConfigError);
 }
 
+// The background scrub (issue 30, item 5): on at a low rate by default, off at 0.
+TEST_F(ConfigFileTest, ScrubRate) {
+  DaemonConfig c;
+  EXPECT_EQ(c.scrub_rate, 4u << 20);
+  EXPECT_EQ(c.scrub_start_delay, std::chrono::minutes(5));
+  Write("scrub_rate = \"16M\"\nscrub_start_delay = \"0s\"\n");
+  ApplyConfigFile(path_, &c);
+  EXPECT_EQ(c.scrub_rate, 16u << 20);
+  EXPECT_EQ(c.scrub_start_delay, std::chrono::seconds(0));
+  EXPECT_NO_THROW(Validate(c));
+  Write("scrub_rate = 0\n");
+  ApplyConfigFile(path_, &c);
+  EXPECT_EQ(c.scrub_rate, 0u);
+  c.scrub_start_delay = std::chrono::hours(24 * 8);
+  EXPECT_THROW(Validate(c), ConfigError);
+  Write("scrub_rate = \"fast\"\n");
+  EXPECT_THROW(ApplyConfigFile(path_, &c), ConfigError);
+}
+
 // Several mounts: [[mount]] tables with their own token files; the one-mount
 // form stays a list of one; mixing both forms, or a mount twice, is refused.
 TEST_F(ConfigFileTest, MountTablesListSeveralFederations) {
