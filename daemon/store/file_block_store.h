@@ -54,7 +54,8 @@
 // verified (its bytes are the ones just checksummed; a power cut empties the
 // set), so a cold block is not read back whole to be checked again. Any
 // mismatch removes the block and reports kCorrupt. (A block that rots on disk
-// after verification is caught only after an unclean stop.) The set holds at
+// after verification is caught by the scrub, Verify, or after an unclean
+// stop.) The set holds at
 // most 2^18 blocks (about 40 bytes each); an entry outliving its block
 // (evicted) names an inode that a new one matches only with the same stamp.
 //

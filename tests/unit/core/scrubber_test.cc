@@ -149,6 +149,7 @@ TEST_F(ScrubberTest, VerifyDropsAndReportsExactlyTheBadBlocksUnderItsPath) {
   Cache(4, "/ab", 900);  // a sibling whose name starts like /a
   store_.Corrupt(BlockKey{Id(1), 1});
   store_.Corrupt(BlockKey{Id(3), 0});
+  ASSERT_TRUE(catalog_->Pin(*ObjectPath::Parse("/a/x")).ok());  // pinned blocks are checked too
   auto s = Make();
   int updates = 0;
   ScrubProgress p = VerifyAll(*s, "/a", &updates);
