@@ -1,43 +1,27 @@
 #include "devfed/xrootd_server.h"
 
-#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
+
+#include "devfed/held_port.h"
 
 namespace perch::devfed {
 
 namespace fs = std::filesystem;
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 int RunCommand(const std::vector<std::string>& argv) {
   pid_t pid = fork();
@@ -102,7 +86,15 @@ std::string XrootdServer::Start(const XrootdConfig& c) {
   tls_ = !c.tls_cert.empty();
   log_ = (dir / "xrootd.log").string();
   for (int attempt = 0; attempt < 5; ++attempt) {
-    port_ = c.port > 0 ? c.port : FreePort();
+    // A port of its own, bound here until xrootd answers on it: no other
+    // test's server can take it in between (held_port.h).
+    std::optional<HeldPort> held;
+    if (c.port > 0) {
+      port_ = c.port;
+    } else {
+      held.emplace();
+      port_ = held->port();
+    }
     std::ofstream cfg(dir / "xrootd.cfg");
     cfg << "all.export /\n"
         << "oss.localroot " << c.export_root << "\n"
@@ -174,9 +166,9 @@ std::string XrootdServer::Start(const XrootdConfig& c) {
       return "xrootd " + c.name + " did not answer on port " + std::to_string(port_) +
              " within 20 s; log tail:\n" + tail;
     }
-    // A port taken between FreePort() and xrootd's bind shows as "Address
-    // already in use", or (seen under load) as an exit with an empty log:
-    // both are tried again on another port.
+    // A port taken before xrootd's bind shows as "Address already in use",
+    // and (seen under load) xrootd may exit with an empty log: both are
+    // tried again on another port.
     bool retry = c.port == 0 && (tail.find("Address already in use") != std::string::npos ||
                                  tail.find_first_not_of(" \n") == std::string::npos);
     if (!retry || attempt == 4) {

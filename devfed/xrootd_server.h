@@ -51,9 +51,6 @@ class XrootdServer {
 // Stops all `servers` together: SIGTERM, one second of grace, SIGKILL.
 void StopAll(const std::vector<XrootdServer*>& servers);
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreePort();
-
 // Runs `argv` and waits; returns its exit status (-1 if it could not run).
 int RunCommand(const std::vector<std::string>& argv);
 

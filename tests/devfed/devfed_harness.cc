@@ -45,7 +45,7 @@ bool DevFed::XrootdAvailable() { return std::system("command -v xrootd >/dev/nul
 
 DevFed::DevFed(Options options) : options_(std::move(options)) {}
 
-DevFed::~DevFed() { Stop(); }
+DevFed::~DevFed() { StopServers(); }
 
 std::string DevFed::Start() {
   std::string t = (fs::temp_directory_path() / "perch-devfed-test-XXXXXX").string();
@@ -135,13 +135,33 @@ std::string DevFed::Start() {
   close(out[0]);
   if (!ready) {
     std::string err = Slurp(err_path);
-    Stop();
+    StopServers();
     return "perch-devfed did not become ready:\n" + err;
   }
   return "";
 }
 
 void DevFed::Stop() {
+  std::vector<std::string> urls = {federation_, director_};
+  for (const auto& [ns, s] : origins_) urls.push_back(s.url);
+  for (const auto& [ns, list] : caches_) {
+    for (const auto& s : list) urls.push_back(s.url);
+  }
+  StopServers();
+  for (const std::string& url : urls) HoldPort(url);
+}
+
+void DevFed::HoldPort(const std::string& url) {
+  const size_t colon = url.rfind(':');
+  if (url.empty() || colon == std::string::npos) return;
+  const int port = std::atoi(url.c_str() + colon + 1);
+  if (port <= 0) return;
+  // A server just killed lets its port go within milliseconds.
+  auto held = std::make_unique<devfed::HeldPort>(port, std::chrono::seconds(2));
+  if (held->held()) held_.push_back(std::move(held));
+}
+
+void DevFed::StopServers() {
   if (pid_ > 0) {
     kill(pid_, SIGTERM);
     bool gone = false;
@@ -212,8 +232,10 @@ void DevFed::Signal(const std::string& ns, int i, int sig) {
 
 void DevFed::KillCache(const std::string& ns, size_t i) {
   auto it = caches_.find(ns);
-  if (it != caches_.end() && i < it->second.size() && it->second[i].pid > 0)
+  if (it != caches_.end() && i < it->second.size() && it->second[i].pid > 0) {
     kill(it->second[i].pid, SIGKILL);
+    HoldPort(it->second[i].url);
+  }
 }
 
 }  // namespace perch::testing

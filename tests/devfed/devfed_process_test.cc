@@ -1,10 +1,15 @@
 // perch-devfed as a process: it stops everything it started, its XRootD
 // children die with it even when it is SIGKILLed, a cache whose process dies
 // stops being named, two federations run side by side, a restarted one keeps
-// its URL (--discovery-port), and bad arguments are clear errors.
+// its URL (--discovery-port), the ports of servers stopped on purpose stay
+// held, and bad arguments are clear errors.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -51,6 +56,39 @@ TEST_F(DevFedTest, StopsEverythingItStarted) {
     EXPECT_EQ(Fetch(fed.OriginUrl("/b/c") + "/b/c/hello.txt").body, "hello world\n");
   }
   for (const auto& u : urls) EXPECT_EQ(Fetch(u + "/").status, 0) << u << " still answers";
+}
+
+// Whether a socket (without SO_REUSEADDR) can bind 127.0.0.1:`port` now.
+bool Bindable(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok;
+}
+
+int PortOf(const std::string& url) { return std::atoi(url.c_str() + url.rfind(':') + 1); }
+
+// Stopped on purpose, a federation's servers leave their ports held while the
+// DevFed lives: clients are refused there, and no other test's server (which
+// the kernel would give a free port) can take one.
+TEST_F(DevFedTest, StoppedServersPortsStayHeldAndRefused) {
+  DevFed fed(DevFed::Options{{{"/h", dir_.string(), false}}, 2, false});
+  ASSERT_EQ(fed.Start(), "");
+  const std::string killed = fed.CacheUrls("/h")[0];
+  fed.KillCache("/h", 0);
+  EXPECT_FALSE(Bindable(PortOf(killed))) << killed;
+  EXPECT_EQ(Fetch(killed + "/h/hello.txt").status, 0) << killed << " answers";
+  std::vector<std::string> urls = {fed.FederationUrl(), fed.DirectorUrl(), fed.OriginUrl("/h"),
+                                   fed.CacheUrls("/h")[1]};
+  fed.Stop();
+  for (const std::string& u : urls) {
+    EXPECT_FALSE(Bindable(PortOf(u))) << u << " is free for anyone";
+    EXPECT_EQ(Fetch(u + "/").status, 0) << u << " still answers";
+  }
 }
 
 TEST_F(DevFedTest, SigkilledDevfedTakesItsXrootdAlong) {

@@ -365,7 +365,7 @@ TEST(MountRestartTest, CachedFilesSurviveAFederationOutage) {
     }
     EXPECT_EQ(perchd.Stop(), 0) << perchd.Log();
   }
-  fed.reset();  // director, origin: all gone
+  fed->Stop();  // director, origin: all gone (their ports held, devfed_harness.h)
   PerchdProcess perchd;
   ASSERT_EQ(perchd.Start(args, mnt, work.path() / "2.log"), "");
   for (const auto& f : files) {

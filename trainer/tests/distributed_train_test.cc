@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "devfed/held_port.h"
 #include "trainer/checkpoint.h"
 #include "trainer/image_folder.h"
 #include "trainer/tests/process.h"
@@ -122,7 +123,10 @@ TEST_F(DistributedTrainTest, TwoRanksComputeWhatOneProcessComputesAndHintTheirSh
       << Log("micro.log");
   // Two processes given their ranks the way torchrun gives them.
   {
-    const std::string port = std::to_string(testing::FreePort());
+    // Held until the ranks are done, so that no test beside this one takes it before rank 0's
+    // store binds it (c10d binds with SO_REUSEADDR, as the hold does: devfed/held_port.h).
+    devfed::HeldPort master;
+    const std::string port = std::to_string(master.port());
     std::vector<std::unique_ptr<Process>> ranks;
     for (int r = 0; r < 2; ++r) {
       ranks.push_back(std::make_unique<Process>(

@@ -1,13 +1,11 @@
 // A perch-train child process for the trainer's integration tests: started with arguments (and
 // extra environment variables), its output appended to a log file, killed in the destructor if
-// still running. Also: the child processes of a pid (perch-train --nproc ranks), a free port.
+// still running. Also: the child processes of a pid (perch-train --nproc ranks).
 #ifndef PERCH_TRAINER_TESTS_PROCESS_H_
 #define PERCH_TRAINER_TESTS_PROCESS_H_
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,21 +104,6 @@ inline pid_t ChildWithRank(pid_t parent, int rank) {
     }
   }
   return -1;
-}
-
-// A TCP port that was free a moment ago.
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    std::abort();
-  }
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 }  // namespace perch::trainer::testing
