@@ -586,7 +586,20 @@ FuseServer::~FuseServer() {
   reply_pool_->threads.join();
   stale_->Stop();
   Unmount();
-  if (se_ != nullptr) fuse_session_destroy(se_);
+  if (se_ == nullptr) return;
+  if (detached_ && !adopted_) {
+    // libfuse 3.14 frees the mountpoint it recorded at fuse_session_mount
+    // only in fuse_session_unmount, which unmounts, and the mount is the
+    // next perchd's now (docs/quirks.md): the session is kept, reachable,
+    // for the little while this process has left (its descriptor closed).
+    ::close(fuse_session_fd(se_));
+    static std::mutex kept_mu;
+    static std::vector<struct fuse_session*>* kept = new std::vector<struct fuse_session*>();
+    std::lock_guard<std::mutex> l(kept_mu);
+    kept->push_back(se_);
+    return;
+  }
+  fuse_session_destroy(se_);
 }
 
 uint64_t FuseServer::Remember(const ObjectPath& path) {
@@ -805,6 +818,7 @@ core::Result<SessionState> FuseServer::Detach(std::chrono::steady_clock::time_po
   *fd = ::fcntl(fuse_session_fd(se_), F_DUPFD_CLOEXEC, 3);
   if (*fd < 0) return core::InternalError(std::string("fuse: dup: ") + std::strerror(errno));
   mounted_ = false;  // the next perchd's now: never unmounted from here
+  detached_ = true;
   return s;
 }
 

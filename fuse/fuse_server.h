@@ -215,7 +215,8 @@ class FuseServer {
   // open of an inode open in passthrough).
   bool no_passthrough_ = false;  // Protected by mu_
   bool handlers_ = false;
-  bool adopted_ = false;  // over another perchd's descriptor: libfuse does not unmount it
+  bool adopted_ = false;   // over another perchd's descriptor: libfuse does not unmount it
+  bool detached_ = false;  // handed over (Detach): the mount is another perchd's
 
   std::mutex mu_;
   std::unordered_map<uint64_t, Inode> inodes_;  // Protected by mu_
