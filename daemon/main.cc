@@ -31,6 +31,7 @@
 #include "daemon/core/node_control.h"
 #include "daemon/endpoint/http_endpoint.h"
 #include "daemon/handoff.h"
+#include "daemon/http/digest.h"
 #include "daemon/http/federation_client.h"
 #include "daemon/store/cache_dir_lock.h"
 #include "daemon/store/file_block_store.h"
@@ -79,6 +80,7 @@ void ReleaseFreeMemory() {
 
 core::StackOptions StackOptionsOf(const DaemonConfig& cfg) {
   core::StackOptions o;
+  o.digest_hasher = http::NewDigestHasher;
   o.catalog = core::CatalogOptions{cfg.cache_size,
                                    cfg.high_watermark,
                                    cfg.low_watermark,
@@ -403,6 +405,8 @@ int Serve(const DaemonConfig& cfg, const std::function<void()>& ready, Inherited
     o.xattrs = [m = f.mount](const core::ObjectPath& p, const core::FileAttr& a) {
       return m->Xattrs(p, a);
     };
+    o.xattr = [m = f.mount](const core::ObjectPath& p, const core::FileAttr& a,
+                            std::string_view name) { return m->Xattr(p, a, name); };
     f.server = std::make_unique<fuse::FuseServer>(f.mount->fs(), o);
     f.mount->set_mounted_probe([s = f.server.get()] { return s->mounted(); });
   }

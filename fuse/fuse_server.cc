@@ -480,35 +480,67 @@ struct FuseServer::Ops {
     })
   }
 
+  // The path and attributes of `ino` for an xattr call; false with `*err` set.
+  static bool XattrTarget(FuseServer* self, fuse_ino_t ino, ObjectPath* path, core::FileAttr* attr,
+                          int* err) {
+    if (!self->PathOf(ino, path)) {
+      *err = ESTALE;
+      return false;
+    }
+    auto a = self->fs_.GetAttr(*path);
+    if (!a.ok()) {
+      self->CountError(a.status());
+      *err = ToErrno(a.status());
+      return false;
+    }
+    *attr = *std::move(a);
+    *err = 0;
+    return true;
+  }
+
   static std::map<std::string, std::string> Xattrs(fuse_req_t req, fuse_ino_t ino, int* err) {
     FuseServer* self = Self(req);
     core::ScopedLatency timer(self->LatencyOf(Op::kXattr));
     ObjectPath path;
-    if (!self->PathOf(ino, &path)) {
-      *err = ESTALE;
-      return {};
-    }
-    auto attr = self->fs_.GetAttr(path);
-    if (!attr.ok()) {
-      self->CountError(attr.status());
-      *err = ToErrno(attr.status());
-      return {};
-    }
-    *err = 0;
-    return self->options_.xattrs ? self->options_.xattrs(path, *attr)
+    core::FileAttr attr;
+    if (!XattrTarget(self, ino, &path, &attr, err)) return {};
+    return self->options_.xattrs ? self->options_.xattrs(path, attr)
                                  : std::map<std::string, std::string>{};
+  }
+
+  // The value of attribute `name` of `ino`, or an errno (ENODATA: none such).
+  static std::string Xattr(fuse_req_t req, fuse_ino_t ino, const char* name, int* err) {
+    FuseServer* self = Self(req);
+    if (!self->options_.xattr) {
+      auto all = Xattrs(req, ino, err);
+      if (*err) return "";
+      auto it = all.find(name);
+      if (it == all.end()) *err = ENODATA;
+      return it == all.end() ? "" : it->second;
+    }
+    core::ScopedLatency timer(self->LatencyOf(Op::kXattr));
+    ObjectPath path;
+    core::FileAttr attr;
+    if (!XattrTarget(self, ino, &path, &attr, err)) return "";
+    auto value = self->options_.xattr(path, attr, name);
+    if (value.ok()) return *std::move(value);
+    if (value.status().code() == core::StatusCode::kNotFound) {
+      *err = ENODATA;
+    } else {
+      self->CountError(value.status());
+      *err = ToErrno(value.status());
+    }
+    return "";
   }
 
   static void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     PERCH_FUSE_GUARD(req, "getxattr", {
       int err = 0;
-      auto all = Xattrs(req, ino, &err);
+      std::string value = Xattr(req, ino, name, &err);
       if (err) return (void)fuse_reply_err(req, err);
-      auto it = all.find(name);
-      if (it == all.end()) return (void)fuse_reply_err(req, ENODATA);
-      if (size == 0) return (void)fuse_reply_xattr(req, it->second.size());
-      if (size < it->second.size()) return (void)fuse_reply_err(req, ERANGE);
-      fuse_reply_buf(req, it->second.data(), it->second.size());
+      if (size == 0) return (void)fuse_reply_xattr(req, value.size());
+      if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
+      fuse_reply_buf(req, value.data(), value.size());
     })
   }
 

@@ -87,6 +87,11 @@ struct FuseOptions {
   // Extended attributes of an open or looked-up path: name -> value.
   std::function<std::map<std::string, std::string>(const core::ObjectPath&, const core::FileAttr&)>
       xattrs;
+  // One extended attribute by name (getxattr), when it may cost a request
+  // (an object's digest); kNotFound is ENODATA. Unset: looked up in xattrs.
+  std::function<core::Result<std::string>(const core::ObjectPath&, const core::FileAttr&,
+                                          std::string_view name)>
+      xattr;
   // Who may read what a namespace that requires a token holds: files and
   // directories with FileAttr::restricted are owned by root and this group,
   // mode 0440/0550 (-1: root only, 0400/0500). The kernel enforces it

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "daemon/core/object_digest.h"
 
 namespace perch::transfer {
 
@@ -14,6 +17,9 @@ struct FetchReport {
   uint64_t failovers = 0;      // moves to another server after a failure
   std::string via;             // "perchd" or "federation"
   std::string server;          // perchd's endpoint, or the server that sent the last bytes
+  // The object's digests as the fetch path states them (perchd's Digest
+  // header, or a federation server's), raw; empty if none was offered.
+  std::vector<core::ObjectDigest> digests;
 };
 
 }  // namespace perch::transfer

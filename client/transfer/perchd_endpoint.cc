@@ -12,6 +12,7 @@
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
 #include "daemon/core/wait.h"
+#include "daemon/http/digest.h"
 #include "daemon/http/pelican_headers.h"
 
 namespace perch::transfer {
@@ -195,6 +196,30 @@ Result<std::vector<PerchdMount>> PerchdEndpoint::LoadMounts() {
   return ParseMounts(r->body);
 }
 
+Result<std::vector<core::ObjectDigest>> PerchdEndpoint::AskDigests(const std::string& url) {
+  http::HttpRequest req;
+  req.method = "HEAD";
+  req.url = url;
+  req.headers.push_back("Want-Digest: crc32c, md5;q=0.5, adler32;q=0.4, sha;q=0.3");
+  req.connect_timeout = 2000ms;
+  req.deadline = core::DeadlineAfter(120s);  // perchd reads the object once to check it
+  req.max_body = 0;
+  auto r = core::WaitFor<http::HttpResponse>(
+      req.deadline, [&](auto done) { loop_.Submit(std::move(req), std::move(done)); });
+  std::vector<core::ObjectDigest> out;
+  if (r.ok() && r->head.status == 502) {
+    return core::CorruptError("perchd at " + base_ +
+                              ": its copy does not match the object's digest (HTTP 502)");
+  }
+  if (!r.ok() || r->head.status != 200) return out;
+  auto header = r->head.Get("digest");
+  if (!header) return out;
+  for (const http::InstanceDigest& d : http::ParseDigestHeader(*header)) {
+    for (core::ObjectDigest& claim : http::Readings(d)) out.push_back(std::move(claim));
+  }
+  return out;
+}
+
 void PerchdEndpoint::RunAttempt(const std::string& url, const PerchdMount& mount, Attempt& a) {
   struct Sync {
     std::mutex mu;
@@ -264,6 +289,9 @@ Result<FetchReport> PerchdEndpoint::Fetch(const http::FederationUrl& fu, const P
     if (a.transport.ok() && a.total && a.offset == *a.total) {
       report.file_bytes = *a.total;
       report.network_bytes = a.received;
+      auto digests = AskDigests(url);
+      if (!digests.ok()) return digests.status();
+      report.digests = *std::move(digests);
       return report;
     }
     idle = a.offset > before ? 0 : idle + 1;

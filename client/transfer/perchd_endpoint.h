@@ -12,6 +12,8 @@
 //     -> 200/206 with Content-Length, Content-Range; 403 protected (the job
 //     must read it with its own token); 404; 416; 503; 504. Answers carry
 //     X-Perch-Federation: <federation>.
+//   HEAD /<federation path> with Want-Digest -> 200 with a Digest header
+//     (RFC 3230) when perchd has the object's digest checked.
 //
 // A download streams the body into the temporary file. A transfer that is
 // cut resumes with "Range: bytes=N-" where it stopped; every 206 must start
@@ -73,6 +75,10 @@ class PerchdEndpoint {
 
  private:
   struct Attempt;
+  // The object's digests perchd states (HEAD with Want-Digest, as Pelican's
+  // client asks after a download); empty when it offers none. kCorrupt when
+  // perchd answers 502: the bytes it holds do not match the server's digest.
+  core::Result<std::vector<core::ObjectDigest>> AskDigests(const std::string& url);
   // One GET from `attempt.offset` on; fills `attempt`.
   void RunAttempt(const std::string& url, const PerchdMount& mount, Attempt& attempt);
 

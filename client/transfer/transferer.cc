@@ -1,12 +1,15 @@
 #include "client/transfer/transferer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <ctime>
 #include <iostream>
 
 #include "daemon/core/log_escape.h"
+#include "daemon/http/digest.h"
 
 namespace perch::transfer {
 namespace {
@@ -15,6 +18,56 @@ using core::Result;
 using core::Status;
 using core::StatusCode;
 using Value = ClassAdValue;
+
+// Checks the downloaded file `path` against the digests its server states,
+// as Pelican's plugin does: every algorithm perch knows is computed over the
+// file's bytes and one must equal a stated digest (under any name of its
+// length: an XRootD 5.5 cache mislabels them). `*checked` gets the digest
+// that matched, "" when none was stated. kCorrupt on a mismatch: the caller
+// then keeps no file.
+Status CheckDigests(const std::string& path, const std::vector<core::ObjectDigest>& claims,
+                    std::string* checked) {
+  checked->clear();
+  if (claims.empty()) return Status::Ok();
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return core::InternalError("cannot read " + path + " back to check its digest");
+  std::unique_ptr<core::DigestHasher> hasher = http::NewDigestHasher(core::DigestAlgorithms());
+  std::string buf(4 << 20, '\0');
+  for (;;) {
+    ssize_t n = read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      close(fd);
+      return core::InternalError("cannot read " + path + " back to check its digest");
+    }
+    if (n == 0) break;
+    hasher->Update(std::string_view(buf.data(), static_cast<size_t>(n)));
+  }
+  close(fd);
+  std::vector<core::ObjectDigest> computed = hasher->Finish();
+  core::ObjectDigest matched;
+  switch (core::MatchDigests(claims, computed, &matched)) {
+    case core::DigestMatch::kMatch:
+      *checked = core::DigestText(matched);
+      return Status::Ok();
+    case core::DigestMatch::kNone:
+      return Status::Ok();  // of no algorithm perch computes: unchecked, as Pelican's plugin
+    case core::DigestMatch::kMismatch:
+      break;
+  }
+  std::string mine;
+  for (const core::ObjectDigest& c : computed) {
+    if (c.raw.size() == claims.front().raw.size()) {
+      mine = core::DigestText(c);
+      break;
+    }
+  }
+  return core::CorruptError(
+      "the downloaded bytes do not match the object's digest (the server "
+      "states " +
+      core::EscapeForLog(core::DigestText(claims.front())) + ", the bytes have " + mine +
+      "); the file was not kept");
+}
 
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -217,6 +270,7 @@ TransferOutcome Transferer::Download(const std::string& url, const std::string& 
   int64_t start = static_cast<int64_t>(std::time(nullptr));
   std::string fallback, via;
   std::string failed_server;
+  std::string checked_digest;
   Status status = [&]() -> Status {
     std::string scheme = SchemeOf(url);
     if (scheme != "osdf" && scheme != "stash" && scheme != "pelican" && scheme != "http" &&
@@ -235,6 +289,7 @@ TransferOutcome Transferer::Download(const std::string& url, const std::string& 
     auto report = Fetch(*fu, url, *tmp, &fallback, &via);
     failed_server = via == "perchd" ? node_.endpoint : fu->discovery_url;
     if (!report.ok()) return report.status();
+    PERCH_RETURN_IF_ERROR(CheckDigests(tmp->path(), report->digests, &checked_digest));
     PERCH_RETURN_IF_ERROR(tmp->Commit());
     out.report = *std::move(report);
     return Status::Ok();
@@ -267,6 +322,7 @@ TransferOutcome Transferer::Download(const std::string& url, const std::string& 
   dev.Set("PerchResumes", Value::Integer(static_cast<int64_t>(out.report.resumes)));
   dev.Set("PerchFailovers", Value::Integer(static_cast<int64_t>(out.report.failovers)));
   if (!fallback.empty()) dev.Set("PerchFallbackReason", Value::String(fallback));
+  if (!checked_digest.empty()) dev.Set("PerchDigest", Value::String(checked_digest));
   ad.Set("DeveloperData", Value::Nested(dev));
   return out;
 }

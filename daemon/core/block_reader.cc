@@ -243,6 +243,18 @@ Result<std::shared_ptr<const BlockFd>> BlockReader::WholeFile(const ObjectVersio
   return file;
 }
 
+size_t BlockReader::DropObject(const ObjectVersion& version, const std::string& object_id) {
+  size_t dropped = 0;
+  for (uint64_t i = 0; i < BlockCount(version.size, options_.block_size); i++) {
+    BlockKey key{object_id, i};
+    if (InUse(key)) continue;
+    store_.Remove(key).IgnoreError();
+    if (listener_) listener_->Dropped(key);
+    dropped++;
+  }
+  return dropped;
+}
+
 bool BlockReader::InUse(const BlockKey& key) {
   if (store_.InUse(key)) return true;  // before mu_: never held across the store
   MutexLock l(mu_);

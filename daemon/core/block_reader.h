@@ -138,6 +138,11 @@ class BlockReader {
   Result<std::shared_ptr<const BlockFd>> WholeFile(const ObjectVersion& version,
                                                    const std::string& object_id);
 
+  // Drops every stored block of object `object_id` at `version` that is not
+  // in use (InUse), so that the next read fetches it again: its bytes failed
+  // the object's digest. Returns the number of blocks dropped.
+  size_t DropObject(const ObjectVersion& version, const std::string& object_id);
+
   const BlockReaderStats& stats() const { return stats_; }
   // The same counts per namespace: the first path segment below the mount
   // ("/" for files at the root), which for an osdf:/// mount is the

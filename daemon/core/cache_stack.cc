@@ -38,8 +38,8 @@ class Mount::Listener : public BlockListener {
   const Mount& mount_;
 };
 
-Mount::Mount(MountSpec spec, std::string tag, CacheCatalog& catalog)
-    : spec_(std::move(spec)), tag_(std::move(tag)), catalog_(catalog) {}
+Mount::Mount(MountSpec spec, std::string tag, CacheCatalog& catalog, DigestKeeper& digests)
+    : spec_(std::move(spec)), tag_(std::move(tag)), catalog_(catalog), digests_(digests) {}
 
 Mount::~Mount() = default;
 
@@ -95,8 +95,41 @@ std::map<std::string, std::string> Mount::Xattrs(const ObjectPath& p, const File
       if (std::string server = spec_.last_server(p); !server.empty())
         x["user.perch.server"] = server;
     }
+    for (const ObjectDigest& d : digests_.Known(id)) {
+      x[kDigestXattrPrefix + d.algorithm] = DigestValueText(d);
+    }
   }
   return x;
+}
+
+Result<std::string> Mount::Xattr(const ObjectPath& p, const FileAttr& a, std::string_view name) {
+  const std::string_view prefix = kDigestXattrPrefix;
+  if (name.substr(0, prefix.size()) == prefix && !a.is_dir) {
+    std::string algorithm(name.substr(prefix.size()));
+    if (!IsDigestAlgorithm(algorithm)) return NotFoundError("no such attribute");
+    auto d = Digests(p, a, {algorithm});
+    if (!d.ok()) return d.status();
+    if (d->empty()) return NotFoundError("no such attribute");
+    return DigestValueText(d->front());
+  }
+  auto all = Xattrs(p, a);
+  auto it = all.find(std::string(name));
+  if (it == all.end()) return NotFoundError("no such attribute");
+  return it->second;
+}
+
+Result<std::vector<ObjectDigest>> Mount::Digests(const ObjectPath& p, const FileAttr& a,
+                                                 const std::vector<std::string>& wanted) {
+  auto all = digests_.Get(*spec_.origin, *reader_, p, a, fs_->ObjectId(p, a),
+                          DeadlineAfter(spec_.op_timeout));
+  if (!all.ok() || wanted.empty()) return all;
+  std::vector<ObjectDigest> out;
+  for (const std::string& w : wanted) {
+    for (const ObjectDigest& d : *all) {
+      if (d.algorithm == w) out.push_back(d);
+    }
+  }
+  return out;
 }
 
 Status Mount::CheckRoot(std::chrono::milliseconds timeout) {
@@ -135,7 +168,8 @@ CacheStack::CacheStack(Index& index, BlockStore& store, Executor& disk, Executor
                  }
                  return false;
                }),
-      scheduler_(options_.scheduler) {
+      scheduler_(options_.scheduler),
+      digests_(options_.digest_hasher, options_.digest_keeper) {
   ScrubOptions scrub = options_.scrub;
   scrub.block_size = options_.reader.block_size;
   scrub.path_name = [this](const ObjectPath& p) {
@@ -194,7 +228,8 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
   spec.names.key_prefix = "/" + tag;
   spec.fs.op_timeout = spec.op_timeout;
   spec.fs.federation_id = spec.federation_id;
-  auto mount = std::unique_ptr<Mount>(new Mount(std::move(spec), std::move(tag), catalog_));
+  auto mount =
+      std::unique_ptr<Mount>(new Mount(std::move(spec), std::move(tag), catalog_, digests_));
   Mount& m = *mount;
   const MountSpec& s = m.spec_;
   m.listener_ = std::make_unique<Mount::Listener>(catalog_, m);

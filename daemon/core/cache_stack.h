@@ -32,6 +32,7 @@
 
 #include "daemon/core/block_reader.h"
 #include "daemon/core/cache_catalog.h"
+#include "daemon/core/digest_keeper.h"
 #include "daemon/core/fetch_scheduler.h"
 #include "daemon/core/filesystem.h"
 #include "daemon/core/mutex.h"
@@ -60,6 +61,9 @@ struct StackOptions {
   // by the stack. `digests` (may be null) outlives the stack.
   ScrubOptions scrub;
   ObjectDigests* digests = nullptr;
+  // Computes the digests perch hands out (DigestKeeper); empty: none.
+  DigestHasherFactory digest_hasher;
+  DigestKeeperOptions digest_keeper;
   // Access times reach the index (and the free space is re-read) this often;
   // zero: no timer (tests call Flush themselves).
   std::chrono::milliseconds flush_period{5000};
@@ -118,8 +122,21 @@ class Mount {
   Status Unpin(const ObjectPath& prefix);
   std::vector<ObjectPath> Pins() const;
 
-  // The extended attributes a file or directory shows (user.perch.*).
+  // The extended attributes a file or directory shows (user.perch.*), with
+  // the digests already known (user.perch.digest.<algorithm>); no request.
   std::map<std::string, std::string> Xattrs(const ObjectPath& p, const FileAttr& a);
+  // One of them by name. A digest's name (kDigestXattrPrefix + an algorithm
+  // of DigestAlgorithms()) asks for the object's digests (Digests) when they
+  // are not known yet. kNotFound when there is no such attribute (ENODATA),
+  // the Digests error otherwise.
+  static constexpr char kDigestXattrPrefix[] = "user.perch.digest.";
+  Result<std::string> Xattr(const ObjectPath& p, const FileAttr& a, std::string_view name);
+
+  // The digests of file `p` at version `a` that perch hands out
+  // (DigestKeeper::Get), those of `wanted` (DigestAlgorithms() names) in that
+  // order; all of them when `wanted` is empty.
+  Result<std::vector<ObjectDigest>> Digests(const ObjectPath& p, const FileAttr& a,
+                                            const std::vector<std::string>& wanted = {});
 
   // Is the federation there? Ok when the root answers as a directory, or
   // when it cannot be reached but the index holds this mount's namespace
@@ -134,11 +151,12 @@ class Mount {
  private:
   friend class CacheStack;
   class Listener;
-  Mount(MountSpec spec, std::string tag, CacheCatalog& catalog);
+  Mount(MountSpec spec, std::string tag, CacheCatalog& catalog, DigestKeeper& digests);
 
   const MountSpec spec_;
   const std::string tag_;
   CacheCatalog& catalog_;
+  DigestKeeper& digests_;
   std::unique_ptr<Listener> listener_;
   std::unique_ptr<NamespaceCache> names_;
   std::unique_ptr<VersionGuard> guard_;
@@ -183,6 +201,8 @@ class CacheStack {
   const Scrubber& scrubber() const { return *scrubber_; }
   const CacheCatalog& catalog() const { return catalog_; }
   FetchScheduler& scheduler() { return scheduler_; }
+  DigestKeeper& digests() { return digests_; }
+  const DigestKeeper& digests() const { return digests_; }
   const FetchScheduler& scheduler() const { return scheduler_; }
   const StackOptions& options() const { return options_; }
   std::vector<Mount*> mounts() const;
@@ -215,7 +235,8 @@ class CacheStack {
   CacheCatalog catalog_;
   FetchScheduler scheduler_;
   std::unique_ptr<Scrubber> scrubber_;  // started by Open, stopped by StopBackground
-  mutable Mutex mu_;                    // a leaf lock
+  DigestKeeper digests_;
+  mutable Mutex mu_;                                                 // a leaf lock
   std::deque<std::unique_ptr<Mount>> mounts_ PERCH_GUARDED_BY(mu_);  // only grows
   std::atomic<bool> closing_{false};
 };

@@ -143,6 +143,10 @@ std::string NodeControl::FederationOf(const ObjectPath& p) const {
 
 StatsSnapshot NodeControl::Stats() const {
   StatsSnapshot s;
+  const DigestKeeperStats& d = stack_.digests().stats();
+  s.digest_asks = d.asks.load();
+  s.digests_handed_out = d.verified.load();
+  s.digest_cache_mismatches = d.mismatches.load();
   for (Mount* m : stack_.mounts()) {
     const BlockReaderStats& r = m->reader().stats();
     Add(&s.totals,

@@ -86,6 +86,9 @@ struct StatsSnapshot {
     uint64_t bytes = 0, corrupt_blocks = 0, digest_mismatches = 0, digests_verified = 0;
     uint64_t passes = 0;
   } scrub;                                    // the background scrub and verify jobs (Scrubber)
+  uint64_t digest_asks = 0;                   // DigestKeeperStats::asks
+  uint64_t digests_handed_out = 0;            // DigestKeeperStats::verified
+  uint64_t digest_cache_mismatches = 0;       // DigestKeeperStats::mismatches
   std::vector<NamespaceCounters> namespaces;  // add up to totals
   uint64_t cached_bytes = 0;
   uint64_t capacity_bytes = 0;
@@ -162,6 +165,9 @@ struct StatsSnapshot {
     fn("scrub_digest_mismatches", s.scrub.digest_mismatches);
     fn("scrub_digests_verified", s.scrub.digests_verified);
     fn("scrub_passes", s.scrub.passes);
+    fn("digest_asks", s.digest_asks);
+    fn("digests_handed_out", s.digests_handed_out);
+    fn("digest_cache_mismatches", s.digest_cache_mismatches);
   }
 };
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "daemon/core/object_digest.h"
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
 
@@ -39,6 +40,18 @@ class Origin {
   // object are clipped to its size.
   virtual void ReadRange(const ObjectPath& path, const ObjectVersion& version, ByteRange range,
                          Deadline deadline, std::function<void(Result<FetchedBytes>)> done) = 0;
+
+  // Yields the digests of the whole object `path` at `version` as one server
+  // states them (RFC 3230 Want-Digest; one request, never one per block).
+  // They are claims: a value that reads both as hex and as base64 yields both
+  // readings, and a server's name for a digest may be wrong (docs/quirks.md),
+  // so check them against the bytes (MatchDigests). kNotFound when no server
+  // offered one (this default: an origin that never does).
+  virtual void Digests(const ObjectPath& path, const ObjectVersion& version, Deadline deadline,
+                       std::function<void(Result<std::vector<ObjectDigest>>)> done) {
+    (void)version, (void)deadline;
+    done(NotFoundError(path.str() + ": no digests from this origin"));
+  }
 };
 
 }  // namespace perch::core

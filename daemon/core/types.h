@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/core/object_digest.h"
 #include "daemon/core/result.h"
 
 namespace perch::core {
@@ -95,6 +96,9 @@ using Bytes = std::string;
 struct FetchedBytes {
   Bytes bytes;
   bool may_store = true;
+  // The whole object's digests the answer stated, when they were asked
+  // (Origin::Digests): a server's claims, not checked against these bytes.
+  std::vector<ObjectDigest> digests;
 };
 
 }  // namespace perch::core

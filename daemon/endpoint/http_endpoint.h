@@ -7,6 +7,9 @@
 //   GET/HEAD /<federation path>   an object (one byte range at most: 206,
 //                                 416, Content-Range, ETag, Last-Modified);
 //                                 a directory as an HTML index
+//                                 with Want-Digest: a Digest header, the
+//                                 object's digests as perch checked them
+//                                 against its server's (DigestKeeper)
 //   PROPFIND /<path> (Depth 0/1)  a WebDAV multistatus, XRootD's shape
 //   GET /.perch/mounts            the federations served (JSON)
 //

@@ -147,6 +147,108 @@ DigestCheck CheckDigest(const InstanceDigest& digest, std::string_view bytes) {
   return DigestCheck::kMismatch;
 }
 
+std::vector<core::ObjectDigest> Readings(const InstanceDigest& digest) {
+  std::vector<core::ObjectDigest> out;
+  for (auto decoded : {FromHex(digest.value), FromBase64(digest.value)}) {
+    if (!decoded || AlgorithmsOfLength(decoded->size()).empty()) continue;
+    core::ObjectDigest claim{digest.algorithm == "sha1" ? "sha" : digest.algorithm, *decoded};
+    if (std::find(out.begin(), out.end(), claim) == out.end()) out.push_back(std::move(claim));
+  }
+  return out;
+}
+
+namespace {
+
+// One running digest per algorithm: ISA-L's checksums carry their state in
+// a 32-bit value, OpenSSL's in an EVP_MD_CTX.
+class MultiHasher : public core::DigestHasher {
+ public:
+  explicit MultiHasher(const std::vector<std::string>& algorithms) {
+    for (const std::string& a : algorithms) {
+      State s{a};
+      if (a == "adler32") {
+        s.sum = 1;
+      } else if (a == "crc32c") {
+        s.sum = 0xFFFFFFFFu;
+      } else if (a == "crc32") {
+        s.sum = 0;
+      } else if (const EVP_MD* md = MdOf(a)) {
+        s.ctx = EVP_MD_CTX_new();
+        if (s.ctx == nullptr || EVP_DigestInit_ex(s.ctx, md, nullptr) != 1) {
+          EVP_MD_CTX_free(s.ctx);
+          continue;
+        }
+      } else {
+        continue;
+      }
+      states_.push_back(std::move(s));
+    }
+  }
+  ~MultiHasher() override {
+    for (State& s : states_) EVP_MD_CTX_free(s.ctx);
+  }
+  MultiHasher(const MultiHasher&) = delete;
+  MultiHasher& operator=(const MultiHasher&) = delete;
+
+  void Update(std::string_view bytes) override {
+    // ISA-L takes an int length: feed it at most 1 GiB at a time.
+    while (!bytes.empty()) {
+      std::string_view part = bytes.substr(0, 1u << 30);
+      bytes.remove_prefix(part.size());
+      auto* p = const_cast<unsigned char*>(Data(part));
+      for (State& s : states_) {
+        if (s.algorithm == "adler32") {
+          s.sum = isal_adler32(s.sum, p, part.size());
+        } else if (s.algorithm == "crc32c") {
+          s.sum = crc32_iscsi(p, static_cast<int>(part.size()), s.sum);
+        } else if (s.algorithm == "crc32") {
+          s.sum = crc32_gzip_refl(s.sum, p, part.size());
+        } else if (EVP_DigestUpdate(s.ctx, part.data(), part.size()) != 1) {
+          s.failed = true;
+        }
+      }
+    }
+  }
+
+  std::vector<core::ObjectDigest> Finish() override {
+    std::vector<core::ObjectDigest> out;
+    for (State& s : states_) {
+      if (s.algorithm == "adler32" || s.algorithm == "crc32") {
+        out.push_back({s.algorithm, BigEndian(s.sum)});
+      } else if (s.algorithm == "crc32c") {
+        out.push_back({s.algorithm, BigEndian(s.sum ^ 0xFFFFFFFFu)});
+      } else {
+        std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+        unsigned int n = 0;
+        if (s.failed || EVP_DigestFinal_ex(s.ctx, md.data(), &n) != 1) continue;
+        out.push_back({s.algorithm, std::string(reinterpret_cast<const char*>(md.data()), n)});
+      }
+    }
+    return out;
+  }
+
+ private:
+  static const EVP_MD* MdOf(const std::string& algorithm) {
+    if (algorithm == "md5") return EVP_md5();
+    if (algorithm == "sha") return EVP_sha1();
+    if (algorithm == "sha-256") return EVP_sha256();
+    return nullptr;
+  }
+  struct State {
+    std::string algorithm;
+    uint32_t sum = 0;
+    EVP_MD_CTX* ctx = nullptr;
+    bool failed = false;
+  };
+  std::vector<State> states_;
+};
+
+}  // namespace
+
+std::unique_ptr<core::DigestHasher> NewDigestHasher(const std::vector<std::string>& algorithms) {
+  return std::make_unique<MultiHasher>(algorithms);
+}
+
 std::string ToString(const InstanceDigest& digest) {
   return core::EscapeForLog(digest.algorithm) + "=" + core::EscapeForLog(digest.value);
 }

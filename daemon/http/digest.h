@@ -9,9 +9,12 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "daemon/core/object_digest.h"
 
 namespace perch::http {
 
@@ -42,6 +45,15 @@ enum class DigestCheck {
 // default digest with whatever name was asked. A value that matches none is
 // a mismatch (a chance match of random bytes is one in 2^30 or less).
 DigestCheck CheckDigest(const InstanceDigest& digest, std::string_view bytes);
+
+// The raw digests `digest`'s value may be, as claims of its algorithm: its
+// hex reading and its base64 reading, each only if it has the length of a
+// digest perch computes (4, 16, 20 or 32 bytes). Empty if neither has.
+std::vector<core::ObjectDigest> Readings(const InstanceDigest& digest);
+
+// A hasher of core::DigestAlgorithms() (ISA-L for the checksums, OpenSSL for
+// md5, sha and sha-256); algorithms it does not know are left out.
+std::unique_ptr<core::DigestHasher> NewDigestHasher(const std::vector<std::string>& algorithms);
 
 // "adler32=1e720467" for logs (values are not secret; the algorithm escaped).
 std::string ToString(const InstanceDigest& digest);

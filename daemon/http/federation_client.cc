@@ -94,6 +94,31 @@ void FederationClient::ReadRange(const ObjectPath& path, const core::ObjectVersi
   });
 }
 
+void FederationClient::Digests(const ObjectPath& path, const core::ObjectVersion& version,
+                               Deadline deadline,
+                               std::function<void(Result<std::vector<core::ObjectDigest>>)> done) {
+  ObjectPath fed = ToFederation(path);
+  const Shard& s = ReaderOf(fed);
+  if (version.size == 0) {
+    s.loop->Post([done = std::move(done), fed] {
+      done(core::NotFoundError(fed.str() + " is empty: no byte to ask a digest with"));
+    });
+    return;
+  }
+  s.loop->Post([reader = s.reader, fed, version, deadline, done = std::move(done)]() mutable {
+    reader->Read(
+        fed, version, core::ByteRange{0, 1}, deadline,
+        [fed, done = std::move(done)](Result<core::FetchedBytes> r) {
+          if (!r.ok()) return done(r.status());
+          if (r->digests.empty()) {
+            return done(core::NotFoundError("no server stated a digest of " + fed.str()));
+          }
+          done(std::move(r->digests));
+        },
+        /*want_digest=*/true);
+  });
+}
+
 void FederationClient::SetProgressHookForTest(
     std::function<void(const std::string&, uint64_t)> hook) {
   for (const Shard& s : shards_) {

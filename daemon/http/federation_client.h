@@ -76,6 +76,13 @@ class FederationClient : public core::Origin {
   void ReadRange(const core::ObjectPath& path, const core::ObjectVersion& version,
                  core::ByteRange range, core::Deadline deadline,
                  std::function<void(core::Result<core::FetchedBytes>)> done) override;
+  // A one-byte Range GET carrying Want-Digest down the same server list as a
+  // read: XRootD states the whole object's digest on any Range GET
+  // (docs/quirks.md). A server that refused Want-Digest lately is asked
+  // without it; an answer without a digest is kNotFound.
+  void Digests(const core::ObjectPath& path, const core::ObjectVersion& version,
+               core::Deadline deadline,
+               std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done) override;
 
   const FederationUrl& url() const { return url_; }
   // Every shard's counters summed, at one moment.

@@ -41,6 +41,7 @@ struct RangeReader::Op {
   // object: its body is checked against them before it is delivered).
   std::vector<InstanceDigest> digests;
   bool asked_digest = false;  // this attempt's request carried Want-Digest
+  bool want_digest = false;   // the caller wants the object's digest (Origin::Digests)
   // Per attempt.
   uint64_t attempt_seq = 0;  // tells a timer which attempt it was set for
   uint64_t transfer = 0;     // the CurlLoop's id, for Cancel
@@ -57,11 +58,12 @@ struct RangeReader::Op {
 
 void RangeReader::Read(const ObjectPath& fed_path, const core::ObjectVersion& version,
                        core::ByteRange range, core::Deadline deadline,
-                       std::function<void(Result<core::FetchedBytes>)> done) {
+                       std::function<void(Result<core::FetchedBytes>)> done, bool want_digest) {
   auto op = std::make_shared<Op>();
   op->fed_path = fed_path;
   op->version = version;
   op->range = range;
+  op->want_digest = want_digest;
   op->deadline = deadline;
   op->done = std::move(done);
   op->buffer.reserve(range.length);
@@ -231,9 +233,10 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
 
   req.headers.push_back("Range: bytes=" + std::to_string(op->attempt_start) + "-" +
                         std::to_string(last));
-  if (ctx_->options.verify_digests && op->range.offset == 0 &&
-      op->range.length == op->version.size && digest_refusals_->MayAsk(op->server, Clock::now())) {
-    req.headers.push_back(kWantDigest);  // a whole object: checked before it is delivered
+  const bool whole = op->range.offset == 0 && op->range.length == op->version.size;
+  if ((op->want_digest || (ctx_->options.verify_digests && whole)) &&
+      digest_refusals_->MayAsk(op->server, Clock::now())) {
+    req.headers.push_back(kWantDigest);  // a whole object is checked before it is delivered
     op->asked_digest = true;
   }
   req.low_speed_bytes = ctx_->options.low_speed_bytes;
@@ -421,6 +424,7 @@ bool RangeReader::RefusesDigests(long http_status) {
 }
 
 Status RangeReader::CheckAgainstDigest(const Op& op) {
+  if (op.range.offset != 0 || op.range.length != op.version.size) return Status();  // a part
   for (const InstanceDigest& d : op.digests) {
     switch (CheckDigest(d, op.buffer)) {
       case DigestCheck::kMatch:
@@ -487,7 +491,13 @@ void RangeReader::Finish(std::shared_ptr<Op> op, Result<core::Bytes> r) {
     done(r.status());
     return;
   }
-  done(core::FetchedBytes{*std::move(r), !op->no_store});
+  core::FetchedBytes fetched{*std::move(r), !op->no_store, {}};
+  if (op->want_digest) {
+    for (const InstanceDigest& d : op->digests) {
+      for (core::ObjectDigest& claim : Readings(d)) fetched.digests.push_back(std::move(claim));
+    }
+  }
+  done(std::move(fetched));
 }
 
 void RangeReader::NoteServer(const std::string& fed_path, const std::string& server) {

@@ -74,9 +74,12 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
         first_byte_(ctx_->options.first_byte_min, ctx_->options.first_byte_max) {}
 
   // Yields exactly `range` (non-empty, within the object) of `fed_path`.
+  // With `want_digest` the request asks for the object's digest (unless the
+  // server refused lately) and the answer's claims come in
+  // FetchedBytes::digests (Origin::Digests).
   void Read(const core::ObjectPath& fed_path, const core::ObjectVersion& version,
             core::ByteRange range, core::Deadline deadline,
-            std::function<void(core::Result<core::FetchedBytes>)> done);
+            std::function<void(core::Result<core::FetchedBytes>)> done, bool want_digest = false);
 
   // The attributes of `fed_path` from a one-byte Range GET down the same
   // server list (for namespaces that offer no listings): a file's size from

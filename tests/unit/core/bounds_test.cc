@@ -63,7 +63,7 @@ class HugeSizeOrigin : public Origin {
     huge_reads++;
     if (fail_) return done(UnavailableError("injected: no such object", FailureSite::kOrigin));
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    done(FetchedBytes{Bytes(range.length, '\0'), true});
+    done(FetchedBytes{Bytes(range.length, '\0'), true, {}});
   }
 
   std::atomic<int> huge_reads{0};

@@ -1,0 +1,123 @@
+#include "daemon/core/digest_keeper.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "daemon/core/limits.h"
+#include "daemon/core/log_escape.h"
+#include "daemon/core/wait.h"
+
+namespace perch::core {
+
+DigestKeeper::DigestKeeper(DigestHasherFactory hasher, DigestKeeperOptions options)
+    : hasher_(std::move(hasher)), options_(options) {}
+
+std::vector<ObjectDigest> DigestKeeper::Known(const std::string& object_id) const {
+  MutexLock l(mu_);
+  auto it = known_.find(object_id);
+  return it == known_.end() ? std::vector<ObjectDigest>{} : it->second;
+}
+
+void DigestKeeper::Remember(const std::string& object_id, std::vector<ObjectDigest> digests) {
+  MutexLock l(mu_);
+  if (known_.emplace(object_id, std::move(digests)).second) order_.push_back(object_id);
+  while (known_.size() > options_.max_remembered && !order_.empty()) {
+    known_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+Result<std::vector<ObjectDigest>> DigestKeeper::Digest(BlockReader& reader, const ObjectPath& path,
+                                                       const ObjectVersion& version,
+                                                       const std::string& object_id,
+                                                       Deadline deadline) {
+  std::unique_ptr<DigestHasher> hasher = hasher_(DigestAlgorithms());
+  const uint64_t block = reader.block_size();
+  for (uint64_t offset = 0; offset < version.size; offset += block) {
+    uint64_t length = std::min(block, version.size - offset);
+    auto bytes = WaitFor<Bytes>(deadline, [&](auto cb) {
+      reader.Read(path, version, object_id, ByteRange{offset, length}, deadline, cb);
+    });
+    if (!bytes.ok()) return bytes.status();
+    if (bytes->size() != length) {
+      return CorruptError(path.str() + ": the cache read " + std::to_string(bytes->size()) +
+                              " bytes at " + std::to_string(offset) + ", not " +
+                              std::to_string(length),
+                          FailureSite::kLocal);
+    }
+    hasher->Update(*bytes);
+  }
+  return hasher->Finish();
+}
+
+Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader& reader,
+                                                    const ObjectPath& path, const FileAttr& attr,
+                                                    const std::string& object_id,
+                                                    Deadline deadline) {
+  if (attr.is_dir) return InvalidArgumentError(path.str() + " is a directory: no digest");
+  if (auto known = Known(object_id); !known.empty()) return known;
+  if (!hasher_) return NotFoundError("no digests: perch computes none here", FailureSite::kLocal);
+  const ObjectVersion version{attr.size, attr.etag};
+  if (attr.size == 0) {
+    // No bytes to be wrong: the digests of nothing are those of the object.
+    auto empty = hasher_(DigestAlgorithms())->Finish();
+    Remember(object_id, empty);
+    return empty;
+  }
+
+  // One of max_asks_in_flight slots, until the deadline.
+  {
+    std::unique_lock<std::mutex> l(slots_mu_);
+    if (!slot_freed_.wait_until(l, deadline,
+                                [&] { return asks_in_flight_ < options_.max_asks_in_flight; })) {
+      return DeadlineExceededError(path.str() + ": too many digest requests waiting");
+    }
+    asks_in_flight_++;
+  }
+  struct Slot {
+    DigestKeeper* k;
+    ~Slot() {
+      {
+        std::lock_guard<std::mutex> l(k->slots_mu_);
+        k->asks_in_flight_--;
+      }
+      k->slot_freed_.notify_one();
+    }
+  } slot{this};
+  // Another caller may have done it while this one waited.
+  if (auto known = Known(object_id); !known.empty()) return known;
+
+  stats_.asks++;
+  auto claims = WaitFor<std::vector<ObjectDigest>>(
+      deadline, [&](auto cb) { origin.Digests(path, version, deadline, cb); });
+  if (!claims.ok()) return claims.status();
+
+  for (int attempt = 0;; attempt++) {
+    auto computed = Digest(reader, path, version, object_id, deadline);
+    if (!computed.ok()) return computed.status();
+    switch (MatchDigests(*claims, *computed)) {
+      case DigestMatch::kMatch:
+        stats_.verified++;
+        Remember(object_id, *computed);
+        return computed;
+      case DigestMatch::kNone:
+        return NotFoundError(path.str() +
+                             ": the server's digest is of no algorithm perch computes");
+      case DigestMatch::kMismatch:
+        break;
+    }
+    stats_.mismatches++;
+    size_t dropped = reader.DropObject(version, object_id);
+    std::string claim = claims->empty() ? "" : DigestText(claims->front());
+    if (attempt == 0) {
+      spdlog::warn("{}: the cached copy does not match its server's digest ({}); {} blocks dropped",
+                   EscapeForLog(path.str()), EscapeForLog(claim), dropped);
+      continue;  // fetched again
+    }
+    return CorruptError(path.str() + ": the bytes fetched do not match the server's digest (" +
+                        claim + ")");
+  }
+}
+
+}  // namespace perch::core
