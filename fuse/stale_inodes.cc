@@ -12,13 +12,15 @@ StaleInodes::~StaleInodes() { Stop(); }
 void StaleInodes::Mark(uint64_t ino) {
   std::lock_guard<std::mutex> l(mu_);
   if (stopping_ || !marked_.insert(ino).second) return;
+  marked_count_.store(marked_.size());
   queue_.push_back(ino);
   cv_.notify_one();
 }
 
 bool StaleInodes::Contains(uint64_t ino) const {
+  if (marked_count_.load() == 0) return false;  // every read asks: no lock while none is marked
   std::lock_guard<std::mutex> l(mu_);
-  return !marked_.empty() && marked_.count(ino) > 0;
+  return marked_.count(ino) > 0;
 }
 
 void StaleInodes::Stop() {
@@ -41,6 +43,7 @@ void StaleInodes::Loop() {
     invalidate_(ino);
     l.lock();
     marked_.erase(ino);
+    marked_count_.store(marked_.size());
   }
 }
 

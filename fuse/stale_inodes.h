@@ -14,6 +14,7 @@
 // Thread-safety: all methods from any thread. Stop before the session goes.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -45,9 +46,10 @@ class StaleInodes {
   const std::function<void(uint64_t)> invalidate_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::set<uint64_t> marked_;   // guarded by mu_
-  std::deque<uint64_t> queue_;  // guarded by mu_: marked, not yet invalidated
-  bool stopping_ = false;       // guarded by mu_
+  std::set<uint64_t> marked_;            // guarded by mu_
+  std::atomic<size_t> marked_count_{0};  // marked_.size(): reads skip mu_ while it is 0
+  std::deque<uint64_t> queue_;           // guarded by mu_: marked, not yet invalidated
+  bool stopping_ = false;                // guarded by mu_
   std::thread thread_;
 };
 

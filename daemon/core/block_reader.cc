@@ -320,7 +320,8 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
                           Complete(key, path, version, *ns, std::move(r));
                         });
     };
-    if (guard_ == nullptr) {
+    // An object of one block cannot be a mix of versions: no question.
+    if (guard_ == nullptr || version.size <= options_.block_size) {
       fetch(Status::Ok());
     } else {
       guard_->BeforeFetch(path, key.object_id, deadline, std::move(fetch));

@@ -9,6 +9,13 @@
 #include "daemon/core/object_ids.h"
 
 namespace perch::core {
+namespace {
+
+// The longest a fetch waits for the origin's answer (a PROPFIND of one path
+// takes milliseconds; a hung origin must not hold reads its caches can serve).
+constexpr std::chrono::seconds kAskFor{5};
+
+}  // namespace
 
 VersionGuard::VersionGuard(Origin& origin, Executor& executor, VersionGuardOptions options,
                            std::function<bool(const std::string&)> stored,
@@ -83,11 +90,12 @@ void VersionGuard::BeforeFetch(const ObjectPath& path, const std::string& object
     entry.waiters.push_back(std::move(go));
   }
   confirmations_++;
-  // Half of what is left to the read, so that an origin that does not answer
-  // leaves time for the fetch itself.
+  // Half of what is left to the read, at most kAskFor, so that an origin
+  // that does not answer leaves time for the fetch itself.
   const Clock::duration left = std::max(deadline - Clock::now(), Clock::duration::zero());
   const Clock::duration at_least = std::min<Clock::duration>(left, std::chrono::seconds(1));
-  const Deadline ask_by = Clock::now() + std::max(left / 2, at_least);
+  const Deadline ask_by =
+      Clock::now() + std::min<Clock::duration>(std::max(left / 2, at_least), kAskFor);
   origin_.Stat(path, ask_by, [this, path, object_id](Result<FileAttr> r) {
     Answered(path, object_id, std::move(r));
   });
@@ -113,7 +121,9 @@ void VersionGuard::Answered(const ObjectPath& path, const std::string& object_id
       e.waiters.clear();
       e.asking = false;
       e.gone = gone;
-      if (confirmed) e.confirmed = Clock::now();
+      // Unanswered counts as asked too: an origin that is down or hung is
+      // not asked again, nor waited for, before every fetch of the interval.
+      if (!gone) e.confirmed = Clock::now();
     }
   }
   if (gone) {

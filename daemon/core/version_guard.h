@@ -18,8 +18,12 @@
 // that is gone; opening the file again reads the new one), so does every
 // later fetch of the old id, and `replaced` is told once, on the executor:
 // the mount makes new opens see the new version and drops the old blocks.
-// When the origin cannot be asked (unreachable, too slow) the fetch goes on
-// unconfirmed: an offline node still reads what its caches serve.
+// When the origin cannot be asked (unreachable, or no answer within half of
+// what is left of the read's time, at most 5 s) the fetch goes on
+// unconfirmed and the origin is not asked about that object again for
+// `interval`: an offline node still reads what its caches serve, unslowed.
+// An object of one block is never asked about (BlockReader: it cannot be
+// mixed), so a small-file workload costs the guard nothing.
 //
 // What is not caught: a replacement within `interval` of the last
 // confirmation, between two fetches of the same object (docs/design.md, "One
@@ -77,7 +81,7 @@ class VersionGuard {
 
  private:
   struct Entry {
-    Clock::time_point confirmed{};  // {} when never confirmed
+    Clock::time_point confirmed{};  // last asked (answered or not); {} when never
     bool asking = false;
     bool gone = false;
     std::vector<std::function<void(Status)>> waiters;

@@ -150,9 +150,15 @@ TEST_F(VersionGuardTest, WithoutAnAnswerFromTheOriginTheFetchGoesOn) {
   ASSERT_TRUE(h.ok());
   // The origin answers reads but not questions (its PROPFIND is refused).
   node_.origin.FailStatsWith(UnavailableError("PROPFIND refused"));
+  const int stats = node_.origin.stats.load();
   auto r = ReadAt(*h, kBlock, kBlock);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(*r, old_.substr(kBlock, kBlock));
+  // Asked once; not again (nor waited for) before the next fetch of the interval.
+  EXPECT_EQ(node_.origin.stats.load(), stats + 1);
+  r = ReadAt(*h, 2 * kBlock, kBlock);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(node_.origin.stats.load(), stats + 1);
   fs().Release(*h);
 }
 
