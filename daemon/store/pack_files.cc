@@ -75,7 +75,11 @@ void PackFiles::PunchLoop() {
     if (holes_.empty()) {
       holes_cv_.wait(l);
     } else if (holes_.front().due > std::chrono::steady_clock::now()) {
-      holes_cv_.wait_until(l, holes_.front().due);
+      // A copy: wait_until reads its deadline again after each wake-up, by
+      // which time another thread's Punch may have popped this hole (ASan
+      // found the read of the freed deque element under the scrub's race test).
+      const auto due = holes_.front().due;
+      holes_cv_.wait_until(l, due);
     } else {
       l.unlock();
       Punch(/*all=*/false);
