@@ -2,7 +2,7 @@
 // thread (disk writes after a network completion, timers). Tests use
 // InlineExecutor (runs each task at once) or QueuedExecutor (runs them when
 // the test says), both in tests/fakes/mem_block_store.h; the daemon uses
-// small thread pools (daemon/thread_pool_executor.h).
+// small thread pools (perchd/thread_pool_executor.h).
 //
 // Thread-safety: Post and PostAfter are safe from any thread. Tasks must not
 // throw.

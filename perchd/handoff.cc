@@ -1,4 +1,4 @@
-#include "daemon/handoff.h"
+#include "perchd/handoff.h"
 
 #include <fcntl.h>
 #include <poll.h>
