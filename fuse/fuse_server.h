@@ -2,10 +2,11 @@
 //
 // It owns the inode table (inode <-> path, with the kernel's lookup counts:
 // they change only in lookup/readdirplus and forget), translates core
-// results to FUSE replies (ToErrno is the one mapping out of Status for the
-// mount) and answers every request exactly once. Caching, deadlines and
-// failover happen below, in core; the one policy decided here is the open
-// policy, the kernel's side of an open (passthrough, no-open: Decide()).
+// results to FUSE replies (ToErrno, reply_error.h, is the one mapping out of
+// Status for the mount) and answers every request exactly once (the
+// callbacks: ops.h). Caching, deadlines and failover happen below, in core;
+// the one policy decided here is the open policy, the kernel's side of an
+// open (passthrough, no-open: Decide()).
 //
 // The mount is read-only ("ro"): the kernel refuses writes with EROFS, and
 // every write-shaped operation that still reaches us gets EROFS too. Files
@@ -34,11 +35,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "daemon/core/filesystem.h"
 #include "daemon/core/metrics.h"
@@ -47,9 +50,12 @@
 #include "fuse/session_state.h"
 #include "fuse/stale_inodes.h"
 
+struct fuse_lowlevel_ops;
 struct fuse_session;
 
 namespace perch::fuse {
+
+struct ReplyPool;
 
 struct FuseOptions {
   double entry_timeout = 3600;   // seconds the kernel may cache a name -> inode
@@ -100,11 +106,6 @@ struct FuseOptions {
   // Where operation latencies and errors are counted (may be null).
   core::OpMetrics* metrics = nullptr;
 };
-
-// The errno for a core error: kNotFound ENOENT, kPermissionDenied EACCES,
-// kInvalidArgument EINVAL, kCancelled EINTR, kNoSpace ENOSPC, everything else
-// (unavailable, deadline, corrupt, internal) EIO.
-int ToErrno(const core::Status& status);
 
 class FuseServer {
  public:
@@ -157,7 +158,17 @@ class FuseServer {
 
  private:
   friend struct Ops;
-  struct DirHandle;
+  // A directory listing taken at opendir, so offsets stay stable across calls.
+  // One handed over by the previous perchd is listed again at its first read
+  // (from the namespace cache, as that perchd listed it).
+  struct DirHandle {
+    core::ObjectPath path;
+    std::mutex mu;
+    bool listed = false;                  // Protected by mu
+    std::vector<core::DirEntry> entries;  // Protected by mu
+  };
+  // The callbacks (ops.cc).
+  static const struct fuse_lowlevel_ops& LowLevelOps();
   // The session over `mountpoint` ("/dev/fd/N": an open /dev/fuse), with
   // the I/O hooks installed.
   core::Status NewSession(const std::string& mountpoint);
@@ -202,7 +213,6 @@ class FuseServer {
   std::shared_ptr<PendingReplies> replies_;
   // Threads that copy large replies (over kInlineReplyBytes) into the kernel,
   // so that the thread completing a fetch (the net loop) does not.
-  struct ReplyPool;
   std::unique_ptr<ReplyPool> reply_pool_;
   // Inodes whose object changed at the origin: ESTALE until the kernel has
   // dropped their pages.

@@ -1,0 +1,154 @@
+// FuseServer::Detach and Adopt: the kernel-facing state of a mount
+// (SessionState) saved by the perchd that hands it over and served by the
+// one that takes it (issue 31). See fuse_server.h.
+#define FUSE_USE_VERSION 312
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "fuse/fuse_server.h"
+
+namespace perch::fuse {
+
+using core::ObjectPath;
+using core::Status;
+
+core::Result<SessionState> FuseServer::Detach(std::chrono::steady_clock::time_point deadline,
+                                              int* fd) {
+  if (se_ == nullptr || !mounted_) return core::InternalError("fuse: nothing mounted to hand over");
+  if (!replies_->Drain(deadline)) {
+    spdlog::warn("fuse: {} reads still wait for their bytes; they are answered EIO",
+                 replies_->pending());
+  }
+  replies_->Close();  // answers what is left (nothing, unless the drain timed out)
+  stale_->Stop();     // the kernel drops the pages of replaced objects now, still ours
+  SessionState s;
+  s.init = passthrough_.init();
+  if (s.init.empty()) return core::InternalError("fuse: the kernel's INIT was never seen");
+  s.passthrough_offered = passthrough_.offered();
+  s.passthrough_agreed = passthrough_.agreed();
+  s.no_open = no_open_;
+  s.deciding = deciding_;
+  s.opens = opens_;
+  s.large_opens = large_opens_;
+  std::unordered_map<uint64_t, uint64_t> files;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    s.no_passthrough = no_passthrough_;
+    s.next_ino = next_ino_;
+    s.nodes.reserve(inodes_.size());
+    for (const auto& [ino, node] : inodes_) s.nodes.push_back({ino, node.path.str(), node.lookups});
+    s.next_dh = next_dh_;
+    for (const auto& [dh, h] : dirs_) s.dirs.push_back({dh, h->path.str()});
+    for (const auto& [ino, modes] : open_modes_) {
+      if (modes.direct_opens > 0) s.backings.push_back({ino, modes.backing_id});
+    }
+    files = open_files_;
+    for (const auto& [fh, ino] : files) {
+      auto d = open_direct_.find(fh);
+      s.files.push_back({fh, ino, "", {}, d != open_direct_.end() && d->second});
+    }
+  }
+  auto open = fs_.OpenFiles();
+  std::unordered_map<uint64_t, const core::OpenFile*> by_fh;
+  for (const auto& [fh, f] : open) by_fh[fh] = &f;
+  std::erase_if(s.files, [&](SessionState::File& f) {
+    auto it = by_fh.find(f.fh);
+    if (it == by_fh.end()) return true;  // released meanwhile
+    f.path = it->second->path.str();
+    f.attr = it->second->attr;
+    return false;
+  });
+  *fd = ::fcntl(fuse_session_fd(se_), F_DUPFD_CLOEXEC, 3);
+  if (*fd < 0) return core::InternalError(std::string("fuse: dup: ") + std::strerror(errno));
+  mounted_ = false;  // the next perchd's now: never unmounted from here
+  detached_ = true;
+  return s;
+}
+
+Status FuseServer::Adopt(int fd, const std::string& mountpoint, const SessionState& state) {
+  if (Status s = NewSession("/dev/fd/" + std::to_string(fd)); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  adopted_ = true;
+  mounted_ = true;
+  mountpoint_ = mountpoint;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    inodes_.clear();
+    by_path_.clear();
+    for (const auto& n : state.nodes) {
+      auto path = ObjectPath::Parse(n.path);
+      if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + n.path);
+      auto node = inodes_.emplace(n.ino, Inode{*path, n.lookups}).first;
+      by_path_.emplace(node->second.path.str(), n.ino);
+    }
+    if (inodes_.find(FUSE_ROOT_ID) == inodes_.end()) {
+      auto root = inodes_.emplace(FUSE_ROOT_ID, Inode{ObjectPath(), 1}).first;
+      by_path_.emplace(root->second.path.str(), FUSE_ROOT_ID);
+    }
+    next_ino_ = std::max<uint64_t>(state.next_ino, 2);
+    next_dh_ = std::max<uint64_t>(state.next_dh, 1);
+    for (const auto& d : state.dirs) {
+      auto path = ObjectPath::Parse(d.path);
+      if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + d.path);
+      auto h = std::make_shared<DirHandle>();
+      h->path = *path;
+      dirs_.emplace(d.dh, std::move(h));
+    }
+    no_passthrough_ = state.no_passthrough;
+  }
+  std::unordered_map<uint64_t, uint64_t> direct_fh_of;  // inode -> one of its passthrough files
+  for (const auto& f : state.files) {
+    auto path = ObjectPath::Parse(f.path);
+    if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + f.path);
+    fs_.AdoptOpenFile(f.fh, *path, f.attr);
+    std::lock_guard<std::mutex> l(mu_);
+    open_files_[f.fh] = f.ino;
+    if (!state.passthrough_agreed) continue;
+    open_direct_[f.fh] = f.direct;
+    OpenModes& modes = open_modes_[f.ino];
+    (f.direct ? modes.direct_opens : modes.cached_opens)++;
+    if (f.direct) {
+      direct_opens_++;
+      direct_fh_of[f.ino] = f.fh;
+    }
+  }
+  for (const auto& b : state.backings) {
+    // The kernel holds the backing file itself; this hold keeps its blocks
+    // from eviction while files pass through to it, as the Open that
+    // registered it did.
+    std::shared_ptr<const core::BlockFd> held;
+    if (auto it = direct_fh_of.find(b.ino); it != direct_fh_of.end()) {
+      if (auto file = fs_.WholeFile(it->second); file.ok()) held = *std::move(file);
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    OpenModes& modes = open_modes_[b.ino];
+    modes.backing_id = b.id;
+    modes.backing = std::move(held);
+  }
+  // libfuse's session has not seen INIT (the kernel sent it to the previous
+  // perchd): it is fed the same one, which runs Ops::Init as then.
+  passthrough_.ReplayInit(se_, state.init, state.passthrough_agreed);
+  no_open_ = state.no_open;
+  deciding_ = state.deciding;
+  opens_ = state.opens;
+  large_opens_ = state.large_opens;
+  spdlog::info(
+      "fuse: took over {} from the previous perchd: {} inodes, {} open files, {} open "
+      "directories",
+      mountpoint, state.nodes.size(), state.files.size(), state.dirs.size());
+  return Status::Ok();
+}
+
+}  // namespace perch::fuse

@@ -1,0 +1,439 @@
+// FuseServer::Ops (ops.h): the callback table, INIT, and the callbacks on
+// names, attributes, directories and extended attributes, statfs, and the
+// refusals of a read-only mount (EROFS).
+#define FUSE_USE_VERSION 312
+#include "fuse/ops.h"
+
+#include <fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "fuse/inode_number.h"
+#include "fuse/reply_error.h"
+
+namespace perch::fuse {
+
+using core::ObjectPath;
+using core::Status;
+using core::StatusCode;
+using Op = core::OpMetrics::Op;
+
+namespace {
+
+// Write-shaped operations: a read-only filesystem.
+void SetAttr(fuse_req_t req, fuse_ino_t, struct stat*, int, struct fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void MkNod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { fuse_reply_err(req, EROFS); }
+void MkDir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { fuse_reply_err(req, EROFS); }
+void Unlink(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void RmDir(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void SymLink(fuse_req_t req, const char*, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void Rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) {
+  fuse_reply_err(req, EROFS);
+}
+void Link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void Create(fuse_req_t req, fuse_ino_t, const char*, mode_t, struct fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void Write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, struct fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void SetXattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
+  fuse_reply_err(req, EROFS);
+}
+void RemoveXattr(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+
+}  // namespace
+
+FuseServer* FuseServer::Ops::Self(fuse_req_t req) {
+  return static_cast<FuseServer*>(fuse_req_userdata(req));
+}
+
+void FuseServer::Ops::ReplyStatus(fuse_req_t req, const char* op, const Status& s) {
+  ReplyError(req, op, s, Self(req)->options_.metrics);
+}
+
+const struct fuse_lowlevel_ops& FuseServer::LowLevelOps() {
+  static const struct fuse_lowlevel_ops kOps = [] {
+    struct fuse_lowlevel_ops o {};
+    o.init = &Ops::Init;
+    o.lookup = &Ops::Lookup;
+    o.forget = &Ops::Forget;
+    o.forget_multi = &Ops::ForgetMulti;
+    o.getattr = &Ops::GetAttr;
+    o.opendir = &Ops::OpenDir;
+    o.readdir = &Ops::ReadDir;
+    o.readdirplus = &Ops::ReadDirPlus;
+    o.releasedir = &Ops::ReleaseDir;
+    o.open = &Ops::Open;
+    o.read = &Ops::Read;
+    o.release = &Ops::Release;
+    o.statfs = &Ops::StatFs;
+    o.getxattr = &Ops::GetXattr;
+    o.listxattr = &Ops::ListXattr;
+    o.setattr = &SetAttr;
+    o.mknod = &MkNod;
+    o.mkdir = &MkDir;
+    o.unlink = &Unlink;
+    o.rmdir = &RmDir;
+    o.symlink = &SymLink;
+    o.rename = &Rename;
+    o.link = &Link;
+    o.create = &Create;
+    o.write = &Write;
+    o.setxattr = &SetXattr;
+    o.removexattr = &RemoveXattr;
+    return o;
+  }();
+  return kOps;
+}
+
+void FuseServer::Ops::Init(void* userdata, struct fuse_conn_info* conn) {
+  auto* self = static_cast<FuseServer*>(userdata);
+  conn->max_read = self->options_.max_io;  // must match the max_read mount option
+  conn->max_readahead =
+      static_cast<unsigned>(std::max<uint64_t>(self->options_.max_io, self->options_.read_ahead));
+  conn->max_background = self->options_.max_background;
+  conn->congestion_threshold = std::max(1u, self->options_.max_background * 3 / 4);
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+  if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // With no-open, an ENOSYS answer to the first open tells the kernel to
+  // open every later file itself (no OPEN, no RELEASE, keep_cache implied);
+  // reads then come with no handle and are served by path.
+  // Passthrough is decided per open, so opens must be asked.
+  const bool direct = self->options_.passthrough && self->passthrough_.offered();
+  if (direct) self->passthrough_.Want();
+  const bool no_open = self->options_.no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
+  self->no_open_ = !direct && no_open;
+  self->deciding_ = direct && no_open;
+  spdlog::info("fuse: protocol {}.{}, max_read {} KiB, {}", conn->proto_major, conn->proto_minor,
+               self->options_.max_io / 1024,
+               direct                       ? "passthrough for complete cached objects"
+               : self->options_.passthrough ? "no passthrough (the kernel offers none)"
+                                            : "passthrough off");
+}
+
+void FuseServer::Ops::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  PERCH_FUSE_GUARD(req, "lookup", {
+    FuseServer* self = Self(req);
+    core::ScopedLatency timer(self->LatencyOf(Op::kLookup));
+    ObjectPath dir;
+    if (!self->PathOf(parent, &dir)) return (void)fuse_reply_err(req, ESTALE);
+    auto attr = self->fs_.Lookup(dir, name);
+    if (!attr.ok()) {
+      if (attr.status().code() == StatusCode::kNotFound) {
+        fuse_entry_param e{};
+        e.ino = 0;  // a negative entry the kernel caches
+        e.entry_timeout = self->options_.negative_timeout;
+        return (void)fuse_reply_entry(req, &e);
+      }
+      return ReplyStatus(req, "lookup", attr.status());
+    }
+    ObjectPath child = *dir.Child(name);
+    fuse_entry_param e{};
+    e.ino = self->Remember(child);
+    e.attr_timeout = self->options_.attr_timeout;
+    e.entry_timeout = self->options_.entry_timeout;
+    self->FillStat(child, *attr, &e.attr);
+    if (fuse_reply_entry(req, &e) != 0) self->Forget(e.ino, 1);  // the kernel never got it
+  })
+}
+
+void FuseServer::Ops::Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Self(req)->Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void FuseServer::Ops::ForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) Self(req)->Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void FuseServer::Ops::GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+  PERCH_FUSE_GUARD(req, "getattr", {
+    FuseServer* self = Self(req);
+    core::ScopedLatency timer(self->LatencyOf(Op::kGetAttr));
+    ObjectPath path;
+    if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+    auto attr = self->fs_.GetAttr(path);
+    if (!attr.ok()) return ReplyStatus(req, "getattr", attr.status());
+    struct stat st {};
+    self->FillStat(path, *attr, &st);
+    fuse_reply_attr(req, &st, self->options_.attr_timeout);
+  })
+}
+
+void FuseServer::Ops::OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  PERCH_FUSE_GUARD(req, "opendir", {
+    FuseServer* self = Self(req);
+    core::ScopedLatency timer(self->LatencyOf(Op::kOpenDir));
+    ObjectPath path;
+    if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+    auto entries = self->fs_.ReadDir(path);
+    if (!entries.ok()) return ReplyStatus(req, "opendir", entries.status());
+    auto h = std::make_shared<DirHandle>();
+    h->path = path;
+    h->entries = std::move(*entries);
+    h->listed = true;
+    {
+      std::lock_guard<std::mutex> l(self->mu_);
+      fi->fh = self->next_dh_++;
+      self->dirs_.emplace(fi->fh, h);
+    }
+    fi->keep_cache = 1;
+    fi->cache_readdir = 1;
+    if (fuse_reply_open(req, fi) != 0) {
+      std::lock_guard<std::mutex> l(self->mu_);
+      self->dirs_.erase(fi->fh);
+    }
+  })
+}
+
+void FuseServer::Ops::ReadDirCommon(fuse_req_t req, fuse_ino_t, size_t size, off_t off,
+                                    struct fuse_file_info* fi, bool plus) {
+  PERCH_FUSE_GUARD(req, plus ? "readdirplus" : "readdir", {
+    FuseServer* self = Self(req);
+    core::ScopedLatency timer(self->LatencyOf(Op::kReadDir));
+    std::shared_ptr<DirHandle> h;
+    {
+      std::lock_guard<std::mutex> l(self->mu_);
+      auto it = self->dirs_.find(fi->fh);
+      if (it != self->dirs_.end()) h = it->second;
+    }
+    if (h == nullptr) return (void)fuse_reply_err(req, EBADF);
+    std::lock_guard<std::mutex> hl(h->mu);
+    if (!h->listed) {
+      auto entries = self->fs_.ReadDir(h->path);
+      if (!entries.ok()) return ReplyStatus(req, "readdir", entries.status());
+      h->entries = std::move(*entries);
+      h->listed = true;
+    }
+    std::vector<char> buf(size);
+    size_t used = 0;
+    const size_t total = h->entries.size() + 2;
+    for (size_t i = static_cast<size_t>(off); i < total; ++i) {
+      const char* name;
+      core::FileAttr attr;
+      bool dot = i < 2;
+      if (dot) {
+        name = i == 0 ? "." : "..";
+        attr.is_dir = true;
+      } else {
+        name = h->entries[i - 2].name.c_str();
+        attr = h->entries[i - 2].attr;
+      }
+      size_t n;
+      if (!plus) {
+        struct stat st {};
+        // Never 0: glibc's readdir() skips such entries.
+        st.st_ino = dot ? (i == 0 ? InodeNumberOf(h->path) : FUSE_ROOT_ID)
+                        : InodeNumberOf(*h->path.Child(name));
+        st.st_mode = attr.is_dir ? S_IFDIR : S_IFREG;
+        n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st,
+                              static_cast<off_t>(i + 1));
+        if (n > size - used) break;
+      } else {
+        fuse_entry_param e{};
+        if (dot) {
+          e.attr.st_ino = i == 0 ? InodeNumberOf(h->path) : FUSE_ROOT_ID;
+          e.attr.st_mode = S_IFDIR;
+        } else {
+          ObjectPath child = *h->path.Child(name);
+          e.ino = self->Remember(child);
+          e.attr_timeout = self->options_.attr_timeout;
+          e.entry_timeout = self->options_.entry_timeout;
+          self->FillStat(child, attr, &e.attr);
+        }
+        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e,
+                                   static_cast<off_t>(i + 1));
+        if (n > size - used) {
+          if (!dot) self->Forget(e.ino, 1);  // not sent: the kernel holds no reference
+          break;
+        }
+      }
+      used += n;
+    }
+    fuse_reply_buf(req, buf.data(), used);
+  })
+}
+
+void FuseServer::Ops::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                              struct fuse_file_info* fi) {
+  ReadDirCommon(req, ino, size, off, fi, false);
+}
+void FuseServer::Ops::ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                                  struct fuse_file_info* fi) {
+  ReadDirCommon(req, ino, size, off, fi, true);
+}
+
+void FuseServer::Ops::ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  std::shared_ptr<DirHandle> h;  // let go after the unlock
+  {
+    std::lock_guard<std::mutex> l(Self(req)->mu_);
+    auto it = Self(req)->dirs_.find(fi->fh);
+    if (it != Self(req)->dirs_.end()) {
+      h = std::move(it->second);
+      Self(req)->dirs_.erase(it);
+    }
+  }
+  fuse_reply_err(req, 0);
+}
+
+void FuseServer::Ops::StatFs(fuse_req_t req, fuse_ino_t) {
+  PERCH_FUSE_GUARD(req, "statfs", {
+    FuseServer* self = Self(req);
+    core::ScopedLatency timer(self->LatencyOf(Op::kStatFs));
+    struct statvfs st {};
+    st.f_bsize = 4096;
+    st.f_frsize = 4096;
+    st.f_namemax = 255;
+    if (self->options_.statfs) self->options_.statfs(&st);
+    fuse_reply_statfs(req, &st);
+  })
+}
+
+// The path and attributes of `ino` for an xattr call; false with `*err` set.
+bool FuseServer::Ops::XattrTarget(FuseServer* self, fuse_ino_t ino, ObjectPath* path,
+                                  core::FileAttr* attr, int* err) {
+  if (!self->PathOf(ino, path)) {
+    *err = ESTALE;
+    return false;
+  }
+  auto a = self->fs_.GetAttr(*path);
+  if (!a.ok()) {
+    self->CountError(a.status());
+    *err = ToErrno(a.status());
+    return false;
+  }
+  *attr = *std::move(a);
+  *err = 0;
+  return true;
+}
+
+std::map<std::string, std::string> FuseServer::Ops::Xattrs(fuse_req_t req, fuse_ino_t ino,
+                                                           int* err) {
+  FuseServer* self = Self(req);
+  core::ScopedLatency timer(self->LatencyOf(Op::kXattr));
+  ObjectPath path;
+  core::FileAttr attr;
+  if (!XattrTarget(self, ino, &path, &attr, err)) return {};
+  return self->options_.xattrs ? self->options_.xattrs(path, attr)
+                               : std::map<std::string, std::string>{};
+}
+
+// The value of attribute `name` of `ino`, or an errno (ENODATA: none such).
+std::string FuseServer::Ops::Xattr(fuse_req_t req, fuse_ino_t ino, const char* name, int* err) {
+  FuseServer* self = Self(req);
+  if (!self->options_.xattr) {
+    auto all = Xattrs(req, ino, err);
+    if (*err) return "";
+    auto it = all.find(name);
+    if (it == all.end()) *err = ENODATA;
+    return it == all.end() ? "" : it->second;
+  }
+  core::ScopedLatency timer(self->LatencyOf(Op::kXattr));
+  ObjectPath path;
+  core::FileAttr attr;
+  if (!XattrTarget(self, ino, &path, &attr, err)) return "";
+  auto value = self->options_.xattr(path, attr, name);
+  if (value.ok()) return *std::move(value);
+  if (value.status().code() == core::StatusCode::kNotFound) {
+    *err = ENODATA;
+  } else {
+    self->CountError(value.status());
+    *err = ToErrno(value.status());
+  }
+  return "";
+}
+
+void FuseServer::Ops::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  PERCH_FUSE_GUARD(req, "getxattr", {
+    int err = 0;
+    std::string value = Xattr(req, ino, name, &err);
+    if (err) return (void)fuse_reply_err(req, err);
+    if (size == 0) return (void)fuse_reply_xattr(req, value.size());
+    if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
+    fuse_reply_buf(req, value.data(), value.size());
+  })
+}
+
+void FuseServer::Ops::ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  PERCH_FUSE_GUARD(req, "listxattr", {
+    int err = 0;
+    auto all = Xattrs(req, ino, &err);
+    if (err) return (void)fuse_reply_err(req, err);
+    std::string names;
+    for (const auto& [k, v] : all) names.append(k).push_back('\0');
+    if (size == 0) return (void)fuse_reply_xattr(req, names.size());
+    if (size < names.size()) return (void)fuse_reply_err(req, ERANGE);
+    fuse_reply_buf(req, names.data(), names.size());
+  })
+}
+
+void FuseServer::FillStat(const ObjectPath& path, const core::FileAttr& a, struct stat* st) const {
+  std::memset(st, 0, sizeof(*st));
+  st->st_ino = InodeNumberOf(path);
+  if (a.restricted) {
+    // Readable by root and the configured group only: the daemon reads with
+    // its token, so the mount must not hand the bytes to every local user.
+    mode_t perm =
+        options_.restricted_gid >= 0 ? (a.is_dir ? 0550 : 0440) : (a.is_dir ? 0500 : 0400);
+    st->st_mode = (a.is_dir ? S_IFDIR : S_IFREG) | perm;
+    st->st_uid = ::getuid();  // root for a system perchd; the user for a user's own mount
+    st->st_gid =
+        options_.restricted_gid >= 0 ? static_cast<gid_t>(options_.restricted_gid) : ::getgid();
+  } else {
+    st->st_mode = a.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  }
+  st->st_nlink = a.is_dir ? 2 : 1;
+  st->st_size = static_cast<off_t>(a.size);
+  st->st_blksize = 1 << 20;
+  st->st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st->st_mtime = st->st_ctime = st->st_atime = static_cast<time_t>(a.mtime);
+}
+
+uint64_t FuseServer::Remember(const ObjectPath& path) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (auto it = by_path_.find(path.str()); it != by_path_.end()) {
+    inodes_[it->second].lookups++;
+    return it->second;
+  }
+  const uint64_t ino = next_ino_++;
+  auto node = inodes_.emplace(ino, Inode{path, 1}).first;
+  by_path_.emplace(node->second.path.str(), ino);  // a view of the node's path
+  return ino;
+}
+
+void FuseServer::Forget(uint64_t ino, uint64_t n) {
+  if (ino == FUSE_ROOT_ID) return;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  it->second.lookups = n >= it->second.lookups ? 0 : it->second.lookups - n;
+  if (it->second.lookups == 0) {
+    by_path_.erase(it->second.path.str());
+    inodes_.erase(it);
+  }
+}
+
+bool FuseServer::PathOf(uint64_t ino, ObjectPath* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return false;
+  *out = it->second.path;
+  return true;
+}
+
+}  // namespace perch::fuse
