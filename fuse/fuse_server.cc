@@ -50,8 +50,6 @@ FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
   // short request (1 MiB over 1008 KiB requests: two requests per window).
   if (options_.read_ahead > options_.max_io)
     options_.read_ahead = options_.read_ahead / options_.max_io * options_.max_io;
-  auto root = inodes_.emplace(FUSE_ROOT_ID, Inode{ObjectPath(), 1}).first;
-  by_path_.emplace(root->second.path.str(), FUSE_ROOT_ID);
 }
 
 FuseServer::~FuseServer() {

@@ -45,6 +45,7 @@
 
 #include "daemon/core/filesystem.h"
 #include "daemon/core/metrics.h"
+#include "fuse/inode_table.h"
 #include "fuse/passthrough.h"
 #include "fuse/pending_replies.h"
 #include "fuse/session_state.h"
@@ -172,10 +173,6 @@ class FuseServer {
   // The session over `mountpoint` ("/dev/fd/N": an open /dev/fuse), with
   // the I/O hooks installed.
   core::Status NewSession(const std::string& mountpoint);
-  struct Inode {
-    core::ObjectPath path;
-    uint64_t lookups = 0;
-  };
   // The kernel wants every open of an inode in one mode: while files are
   // open through the page cache (cached) none may pass through, and while
   // some pass through (direct) all must, to the same backing file. Kept for
@@ -192,9 +189,6 @@ class FuseServer {
   void Decide();  // no-open or not, once decide_after opens are counted
   void Released(uint64_t ino, uint64_t fh);
 
-  uint64_t Remember(const core::ObjectPath& path);  // +1 lookup
-  void Forget(uint64_t ino, uint64_t n);
-  bool PathOf(uint64_t ino, core::ObjectPath* out);
   // Attributes as the kernel sees them; st_ino is InodeNumberOf(path).
   void FillStat(const core::ObjectPath& path, const core::FileAttr& a, struct stat* st) const;
 
@@ -233,13 +227,8 @@ class FuseServer {
   bool adopted_ = false;   // over another perchd's descriptor: libfuse does not unmount it
   bool detached_ = false;  // handed over (Detach): the mount is another perchd's
 
+  InodeTable inodes_;  // the kernel's node ids (its own lock)
   std::mutex mu_;
-  std::unordered_map<uint64_t, Inode> inodes_;  // Protected by mu_
-  // Path -> inode of every inode in inodes_; the key is a view of that
-  // Inode's path (nodes of an unordered_map do not move), so each remembered
-  // path is stored once (issue 14: a `find` over 1 M files remembers 1 M).
-  std::unordered_map<std::string_view, uint64_t> by_path_;  // Protected by mu_
-  uint64_t next_ino_ = 2;                                   // Protected by mu_
 };
 
 }  // namespace perch::fuse

@@ -40,13 +40,11 @@ core::Result<SessionState> FuseServer::Detach(std::chrono::steady_clock::time_po
   s.deciding = deciding_;
   s.opens = opens_;
   s.large_opens = large_opens_;
+  inodes_.Save(&s);
   std::unordered_map<uint64_t, uint64_t> files;
   {
     std::lock_guard<std::mutex> l(mu_);
     s.no_passthrough = no_passthrough_;
-    s.next_ino = next_ino_;
-    s.nodes.reserve(inodes_.size());
-    for (const auto& [ino, node] : inodes_) s.nodes.push_back({ino, node.path.str(), node.lookups});
     s.next_dh = next_dh_;
     for (const auto& [dh, h] : dirs_) s.dirs.push_back({dh, h->path.str()});
     for (const auto& [ino, modes] : open_modes_) {
@@ -83,21 +81,9 @@ Status FuseServer::Adopt(int fd, const std::string& mountpoint, const SessionSta
   adopted_ = true;
   mounted_ = true;
   mountpoint_ = mountpoint;
+  if (Status s = inodes_.Restore(state); !s.ok()) return s;
   {
     std::lock_guard<std::mutex> l(mu_);
-    inodes_.clear();
-    by_path_.clear();
-    for (const auto& n : state.nodes) {
-      auto path = ObjectPath::Parse(n.path);
-      if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + n.path);
-      auto node = inodes_.emplace(n.ino, Inode{*path, n.lookups}).first;
-      by_path_.emplace(node->second.path.str(), n.ino);
-    }
-    if (inodes_.find(FUSE_ROOT_ID) == inodes_.end()) {
-      auto root = inodes_.emplace(FUSE_ROOT_ID, Inode{ObjectPath(), 1}).first;
-      by_path_.emplace(root->second.path.str(), FUSE_ROOT_ID);
-    }
-    next_ino_ = std::max<uint64_t>(state.next_ino, 2);
     next_dh_ = std::max<uint64_t>(state.next_dh, 1);
     for (const auto& d : state.dirs) {
       auto path = ObjectPath::Parse(d.path);

@@ -130,7 +130,7 @@ void FuseServer::Ops::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name
     FuseServer* self = Self(req);
     core::ScopedLatency timer(self->LatencyOf(Op::kLookup));
     ObjectPath dir;
-    if (!self->PathOf(parent, &dir)) return (void)fuse_reply_err(req, ESTALE);
+    if (!self->inodes_.PathOf(parent, &dir)) return (void)fuse_reply_err(req, ESTALE);
     auto attr = self->fs_.Lookup(dir, name);
     if (!attr.ok()) {
       if (attr.status().code() == StatusCode::kNotFound) {
@@ -143,21 +143,21 @@ void FuseServer::Ops::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name
     }
     ObjectPath child = *dir.Child(name);
     fuse_entry_param e{};
-    e.ino = self->Remember(child);
+    e.ino = self->inodes_.Remember(child);
     e.attr_timeout = self->options_.attr_timeout;
     e.entry_timeout = self->options_.entry_timeout;
     self->FillStat(child, *attr, &e.attr);
-    if (fuse_reply_entry(req, &e) != 0) self->Forget(e.ino, 1);  // the kernel never got it
+    if (fuse_reply_entry(req, &e) != 0) self->inodes_.Forget(e.ino, 1);  // the kernel never got it
   })
 }
 
 void FuseServer::Ops::Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
-  Self(req)->Forget(ino, nlookup);
+  Self(req)->inodes_.Forget(ino, nlookup);
   fuse_reply_none(req);
 }
 
 void FuseServer::Ops::ForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
-  for (size_t i = 0; i < count; ++i) Self(req)->Forget(forgets[i].ino, forgets[i].nlookup);
+  for (size_t i = 0; i < count; ++i) Self(req)->inodes_.Forget(forgets[i].ino, forgets[i].nlookup);
   fuse_reply_none(req);
 }
 
@@ -166,7 +166,7 @@ void FuseServer::Ops::GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_i
     FuseServer* self = Self(req);
     core::ScopedLatency timer(self->LatencyOf(Op::kGetAttr));
     ObjectPath path;
-    if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+    if (!self->inodes_.PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
     auto attr = self->fs_.GetAttr(path);
     if (!attr.ok()) return ReplyStatus(req, "getattr", attr.status());
     struct stat st {};
@@ -180,7 +180,7 @@ void FuseServer::Ops::OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_i
     FuseServer* self = Self(req);
     core::ScopedLatency timer(self->LatencyOf(Op::kOpenDir));
     ObjectPath path;
-    if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+    if (!self->inodes_.PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
     auto entries = self->fs_.ReadDir(path);
     if (!entries.ok()) return ReplyStatus(req, "opendir", entries.status());
     auto h = std::make_shared<DirHandle>();
@@ -251,7 +251,7 @@ void FuseServer::Ops::ReadDirCommon(fuse_req_t req, fuse_ino_t, size_t size, off
           e.attr.st_mode = S_IFDIR;
         } else {
           ObjectPath child = *h->path.Child(name);
-          e.ino = self->Remember(child);
+          e.ino = self->inodes_.Remember(child);
           e.attr_timeout = self->options_.attr_timeout;
           e.entry_timeout = self->options_.entry_timeout;
           self->FillStat(child, attr, &e.attr);
@@ -259,7 +259,7 @@ void FuseServer::Ops::ReadDirCommon(fuse_req_t req, fuse_ino_t, size_t size, off
         n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e,
                                    static_cast<off_t>(i + 1));
         if (n > size - used) {
-          if (!dot) self->Forget(e.ino, 1);  // not sent: the kernel holds no reference
+          if (!dot) self->inodes_.Forget(e.ino, 1);  // not sent: the kernel holds no reference
           break;
         }
       }
@@ -307,7 +307,7 @@ void FuseServer::Ops::StatFs(fuse_req_t req, fuse_ino_t) {
 // The path and attributes of `ino` for an xattr call; false with `*err` set.
 bool FuseServer::Ops::XattrTarget(FuseServer* self, fuse_ino_t ino, ObjectPath* path,
                                   core::FileAttr* attr, int* err) {
-  if (!self->PathOf(ino, path)) {
+  if (!self->inodes_.PathOf(ino, path)) {
     *err = ESTALE;
     return false;
   }
@@ -402,38 +402,6 @@ void FuseServer::FillStat(const ObjectPath& path, const core::FileAttr& a, struc
   st->st_blksize = 1 << 20;
   st->st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
   st->st_mtime = st->st_ctime = st->st_atime = static_cast<time_t>(a.mtime);
-}
-
-uint64_t FuseServer::Remember(const ObjectPath& path) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (auto it = by_path_.find(path.str()); it != by_path_.end()) {
-    inodes_[it->second].lookups++;
-    return it->second;
-  }
-  const uint64_t ino = next_ino_++;
-  auto node = inodes_.emplace(ino, Inode{path, 1}).first;
-  by_path_.emplace(node->second.path.str(), ino);  // a view of the node's path
-  return ino;
-}
-
-void FuseServer::Forget(uint64_t ino, uint64_t n) {
-  if (ino == FUSE_ROOT_ID) return;
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = inodes_.find(ino);
-  if (it == inodes_.end()) return;
-  it->second.lookups = n >= it->second.lookups ? 0 : it->second.lookups - n;
-  if (it->second.lookups == 0) {
-    by_path_.erase(it->second.path.str());
-    inodes_.erase(it);
-  }
-}
-
-bool FuseServer::PathOf(uint64_t ino, ObjectPath* out) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = inodes_.find(ino);
-  if (it == inodes_.end()) return false;
-  *out = it->second.path;
-  return true;
 }
 
 }  // namespace perch::fuse

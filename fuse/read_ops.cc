@@ -92,7 +92,7 @@ void FuseServer::Ops::Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
     }
     if (self->no_open_) return (void)fuse_reply_err(req, ENOSYS);
     ObjectPath path;
-    if (!self->PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+    if (!self->inodes_.PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
     auto h = self->fs_.Open(path);
     if (!h.ok()) {
       return (void)(h.status().code() == StatusCode::kInvalidArgument
@@ -121,7 +121,7 @@ void FuseServer::Ops::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     FuseServer* self = Self(req);
     const auto started = std::chrono::steady_clock::now();
     ObjectPath path;  // no handle (no-open): the file is named by its inode
-    if (self->stale_->Contains(ino) || (fi->fh == 0 && !self->PathOf(ino, &path))) {
+    if (self->stale_->Contains(ino) || (fi->fh == 0 && !self->inodes_.PathOf(ino, &path))) {
       fuse_reply_err(req, ESTALE);
       return Observe(self->LatencyOf(Op::kRead), started);
     }
