@@ -278,45 +278,10 @@ void ApplyMounts(TableReader& r, const toml::table& t, const std::string& path, 
 void ApplyTable(const toml::table& t, const std::string& path, DaemonConfig* c,
                 std::vector<std::string>* keys) {
   TableReader r(t, path);
-  r.Str("federation", &c->federation_url);
-  r.Str("mountpoint", &c->mountpoint);
-  r.Str("cache_dir", &c->cache_dir);
-  r.Size("cache_size", &c->cache_size);
-  r.Size("block_size", &c->block_size);
-  r.Str("log_level", &c->log_level);
-  r.Str("ca_file", &c->ca_file);
-  r.Str("token_file", &c->token_file);
-  r.Time("op_timeout", &c->op_timeout);
-  r.Count("fuse_threads", &c->fuse_threads);
-  r.Count("net_threads", &c->net_threads);
-  r.Count("max_requests_in_flight", &c->max_requests_in_flight);
-  r.Real("high_watermark", &c->high_watermark);
-  r.Real("low_watermark", &c->low_watermark);
-  r.Time("dir_ttl", &c->dir_ttl);
-  r.Time("file_ttl", &c->file_ttl);
-  r.Time("negative_ttl", &c->negative_ttl);
-  r.Flag("prefetch", &c->prefetch);
-  r.Flag("fuse_no_open", &c->fuse_no_open);
-  r.Flag("fuse_passthrough", &c->fuse_passthrough);
-  r.Flag("verify_digests", &c->verify_digests);
-  r.Time("version_check_interval", &c->version_check_interval);
-  r.Size("scrub_rate", &c->scrub_rate);
-  r.Time("scrub_start_delay", &c->scrub_start_delay);
-  r.Size("readahead", &c->readahead);
-  r.Size("fuse_read_ahead", &c->fuse_read_ahead);
-  r.Count("prefetch_dir_max_entries", &c->prefetch_dir_max_entries);
-  r.Count("hint_window", &c->hint_window);
-  r.Size("max_bytes_in_flight", &c->max_bytes_in_flight);
-  r.Str("control", &c->control_address);
-  r.Str("control_group", &c->control_group);
-  r.Str("metrics", &c->metrics_address);
-  r.Flag("metrics_allow_remote", &c->metrics_allow_remote);
-  r.Str("http", &c->http_address);
-  r.Flag("http_allow_remote", &c->http_allow_remote);
-  r.Count("http_connections_per_user", &c->http_connections_per_user);
-  r.Time("http_request_timeout", &c->http_request_timeout);
-  r.Str("protected_group", &c->protected_group);
-  r.Flag("allow_nonempty_mountpoint", &c->allow_nonempty_mountpoint);
+#define PERCH_READ_KEY(kind, type, field, key, flag, value, unset, help) \
+  if (!std::string_view(key).empty()) r.kind(key, &c->field);
+  PERCH_CONFIG_KEYS(PERCH_READ_KEY)
+#undef PERCH_READ_KEY
   if (auto n = r.Node("tokens")) ParseTokens(*n.node(), path, "tokens", &c->namespace_tokens);
   ApplyMounts(r, t, path, c);
   r.Finish();

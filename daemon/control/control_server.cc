@@ -487,15 +487,16 @@ core::Status ControlServer::Start(const ControlOptions& options) {
       std::filesystem::permissions(parent, std::filesystem::perms(0755), ec);
     }
     if (ec) {
-      return core::InvalidArgumentError("cannot create the directory of control socket " +
-                                        socket_path_ + ": " + ec.message());
+      return core::InternalError("cannot create the directory of control socket " + socket_path_ +
+                                 ": " + ec.message());
     }
     if (std::filesystem::exists(socket_path_, ec)) {
       if (SocketAnswers(socket_path_)) {
         std::string taken = socket_path_;
         socket_path_.clear();  // not ours: never remove it
-        return core::InvalidArgumentError("another perchd already listens on " + taken +
-                                          " (choose another with --control unix:PATH)");
+        return core::UnavailableError("another perchd already listens on " + taken +
+                                          " (choose another with --control unix:PATH)",
+                                      core::FailureSite::kLocal);
       }
       std::filesystem::remove(socket_path_, ec);  // stale, from a daemon that died
     }
@@ -520,7 +521,8 @@ core::Status ControlServer::Start(const ControlOptions& options) {
   server_ = builder.BuildAndStart();
   if (!server_) {
     socket_path_.clear();
-    return core::InvalidArgumentError("cannot listen for control on " + options.address);
+    return core::UnavailableError("cannot listen for control on " + options.address,
+                                  core::FailureSite::kLocal);
   }
   if (!socket_path_.empty()) {
     // Who may connect is who may use the API: the owner (root for the system
@@ -533,7 +535,7 @@ core::Status ControlServer::Start(const ControlOptions& options) {
       std::string why = "cannot give control socket " + socket_path_ + " to group " +
                         options.socket_group + ": " + std::strerror(errno);
       Shutdown();
-      return core::InvalidArgumentError(why);
+      return core::InternalError(why);
     }
     address_ = "unix:" + socket_path_;
   } else {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -299,6 +300,56 @@ TEST(ConfigTest, NamespaceTokenFlagIsTheTokensTable) {
   for (const char* bad : {"/ns", "ns=/f", "=/f", "/ns=", "osdf:///ns"}) {
     EXPECT_THROW(AddNamespaceTokenFlag(bad, &tokens), ConfigError) << bad;
   }
+}
+
+// docs/configuration.md's table of keys is the one PERCH_CONFIG_KEYS gives, row for row:
+// a key added, renamed or given another default or help without the docs following fails
+// here, and prints the table to paste between the markers.
+TEST(ConfigDocTest, ConfigurationMdHasTheKeyTable) {
+  std::ifstream in(PERCH_SOURCE_DIR "/docs/configuration.md");
+  ASSERT_TRUE(in);
+  const std::string begin = "<!-- keys: from daemon/config_keys.h (ConfigDocTest) -->";
+  const std::string end = "<!-- keys: end -->";
+  std::string table;
+  bool inside = false, ended = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line == end) {
+      ended = inside;
+      break;
+    }
+    if (inside) table += line + "\n";
+    if (line == begin) inside = true;
+  }
+  ASSERT_TRUE(ended) << "docs/configuration.md lacks the lines " << begin << " and " << end;
+  EXPECT_EQ(table, ConfigKeysMarkdown()) << "Put this between the markers:\n"
+                                         << ConfigKeysMarkdown();
+}
+
+// Each row's default, as the docs write it, is the field's initial value.
+TEST(ConfigDocTest, DefaultsAreShownAsTheyAreWritten) {
+  std::map<std::string, std::string> shown;
+  for (const ConfigKey& k : ConfigKeyTable()) shown[std::string(k.key)] = k.default_text();
+  EXPECT_EQ(shown["cache_size"], "10G");
+  EXPECT_EQ(shown["block_size"], "4M");
+  EXPECT_EQ(shown["op_timeout"], "30s");
+  EXPECT_EQ(shown["scrub_start_delay"], "5m");
+  EXPECT_EQ(shown["file_ttl"], "1h");
+  EXPECT_EQ(shown["high_watermark"], "0.95");
+  EXPECT_EQ(shown["prefetch"], "true");
+  EXPECT_EQ(shown["fuse_threads"], "32");
+  EXPECT_EQ(shown["cache_dir"], "/var/cache/perch");
+  EXPECT_EQ(shown["metrics"], "off");  // the row's UNSET text
+}
+
+// Every row with a key is a key the TOML reader takes, and the reader takes no other
+// top-level key but its two tables.
+TEST(ConfigDocTest, TheReaderTakesTheTablesKeys) {
+  std::set<std::string> rows = {"mount", "tokens"};
+  for (const ConfigKey& k : ConfigKeyTable()) {
+    if (!k.key.empty()) rows.insert(std::string(k.key));
+  }
+  const std::vector<std::string> keys = ConfigKeys();
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()), rows);
 }
 
 }  // namespace
