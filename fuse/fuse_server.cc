@@ -32,6 +32,7 @@ using core::Status;
 FuseServer::FuseServer(core::FileSystem& fs, FuseOptions options)
     : fs_(fs),
       options_(std::move(options)),
+      policy_(options_.decide_after),
       replies_(std::make_shared<PendingReplies>([metrics = options_.metrics](fuse_req_t req) {
         ReplyError(req, "read", core::DeadlineExceededError("no answer before the deadline"),
                    metrics);

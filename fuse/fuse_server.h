@@ -6,7 +6,7 @@
 // Status for the mount) and answers every request exactly once (the
 // callbacks: ops.h). Caching, deadlines and failover happen below, in core;
 // the one policy decided here is the open policy, the kernel's side of an
-// open (passthrough, no-open: Decide()).
+// open (passthrough, no-open), which OpenPolicy decides and this applies.
 //
 // The mount is read-only ("ro"): the kernel refuses writes with EROFS, and
 // every write-shaped operation that still reaches us gets EROFS too. Files
@@ -46,6 +46,7 @@
 #include "daemon/core/filesystem.h"
 #include "daemon/core/metrics.h"
 #include "fuse/inode_table.h"
+#include "fuse/open_policy.h"
 #include "fuse/passthrough.h"
 #include "fuse/pending_replies.h"
 #include "fuse/session_state.h"
@@ -173,20 +174,11 @@ class FuseServer {
   // The session over `mountpoint` ("/dev/fd/N": an open /dev/fuse), with
   // the I/O hooks installed.
   core::Status NewSession(const std::string& mountpoint);
-  // The kernel wants every open of an inode in one mode: while files are
-  // open through the page cache (cached) none may pass through, and while
-  // some pass through (direct) all must, to the same backing file. Kept for
-  // inodes with open files only (an Inode stays small: a `find` remembers
-  // millions).
-  struct OpenModes {
-    uint32_t cached_opens = 0, direct_opens = 0;
-    int32_t backing_id = 0;                        // while direct_opens > 0
-    std::shared_ptr<const core::BlockFd> backing;  // the file the kernel reads
-  };
-  // How open file `fh` of inode `ino` is served (Open) and let go (Release).
+  // How open file `fh` of inode `ino` is served (Open: passes through?) and
+  // let go (Release), as policy_ decides: read_ops.cc.
   bool OpenDirect(uint64_t ino, uint64_t fh);
   bool OpenDirectly(uint64_t ino, uint64_t fh);
-  void Decide();  // no-open or not, once decide_after opens are counted
+  void Decide();  // policy_.Decide(), logged
   void Released(uint64_t ino, uint64_t fh);
 
   // Attributes as the kernel sees them; st_ino is InodeNumberOf(path).
@@ -197,11 +189,9 @@ class FuseServer {
   struct fuse_session* se_ = nullptr;
   std::string mountpoint_;
   std::atomic<bool> mounted_{false};
-  std::atomic<bool> no_open_{false};  // set in init when the kernel offers it, or on deciding
   std::atomic<bool> backing_refused_{false};  // the kernel refused a backing file (logged)
-  std::atomic<bool> deciding_{false};  // passthrough and no-open both wanted: not yet decided
-  std::atomic<uint64_t> opens_{0}, large_opens_{0};  // counted while deciding_
-  Passthrough passthrough_;                          // hooks installed only if options_.passthrough
+  OpenPolicy policy_;        // no-open, passthrough: what each open is (its own lock)
+  Passthrough passthrough_;  // hooks installed only if options_.passthrough
   // Reads answered by the thread that completes them (misses); shared with
   // their callbacks, which may come after this server is gone.
   std::shared_ptr<PendingReplies> replies_;
@@ -215,14 +205,6 @@ class FuseServer {
   // Open directories by handle (the kernel's fh for them).
   std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // Protected by mu_
   uint64_t next_dh_ = 1;                                           // Protected by mu_
-  std::unordered_map<uint64_t, bool> open_direct_;      // fh -> passes through; Protected by mu_
-  std::unordered_map<uint64_t, OpenModes> open_modes_;  // by inode; Protected by mu_
-  // Opens answered in passthrough and not yet released, over all inodes.
-  uint32_t direct_opens_ = 0;  // Protected by mu_
-  // Decided: a small-file workload. No inode starts passing through, and
-  // no_open_ is set once direct_opens_ is 0 (the kernel refuses a no-open
-  // open of an inode open in passthrough).
-  bool no_passthrough_ = false;  // Protected by mu_
   bool handlers_ = false;
   bool adopted_ = false;   // over another perchd's descriptor: libfuse does not unmount it
   bool detached_ = false;  // handed over (Detach): the mount is another perchd's

@@ -36,26 +36,14 @@ core::Result<SessionState> FuseServer::Detach(std::chrono::steady_clock::time_po
   if (s.init.empty()) return core::InternalError("fuse: the kernel's INIT was never seen");
   s.passthrough_offered = passthrough_.offered();
   s.passthrough_agreed = passthrough_.agreed();
-  s.no_open = no_open_;
-  s.deciding = deciding_;
-  s.opens = opens_;
-  s.large_opens = large_opens_;
   inodes_.Save(&s);
-  std::unordered_map<uint64_t, uint64_t> files;
   {
     std::lock_guard<std::mutex> l(mu_);
-    s.no_passthrough = no_passthrough_;
     s.next_dh = next_dh_;
     for (const auto& [dh, h] : dirs_) s.dirs.push_back({dh, h->path.str()});
-    for (const auto& [ino, modes] : open_modes_) {
-      if (modes.direct_opens > 0) s.backings.push_back({ino, modes.backing_id});
-    }
-    files = open_files_;
-    for (const auto& [fh, ino] : files) {
-      auto d = open_direct_.find(fh);
-      s.files.push_back({fh, ino, "", {}, d != open_direct_.end() && d->second});
-    }
+    for (const auto& [fh, ino] : open_files_) s.files.push_back({fh, ino, "", {}, false});
   }
+  policy_.Save(&s);  // the mount's mode, the backing ids, which files pass through
   auto open = fs_.OpenFiles();
   std::unordered_map<uint64_t, const core::OpenFile*> by_fh;
   for (const auto& [fh, f] : open) by_fh[fh] = &f;
@@ -92,44 +80,32 @@ Status FuseServer::Adopt(int fd, const std::string& mountpoint, const SessionSta
       h->path = *path;
       dirs_.emplace(d.dh, std::move(h));
     }
-    no_passthrough_ = state.no_passthrough;
   }
   std::unordered_map<uint64_t, uint64_t> direct_fh_of;  // inode -> one of its passthrough files
   for (const auto& f : state.files) {
     auto path = ObjectPath::Parse(f.path);
     if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + f.path);
     fs_.AdoptOpenFile(f.fh, *path, f.attr);
-    std::lock_guard<std::mutex> l(mu_);
-    open_files_[f.fh] = f.ino;
-    if (!state.passthrough_agreed) continue;
-    open_direct_[f.fh] = f.direct;
-    OpenModes& modes = open_modes_[f.ino];
-    (f.direct ? modes.direct_opens : modes.cached_opens)++;
-    if (f.direct) {
-      direct_opens_++;
-      direct_fh_of[f.ino] = f.fh;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      open_files_[f.fh] = f.ino;
     }
+    if (state.passthrough_agreed && f.direct) direct_fh_of[f.ino] = f.fh;
   }
+  std::unordered_map<uint64_t, OpenPolicy::Backing> held;  // inode -> its backing file
   for (const auto& b : state.backings) {
     // The kernel holds the backing file itself; this hold keeps its blocks
     // from eviction while files pass through to it, as the Open that
     // registered it did.
-    std::shared_ptr<const core::BlockFd> held;
     if (auto it = direct_fh_of.find(b.ino); it != direct_fh_of.end()) {
-      if (auto file = fs_.WholeFile(it->second); file.ok()) held = *std::move(file);
+      if (auto file = fs_.WholeFile(it->second); file.ok()) held[b.ino] = *std::move(file);
     }
-    std::lock_guard<std::mutex> l(mu_);
-    OpenModes& modes = open_modes_[b.ino];
-    modes.backing_id = b.id;
-    modes.backing = std::move(held);
   }
   // libfuse's session has not seen INIT (the kernel sent it to the previous
-  // perchd): it is fed the same one, which runs Ops::Init as then.
+  // perchd): it is fed the same one, which runs Ops::Init as then, and then
+  // the open policy is put back as it was.
   passthrough_.ReplayInit(se_, state.init, state.passthrough_agreed);
-  no_open_ = state.no_open;
-  deciding_ = state.deciding;
-  opens_ = state.opens;
-  large_opens_ = state.large_opens;
+  policy_.Restore(state, std::move(held));
   spdlog::info(
       "fuse: took over {} from the previous perchd: {} inodes, {} open files, {} open "
       "directories",

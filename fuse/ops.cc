@@ -116,8 +116,7 @@ void FuseServer::Ops::Init(void* userdata, struct fuse_conn_info* conn) {
   const bool direct = self->options_.passthrough && self->passthrough_.offered();
   if (direct) self->passthrough_.Want();
   const bool no_open = self->options_.no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
-  self->no_open_ = !direct && no_open;
-  self->deciding_ = direct && no_open;
+  self->policy_.Start(direct, no_open);
   spdlog::info("fuse: protocol {}.{}, max_read {} KiB, {}", conn->proto_major, conn->proto_minor,
                self->options_.max_io / 1024,
                direct                       ? "passthrough for complete cached objects"

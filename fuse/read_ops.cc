@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "daemon/core/wait.h"
@@ -90,7 +91,7 @@ void FuseServer::Ops::Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
       return (void)fuse_reply_err(req, EROFS);
     }
-    if (self->no_open_) return (void)fuse_reply_err(req, ENOSYS);
+    if (self->policy_.no_open()) return (void)fuse_reply_err(req, ENOSYS);
     ObjectPath path;
     if (!self->inodes_.PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
     auto h = self->fs_.Open(path);
@@ -200,121 +201,72 @@ void FuseServer::Ops::Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_i
 bool FuseServer::OpenDirect(uint64_t ino, uint64_t fh) {
   if (!passthrough_.agreed()) return false;
   const bool direct = OpenDirectly(ino, fh);
-  if (deciding_.load(std::memory_order_relaxed)) Decide();
+  if (policy_.deciding()) Decide();
   return direct;
 }
 
 void FuseServer::Decide() {
-  const uint64_t opens = opens_.load(), large = large_opens_.load();
-  if (opens < options_.decide_after || !deciding_.exchange(false)) return;
-  if (large * 100 >= opens) {
-    spdlog::info(
-        "fuse: {} of the first {} opened files are a block or larger: opens stay "
-        "answered (passthrough)",
-        large, opens);
-    return;
-  }
-  // The kernel refuses an open it makes itself (no-open) of an inode that
-  // is open in passthrough (EIO until that file is closed): no file starts
-  // passing through from now on, and no-open waits for those that do.
-  uint32_t direct = 0;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    no_passthrough_ = true;
-    direct = direct_opens_;
-    if (direct == 0) no_open_ = true;  // the next open answers ENOSYS: the kernel opens files
-  }
-  if (direct == 0) {
-    spdlog::info(
-        "fuse: {} of the first {} opened files are a block or larger: a small-file "
-        "workload; no-open from now on (two fewer requests per file, no passthrough)",
-        large, opens);
-  } else {
-    spdlog::info(
-        "fuse: {} of the first {} opened files are a block or larger: a small-file "
-        "workload; no passthrough from now on, and no-open once the {} opens in passthrough "
-        "are closed",
-        large, opens, direct);
+  const OpenPolicy::Decision d = policy_.Decide();
+  switch (d.kind) {
+    case OpenPolicy::Decision::kNotYet:
+      return;
+    case OpenPolicy::Decision::kPassthrough:
+      return spdlog::info(
+          "fuse: {} of the first {} opened files are a block or larger: opens stay "
+          "answered (passthrough)",
+          d.large_opens, d.opens);
+    case OpenPolicy::Decision::kNoOpen:
+      return spdlog::info(
+          "fuse: {} of the first {} opened files are a block or larger: a small-file "
+          "workload; no-open from now on (two fewer requests per file, no passthrough)",
+          d.large_opens, d.opens);
+    case OpenPolicy::Decision::kNoOpenLater:
+      return spdlog::info(
+          "fuse: {} of the first {} opened files are a block or larger: a small-file "
+          "workload; no passthrough from now on, and no-open once the {} opens in passthrough "
+          "are closed",
+          d.large_opens, d.opens, d.direct_opens);
   }
 }
 
 bool FuseServer::OpenDirectly(uint64_t ino, uint64_t fh) {
-  auto settle = [&](OpenModes& modes, bool direct) {
-    (direct ? modes.direct_opens : modes.cached_opens)++;
-    if (direct) direct_opens_++;
-    open_direct_[fh] = direct;
-    if (direct) passthrough_.Direct(fh, modes.backing_id);
-    return direct;
-  };
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = open_modes_.find(ino);
-    if (it != open_modes_.end()) return settle(it->second, it->second.direct_opens > 0);
-  }
-  // No open file yet: the whole object, if cached, becomes the inode's
-  // backing file (disk I/O and an ioctl: not under mu_).
-  auto file = fs_.WholeFile(fh);
-  if (deciding_.load(std::memory_order_relaxed)) {
-    opens_++;
-    if (file.ok() || file.status().code() != StatusCode::kInvalidArgument) large_opens_++;
-  }
-  int32_t id = 0;
-  if (file.ok()) {
-    auto opened = passthrough_.OpenBacking(fuse_session_fd(se_), (*file)->fd());
-    if (opened.ok()) {
-      id = *opened;
-    } else if (!backing_refused_.exchange(true)) {  // the same for every file: said once
-      spdlog::warn("fuse: {}; such files are read through perchd", opened.status().message());
+  std::optional<OpenPolicy::Mode> mode = policy_.Join(ino, fh);
+  if (!mode) {
+    // No open file yet: the whole object, if cached, becomes the inode's
+    // backing file (disk I/O and an ioctl: under no lock).
+    auto file = fs_.WholeFile(fh);
+    policy_.Count(file.ok() || file.status().code() != StatusCode::kInvalidArgument);
+    int32_t id = 0;
+    if (file.ok()) {
+      auto opened = passthrough_.OpenBacking(fuse_session_fd(se_), (*file)->fd());
+      if (opened.ok()) {
+        id = *opened;
+      } else if (!backing_refused_.exchange(true)) {  // the same for every file: said once
+        spdlog::warn("fuse: {}; such files are read through perchd", opened.status().message());
+      }
     }
+    const OpenPolicy::Settled settled =
+        policy_.Settle(ino, fh, id, file.ok() ? *file : OpenPolicy::Backing());
+    if (id > 0 && !settled.used) passthrough_.CloseBacking(fuse_session_fd(se_), id);
+    mode = settled.mode;
   }
-  std::shared_ptr<const core::BlockFd> unused;  // let go after the unlock
-  std::lock_guard<std::mutex> l(mu_);
-  auto [it, first] = open_modes_.try_emplace(ino);
-  OpenModes& modes = it->second;
-  if (id > 0 && first && !no_passthrough_) {
-    modes.backing_id = id;
-    modes.backing = *std::move(file);
-    return settle(modes, true);
-  }
-  // Another open of the inode settled its mode meanwhile (or nothing to
-  // pass, or passthrough is over: Decide).
-  if (id > 0) passthrough_.CloseBacking(fuse_session_fd(se_), id);
-  if (file.ok()) unused = *std::move(file);
-  return settle(modes, modes.direct_opens > 0);
+  if (mode->direct) passthrough_.Direct(fh, mode->backing_id);
+  return mode->direct;
 }
 
 void FuseServer::Released(uint64_t ino, uint64_t fh) {
-  std::shared_ptr<const core::BlockFd> backing;  // let go after the unlock
-  bool now_no_open = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     open_files_.erase(fh);
-    auto open = open_direct_.find(fh);
-    if (open == open_direct_.end()) return;
-    const bool direct = open->second;
-    open_direct_.erase(open);
-    passthrough_.Undo(fh);  // a reply never sent
-    if (direct && direct_opens_ > 0) direct_opens_--;
-    // The last file open in passthrough is closed: the switch Decide put off.
-    if (direct && direct_opens_ == 0 && no_passthrough_ && !no_open_) {
-      no_open_ = true;
-      now_no_open = true;
-    }
-    auto it = open_modes_.find(ino);
-    if (it != open_modes_.end()) {
-      OpenModes& modes = it->second;
-      uint32_t& count = direct ? modes.direct_opens : modes.cached_opens;
-      if (count > 0) count--;
-      if (direct && modes.direct_opens == 0) {
-        // The kernel let go of the inode's backing file before it sent this release.
-        passthrough_.CloseBacking(fuse_session_fd(se_), modes.backing_id);
-        modes.backing_id = 0;
-        backing = std::move(modes.backing);
-      }
-      if (modes.direct_opens == 0 && modes.cached_opens == 0) open_modes_.erase(it);
-    }
   }
-  if (now_no_open) {
+  const OpenPolicy::Released r = policy_.Release(ino, fh);  // its backing let go at the end
+  if (!r.known) return;
+  passthrough_.Undo(fh);  // a reply never sent
+  if (r.close_backing) {
+    // The kernel let go of the inode's backing file before it sent this release.
+    passthrough_.CloseBacking(fuse_session_fd(se_), *r.close_backing);
+  }
+  if (r.now_no_open) {
     spdlog::info("fuse: the last file open in passthrough is closed: no-open from now on");
   }
 }

@@ -53,7 +53,7 @@ struct SessionState {
     int32_t id = 0;  // registered with the kernel on this connection
   };
   std::vector<Backing> backings;
-  // The open policy's state (FuseServer::Decide).
+  // The open policy's state (OpenPolicy).
   bool passthrough_offered = false, passthrough_agreed = false;
   bool no_open = false, deciding = false, no_passthrough = false;
   uint64_t opens = 0, large_opens = 0;
