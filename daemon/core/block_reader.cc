@@ -13,7 +13,7 @@ namespace perch::core {
 namespace {
 
 // A part of a read: a fetched block's bytes copied out of it (Read) or shared
-// with every other reader of that block (ReadShared).
+// with every other reader of that block (ReadPieces).
 template <typename Part>
 Part PartOf(const std::shared_ptr<const Bytes>& block, uint64_t from, uint64_t to);
 template <>
@@ -21,18 +21,11 @@ Bytes PartOf<Bytes>(const std::shared_ptr<const Bytes>& block, uint64_t from, ui
   return block->substr(from, to - from);
 }
 template <>
-SharedBytes PartOf<SharedBytes>(const std::shared_ptr<const Bytes>& block, uint64_t from,
-                                uint64_t to) {
-  return SharedBytes{block, static_cast<size_t>(from), static_cast<size_t>(to - from)};
+ReadPiece PartOf<ReadPiece>(const std::shared_ptr<const Bytes>& block, uint64_t from, uint64_t to) {
+  return ReadPiece(SharedBytes{block, static_cast<size_t>(from), static_cast<size_t>(to - from)});
 }
 
-// A hit read from the store, as a part of ReadShared's.
-SharedBytes Shared(Bytes&& hit) {
-  const size_t n = hit.size();
-  return SharedBytes{std::make_shared<const Bytes>(std::move(hit)), 0, n};
-}
-
-// The parts of one read as its caller wants them: one string, or the parts.
+// The parts of one read as its caller wants them: one string, or the pieces.
 Bytes Joined(std::vector<Bytes>& parts) {
   if (parts.size() == 1) return std::move(parts[0]);
   size_t total = 0;
@@ -41,6 +34,14 @@ Bytes Joined(std::vector<Bytes>& parts) {
   all.reserve(total);
   for (Bytes& p : parts) all += p;
   return all;
+}
+std::vector<ReadPiece> Joined(std::vector<ReadPiece>& parts) { return std::move(parts); }
+
+// Until the FUSE adapter reads through FileSystem::Read (issue #32).
+template <>
+SharedBytes PartOf<SharedBytes>(const std::shared_ptr<const Bytes>& block, uint64_t from,
+                                uint64_t to) {
+  return SharedBytes{block, static_cast<size_t>(from), static_cast<size_t>(to - from)};
 }
 std::vector<SharedBytes> Joined(std::vector<SharedBytes>& parts) { return std::move(parts); }
 
@@ -91,78 +92,75 @@ BlockReader::BlockReader(Origin& origin, BlockStore& store, Executor& disk,
       scheduler_(scheduler),
       guard_(guard) {}
 
-void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
-                       const std::string& object_id, ByteRange range, Deadline deadline,
-                       std::function<void(Result<Bytes>)> done, const FetchClass& cls) {
-  ReadParts<Bytes>(path, version, object_id, range, deadline, std::move(done), cls);
+Result<Bytes> BlockReader::StoreRead(const BlockKey& key, uint64_t from, uint64_t to) {
+  {
+    MutexLock l(mu_);
+    reading_[key]++;
+  }
+  Result<Bytes> hit = store_.Read(key, from, to - from);
+  MutexLock l(mu_);
+  if (--reading_[key] == 0) reading_.erase(key);
+  return hit;
+}
+
+template <>
+std::optional<Bytes> BlockReader::StoreHit<Bytes>(const BlockKey& key, uint64_t from, uint64_t to) {
+  if (listener_ != nullptr && !listener_->MayContain(key)) return std::nullopt;
+  Result<Bytes> hit = StoreRead(key, from, to);
+  if (hit.ok() && hit->size() == to - from) return *std::move(hit);
+  if (!hit.ok() && hit.status().code() == StatusCode::kCorrupt) {
+    NoteCorrupt(key, hit.status());
+  } else if (hit.ok()) {
+    DropWrongLength(key);
+  }
+  return std::nullopt;
+}
+
+template <>
+std::optional<ReadPiece> BlockReader::StoreHit<ReadPiece>(const BlockKey& key, uint64_t from,
+                                                          uint64_t to) {
+  if (listener_ != nullptr && !listener_->MayContain(key)) return std::nullopt;
+  // The slice is a use of the block (BlockStore::InUse) as soon as the store
+  // made it: no count of ours is needed to keep the evictor off it.
+  Result<BlockSlice> slice = store_.Slice(key, from, to - from);
+  if (slice.ok() && slice->length() == to - from) return ReadPiece(*std::move(slice));
+  if (!slice.ok() && slice.status().code() == StatusCode::kInvalidArgument) {
+    // A store that keeps no files: its bytes, once, in memory.
+    Result<Bytes> hit = StoreRead(key, from, to);
+    if (hit.ok() && hit->size() == to - from) {
+      const size_t n = hit->size();
+      return ReadPiece(SharedBytes{std::make_shared<const Bytes>(*std::move(hit)), 0, n});
+    }
+    if (!hit.ok() && hit.status().code() == StatusCode::kCorrupt) {
+      NoteCorrupt(key, hit.status());
+    } else if (hit.ok()) {
+      DropWrongLength(key);
+    }
+    return std::nullopt;
+  }
+  if (!slice.ok() && slice.status().code() == StatusCode::kCorrupt) {
+    NoteCorrupt(key, slice.status());
+  } else if (slice.ok()) {
+    slice = InternalError("wrong length");  // let go of the block before it is removed
+    DropWrongLength(key);
+  }
+  return std::nullopt;
+}
+
+template <>
+std::optional<SharedBytes> BlockReader::StoreHit<SharedBytes>(const BlockKey& key, uint64_t from,
+                                                              uint64_t to) {
+  std::optional<Bytes> hit = StoreHit<Bytes>(key, from, to);
+  if (!hit) return std::nullopt;
+  const size_t n = hit->size();
+  return SharedBytes{std::make_shared<const Bytes>(*std::move(hit)), 0, n};
 }
 
 void BlockReader::ReadShared(const ObjectPath& path, const ObjectVersion& version,
                              const std::string& object_id, ByteRange range, Deadline deadline,
                              std::function<void(Result<std::vector<SharedBytes>>)> done,
                              const FetchClass& cls) {
-  ReadParts<SharedBytes>(path, version, object_id, range, deadline, std::move(done), cls);
-}
-
-template <typename Part, typename Out>
-void BlockReader::ReadParts(const ObjectPath& path, const ObjectVersion& version,
-                            const std::string& object_id, ByteRange range, Deadline deadline,
-                            std::function<void(Result<Out>)> done, const FetchClass& cls) {
-  const uint64_t bs = options_.block_size;
-  if (range.offset >= version.size) range.length = 0;
-  range.length = std::min(range.length, version.size - std::min(range.offset, version.size));
-  if (range.length == 0) {
-    done(Out());
-    return;
-  }
-  uint64_t first = range.offset / bs;
-  uint64_t last = (range.end() - 1) / bs;
-  auto assembly = std::make_shared<Assembly<Part, Out>>(last - first + 1, std::move(done));
-  for (uint64_t b = first; b <= last; ++b) {
-    size_t slot = b - first;
-    uint64_t block_start = b * bs;
-    uint64_t block_len = std::min(bs, version.size - block_start);
-    uint64_t from = std::max(range.offset, block_start) - block_start;
-    uint64_t to = std::min(range.end(), block_start + block_len) - block_start;
-    BlockKey key{object_id, b};
-
-    Result<Bytes> hit = NotFoundError("not in the catalog", FailureSite::kLocal);
-    if (listener_ == nullptr || listener_->MayContain(key)) {
-      {
-        MutexLock l(mu_);
-        reading_[key]++;
-      }
-      hit = store_.Read(key, from, to - from);
-      MutexLock l(mu_);
-      if (--reading_[key] == 0) reading_.erase(key);
-    }
-    if (hit.ok() && hit->size() == to - from) {
-      CountHit(path, hit->size());
-      if (listener_) listener_->Touched(key, block_len);
-      if constexpr (std::is_same_v<Part, Bytes>) {
-        assembly->Complete(slot, std::move(hit));
-      } else {
-        assembly->Complete(slot, Shared(*std::move(hit)));
-      }
-      continue;
-    }
-    if (!hit.ok() && hit.status().code() == StatusCode::kCorrupt) {
-      NoteCorrupt(key, hit.status());
-    } else if (hit.ok()) {
-      // A store answering with the wrong length is as good as corrupt.
-      stats_.corrupt_blocks++;
-      store_.Remove(key).IgnoreError();
-      if (listener_) listener_->Dropped(key);
-    }
-    Fetch(path, version, key, block_len, to - from, deadline, cls,
-          [assembly, slot, from, to](Result<std::shared_ptr<const Bytes>> block) {
-            if (!block.ok()) {
-              assembly->Complete(slot, block.status());
-              return;
-            }
-            assembly->Complete(slot, PartOf<Part>(*block, from, to));
-          });
-  }
+  ReadParts<SharedBytes>(path, version, object_id, range, deadline, std::move(done), nullptr, cls);
 }
 
 std::optional<std::vector<BlockSlice>> BlockReader::TrySlice(const ObjectPath& path,
@@ -193,6 +191,93 @@ std::optional<std::vector<BlockSlice>> BlockReader::TrySlice(const ObjectPath& p
     }
   }
   return slices;
+}
+
+void BlockReader::DropWrongLength(const BlockKey& key) {
+  stats_.corrupt_blocks++;
+  store_.Remove(key).IgnoreError();
+  if (listener_) listener_->Dropped(key);
+}
+
+void BlockReader::Read(const ObjectPath& path, const ObjectVersion& version,
+                       const std::string& object_id, ByteRange range, Deadline deadline,
+                       std::function<void(Result<Bytes>)> done, const FetchClass& cls) {
+  ReadParts<Bytes>(path, version, object_id, range, deadline, std::move(done), nullptr, cls);
+}
+
+void BlockReader::ReadPieces(const ObjectPath& path, const ObjectVersion& version,
+                             const std::string& object_id, ByteRange range, Deadline deadline,
+                             PiecesDone done, const std::function<Status()>& may_fetch,
+                             const FetchClass& cls) {
+  ReadParts<ReadPiece>(path, version, object_id, range, deadline, std::move(done), may_fetch, cls);
+}
+
+template <typename Part, typename Out>
+void BlockReader::ReadParts(const ObjectPath& path, const ObjectVersion& version,
+                            const std::string& object_id, ByteRange range, Deadline deadline,
+                            std::function<void(Result<Out>)> done,
+                            const std::function<Status()>& may_fetch, const FetchClass& cls) {
+  const uint64_t bs = options_.block_size;
+  if (range.offset >= version.size) range.length = 0;
+  range.length = std::min(range.length, version.size - std::min(range.offset, version.size));
+  if (range.length == 0) {
+    done(Out());
+    return;
+  }
+  const uint64_t first = range.offset / bs;
+  const uint64_t last = (range.end() - 1) / bs;
+  // Where block b's part of the range lies within it.
+  auto part = [&](uint64_t b) {
+    const uint64_t block_start = b * bs;
+    const uint64_t block_len = std::min(bs, version.size - block_start);
+    const uint64_t from = std::max(range.offset, block_start) - block_start;
+    const uint64_t to = std::min(range.end(), block_start + block_len) - block_start;
+    return std::tuple{block_len, from, to};
+  };
+  // Each block is asked of the store once; what it has is served from that.
+  std::vector<std::optional<Part>> hits(last - first + 1);
+  bool misses = false;
+  for (uint64_t b = first; b <= last; ++b) {
+    auto [block_len, from, to] = part(b);
+    hits[b - first] = StoreHit<Part>(BlockKey{object_id, b}, from, to);
+    misses = misses || !hits[b - first];
+  }
+  if (misses && may_fetch) {
+    if (Status s = may_fetch(); !s.ok()) {
+      done(std::move(s));
+      return;
+    }
+  }
+  for (uint64_t b = first; b <= last; ++b) {
+    if (!hits[b - first]) continue;
+    auto [block_len, from, to] = part(b);
+    CountHit(path, to - from);
+    if (listener_) listener_->Touched(BlockKey{object_id, b}, block_len);
+  }
+  if (!misses) {  // all hits: answered here, nothing to assemble
+    std::vector<Part> parts;
+    parts.reserve(hits.size());
+    for (std::optional<Part>& h : hits) parts.push_back(*std::move(h));
+    done(Joined(parts));
+    return;
+  }
+  auto assembly = std::make_shared<Assembly<Part, Out>>(hits.size(), std::move(done));
+  for (uint64_t b = first; b <= last; ++b) {
+    const size_t slot = b - first;
+    if (hits[slot]) {
+      assembly->Complete(slot, *std::move(hits[slot]));
+      continue;
+    }
+    auto [block_len, from, to] = part(b);
+    Fetch(path, version, BlockKey{object_id, b}, block_len, to - from, deadline, cls,
+          [assembly, slot, from = from, to = to](Result<std::shared_ptr<const Bytes>> block) {
+            if (!block.ok()) {
+              assembly->Complete(slot, block.status());
+              return;
+            }
+            assembly->Complete(slot, PartOf<Part>(*block, from, to));
+          });
+  }
 }
 
 std::string BlockReader::NamespaceOf(const ObjectPath& path) {

@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "daemon/core/block_store.h"
@@ -84,6 +85,29 @@ struct SharedBytes {
   std::string_view view() const { return std::string_view(*bytes).substr(offset, length); }
 };
 
+// One piece of a read: part of one block, either still in the cache's file
+// (a hit: a reply moves the bytes from the file, splice or pread, without a
+// copy of ours; the slice keeps the block in use until let go) or in memory
+// (a fetched block shared with its other readers, a block not yet written,
+// or a hit of a store that keeps no files).
+class ReadPiece {
+ public:
+  ReadPiece() = default;
+  explicit ReadPiece(BlockSlice slice) : part_(std::move(slice)) {}
+  explicit ReadPiece(SharedBytes bytes) : part_(std::move(bytes)) {}
+  // The piece's file and position in it, or null if the piece is in memory.
+  const BlockSlice* slice() const { return std::get_if<BlockSlice>(&part_); }
+  // The piece's bytes, or null if it is in a file.
+  const SharedBytes* bytes() const { return std::get_if<SharedBytes>(&part_); }
+  uint64_t length() const {
+    const SharedBytes* b = bytes();
+    return b != nullptr ? b->length : slice()->length();
+  }
+
+ private:
+  std::variant<SharedBytes, BlockSlice> part_;
+};
+
 class BlockReader {
  public:
   // `listener` (may be null) hears of every stored, hit and dropped block.
@@ -103,12 +127,32 @@ class BlockReader {
   void Read(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
             ByteRange range, Deadline deadline, std::function<void(Result<Bytes>)> done,
             const FetchClass& cls = FetchClass());
-  // Read without the copy: the range as parts of the blocks it touches, in
-  // order (one part per block; none for an empty range).
+  // Yields exactly `range` (clipped to the object's size) as pieces, one per
+  // block it touches, in order (none for an empty range): a block the store
+  // holds in a file is a slice of it (BlockStore::Slice), any other a part of
+  // the block's bytes in memory (ReadPiece). Each block is asked of the store
+  // once: a hit is served from what that gave, a miss (absent, or dropped
+  // after failing its check) is fetched. If some block must be fetched and
+  // `may_fetch` (may be null; called at most once, before any fetch, on the
+  // caller's thread) answers an error, the read fails with that error and
+  // fetches nothing; a read of hits only never asks.
+  using PiecesDone = std::function<void(Result<std::vector<ReadPiece>>)>;
+  void ReadPieces(const ObjectPath& path, const ObjectVersion& version,
+                  const std::string& object_id, ByteRange range, Deadline deadline, PiecesDone done,
+                  const std::function<Status()>& may_fetch = nullptr,
+                  const FetchClass& cls = FetchClass());
+
+  // Until the FUSE adapter reads through FileSystem::Read (issue #32), what
+  // its old read path asks: ReadPieces with every piece in memory (hits
+  // copied), and a zero-copy hit (the slices if every block `range` touches
+  // is in a file, nullopt otherwise; counts as a hit).
   void ReadShared(const ObjectPath& path, const ObjectVersion& version,
                   const std::string& object_id, ByteRange range, Deadline deadline,
                   std::function<void(Result<std::vector<SharedBytes>>)> done,
                   const FetchClass& cls = FetchClass());
+  std::optional<std::vector<BlockSlice>> TrySlice(const ObjectPath& path,
+                                                  const ObjectVersion& version,
+                                                  const std::string& object_id, ByteRange range);
 
   // Fetches block `block` into the store unless it is there or on its way;
   // nobody waits for it. A reader that later wants it joins the fetch (and
@@ -118,16 +162,6 @@ class BlockReader {
   // Withdraws a prefetch of `key` that is still queued and that no reader
   // waits for; true if withdrawn.
   bool CancelPrefetch(const BlockKey& key);
-
-  // A zero-copy hit: if every block `range` touches is held by the store as
-  // a file, the open files and the range's position in each, in order (one
-  // slice per block; a reply splices them one after the other); nullopt
-  // otherwise (the caller then uses Read). Counts as a hit. Each slice is a
-  // use of its block until it is let go (BlockSlice): keep the slices until
-  // the reply that sends them is done with the file.
-  std::optional<std::vector<BlockSlice>> TrySlice(const ObjectPath& path,
-                                                  const ObjectVersion& version,
-                                                  const std::string& object_id, ByteRange range);
 
   // The store's file of the complete object (BlockStore::WholeFile), for a
   // reader that reads it without us (FUSE passthrough): its blocks stay in
@@ -168,12 +202,21 @@ class BlockReader {
   using BlockCallback = std::function<void(Result<std::shared_ptr<const Bytes>>)>;
   template <typename Part, typename Out>
   struct Assembly;
-  // Read and ReadShared: Part is Bytes (copied out of fetched blocks, joined
-  // into one Out) or SharedBytes (Out: the parts).
+  // Read and ReadPieces: Part is Bytes (copied out of the blocks, joined into
+  // one Out) or ReadPiece (Out: the pieces).
   template <typename Part, typename Out>
   void ReadParts(const ObjectPath& path, const ObjectVersion& version, const std::string& object_id,
                  ByteRange range, Deadline deadline, std::function<void(Result<Out>)> done,
-                 const FetchClass& cls);
+                 const std::function<Status()>& may_fetch, const FetchClass& cls);
+  // Bytes [from, to) of block `key` from the store (a slice of its file where
+  // Part is a ReadPiece and the store has one), or nullopt: a miss. A block
+  // that fails its check or has the wrong length is dropped (a miss).
+  template <typename Part>
+  std::optional<Part> StoreHit(const BlockKey& key, uint64_t from, uint64_t to);
+  Result<Bytes> StoreRead(const BlockKey& key, uint64_t from, uint64_t to);
+  // The store answered block `key` with fewer or more bytes than it holds:
+  // as good as corrupt (counted, removed, told).
+  void DropWrongLength(const BlockKey& key);
 
   // A block failed its check (the store already removed it): count, log, forget.
   void NoteCorrupt(const BlockKey& key, const Status& why);

@@ -2,7 +2,6 @@
 
 #include "daemon/core/codec.h"
 #include "daemon/core/mutex.h"
-#include "daemon/core/wait.h"
 
 namespace perch::core {
 
@@ -84,7 +83,6 @@ Result<OpenFile> FileSystem::StartRead(uint64_t handle, uint64_t offset, uint64_
     f = it->second;
   }
   if (prefetcher_ != nullptr) prefetcher_->Read(handle, offset, size);
-  if (auto failed = RecentFailure(f.object_id)) return *failed;
   return f;
 }
 
@@ -99,32 +97,39 @@ Result<OpenFile> FileSystem::StartPathRead(const ObjectPath& path, uint64_t offs
   }
 }
 
-void FileSystem::ReadOpenAsync(const OpenFile& f, uint64_t offset, uint64_t size, ReadDone done) {
-  reader_.ReadShared(
-      f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id, ByteRange{offset, size},
-      NewDeadline(),
-      [this, id = f.object_id, done = std::move(done)](Result<std::vector<SharedBytes>> r) {
-        NoteResult(id, r.status());
-        done(std::move(r));
-      });
+namespace {
+
+// Whether a read was answered wholly from the cache's files (no fetch, no
+// byte in memory): such a read leaves a remembered failure alone, as the
+// zero-copy path always did.
+bool AllInFiles(const Result<std::vector<ReadPiece>>& r) {
+  if (!r.ok()) return false;
+  for (const ReadPiece& p : *r) {
+    if (p.slice() == nullptr) return false;
+  }
+  return true;
 }
 
-Result<Bytes> FileSystem::Read(uint64_t handle, uint64_t offset, uint64_t size) {
-  auto f = StartRead(handle, offset, size);
-  if (!f.ok()) return f.status();
-  Deadline deadline = NewDeadline();
-  auto r = WaitFor<Bytes>(deadline, [&](auto cb) {
-    reader_.Read(f->path, ObjectVersion{f->attr.size, f->attr.etag}, f->object_id,
-                 ByteRange{offset, size}, deadline, cb);
-  });
-  NoteResult(f->object_id, r.status());
-  return r;
-}
+}  // namespace
 
-void FileSystem::ReadAsync(uint64_t handle, uint64_t offset, uint64_t size, ReadDone done) {
-  auto f = StartRead(handle, offset, size);
+void FileSystem::Read(const FileRef& file, uint64_t offset, uint64_t size, ReadDone done) {
+  const bool by_path = file.handle == 0;
+  auto f = by_path ? StartPathRead(file.path, offset, size) : StartRead(file.handle, offset, size);
   if (!f.ok()) return done(f.status());
-  ReadOpenAsync(*f, offset, size, std::move(done));
+  const std::string& id = f->object_id;
+  reader_.ReadPieces(
+      f->path, ObjectVersion{f->attr.size, f->attr.etag}, id, ByteRange{offset, size},
+      NewDeadline(),
+      [this, id, path = by_path ? f->path : ObjectPath(), by_path,
+       done = std::move(done)](Result<std::vector<ReadPiece>> r) {
+        if (!AllInFiles(r)) NoteResult(id, r.status());
+        // The object changed at the origin: the next read by path opens the
+        // new version.
+        if (by_path && r.status().code() == StatusCode::kStale) ForgetImplicit(path, id);
+        done(std::move(r));
+      },
+      // Only a read that must fetch is stopped by a recent failure.
+      [this, &id] { return RecentFailure(id).value_or(Status::Ok()); });
 }
 
 std::optional<Status> FileSystem::RecentFailure(const std::string& object_id) {
@@ -152,21 +157,6 @@ void FileSystem::NoteResult(const std::string& object_id, const Status& s) {
                                s.message() + " (a read of this file failed moments ago; "
                                              "it is tried again after a few seconds)",
                                s.where(), s.retryable())};
-}
-
-std::optional<std::vector<BlockSlice>> FileSystem::ReadSlice(uint64_t handle, uint64_t offset,
-                                                             uint64_t size) {
-  OpenFile f;
-  {
-    MutexLock l(mu_);
-    auto it = open_.find(handle);
-    if (it == open_.end()) return std::nullopt;
-    f = it->second;
-  }
-  auto slice = reader_.TrySlice(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id,
-                                ByteRange{offset, size});
-  if (slice && prefetcher_ != nullptr) prefetcher_->Read(handle, offset, size);
-  return slice;
 }
 
 void FileSystem::Release(uint64_t handle) {
@@ -210,20 +200,6 @@ Result<uint64_t> FileSystem::ImplicitHandle(const ObjectPath& path) {
   return handle;
 }
 
-void FileSystem::ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size,
-                               ReadDone done) {
-  auto f = StartPathRead(path, offset, size);
-  if (!f.ok()) return done(f.status());
-  ReadOpenAsync(
-      *f, offset, size,
-      [this, path, id = f->object_id, done = std::move(done)](Result<std::vector<SharedBytes>> r) {
-        // The object changed at the origin: the next read by path
-        // opens the new version.
-        if (r.status().code() == StatusCode::kStale) ForgetImplicit(path, id);
-        done(std::move(r));
-      });
-}
-
 void FileSystem::ForgetImplicit(const ObjectPath& path, const std::string& object_id) {
   uint64_t handle = 0;
   {
@@ -239,11 +215,56 @@ void FileSystem::ForgetImplicit(const ObjectPath& path, const std::string& objec
   Release(handle);
 }
 
+// Until the FUSE adapter reads through Read (issue #32).
+
+std::optional<std::vector<BlockSlice>> FileSystem::ReadSlice(uint64_t handle, uint64_t offset,
+                                                             uint64_t size) {
+  OpenFile f;
+  {
+    MutexLock l(mu_);
+    auto it = open_.find(handle);
+    if (it == open_.end()) return std::nullopt;
+    f = it->second;
+  }
+  auto slice = reader_.TrySlice(f.path, ObjectVersion{f.attr.size, f.attr.etag}, f.object_id,
+                                ByteRange{offset, size});
+  if (slice && prefetcher_ != nullptr) prefetcher_->Read(handle, offset, size);
+  return slice;
+}
+
 std::optional<std::vector<BlockSlice>> FileSystem::ReadSlicePath(const ObjectPath& path,
                                                                  uint64_t offset, uint64_t size) {
   auto h = ImplicitHandle(path);
   if (!h.ok()) return std::nullopt;
   return ReadSlice(*h, offset, size);
+}
+
+void FileSystem::ReadAsync(uint64_t handle, uint64_t offset, uint64_t size, SharedReadDone done) {
+  auto f = StartRead(handle, offset, size);
+  if (!f.ok()) return done(f.status());
+  if (auto failed = RecentFailure(f->object_id)) return done(*failed);
+  reader_.ReadShared(
+      f->path, ObjectVersion{f->attr.size, f->attr.etag}, f->object_id, ByteRange{offset, size},
+      NewDeadline(),
+      [this, id = f->object_id, done = std::move(done)](Result<std::vector<SharedBytes>> r) {
+        NoteResult(id, r.status());
+        done(std::move(r));
+      });
+}
+
+void FileSystem::ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size,
+                               SharedReadDone done) {
+  auto f = StartPathRead(path, offset, size);
+  if (!f.ok()) return done(f.status());
+  if (auto failed = RecentFailure(f->object_id)) return done(*failed);
+  reader_.ReadShared(
+      f->path, ObjectVersion{f->attr.size, f->attr.etag}, f->object_id, ByteRange{offset, size},
+      NewDeadline(),
+      [this, path, id = f->object_id, done = std::move(done)](Result<std::vector<SharedBytes>> r) {
+        NoteResult(id, r.status());
+        if (r.status().code() == StatusCode::kStale) ForgetImplicit(path, id);
+        done(std::move(r));
+      });
 }
 
 }  // namespace perch::core

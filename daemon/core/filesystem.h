@@ -9,9 +9,15 @@
 //
 // Every call takes its deadline from `op_timeout`: nothing waits longer.
 //
+// Reading: one entry point, Read, for a file named by an open handle or by
+// its path, answered through one completion with the bytes as pieces of
+// blocks: slices of the cache's files where the blocks are there (a reply
+// moves them from the file without copying them through perch), bytes in
+// memory where they were fetched.
+//
 // Thread-safety: all methods are safe from any thread and may block the
-// caller (FUSE workers) until answered or the deadline passes, except the
-// *Async reads, which block only to read a hit from the local store.
+// caller (FUSE workers) until answered or the deadline passes, except Read,
+// which blocks only to look its blocks up in the local store.
 #pragma once
 
 #include <atomic>
@@ -35,13 +41,23 @@ namespace perch::core {
 struct FileSystemOptions {
   std::chrono::milliseconds op_timeout{30000};
   std::string federation_id;          // e.g. the federation URL; part of every object id
-  size_t implicit_open_limit = 1024;  // files the *Path reads keep open
+  size_t implicit_open_limit = 1024;  // files reads by path keep open
   // After a read of an object failed because the federation could not
   // deliver it (kUnavailable, kDeadlineExceeded), reads of that object fail
   // at once for this long: the kernel cuts one read(2) into several FUSE
   // requests, and the whole system call, not each request, must end within
   // op_timeout.
   std::chrono::milliseconds failure_memo{5000};
+};
+
+// The file a read is of: an open file (Open's handle), or a path the kernel
+// never opened (FUSE no-open; see Read).
+struct FileRef {
+  static FileRef Handle(uint64_t handle) { return FileRef{handle, ObjectPath()}; }
+  static FileRef Path(ObjectPath path) { return FileRef{0, std::move(path)}; }
+
+  uint64_t handle = 0;  // 0: by path
+  ObjectPath path;      // when handle is 0
 };
 
 struct OpenFile {
@@ -62,12 +78,6 @@ class FileSystem {
 
   // Opens a file for reading. kInvalidArgument for a directory.
   Result<uint64_t> Open(const ObjectPath& path);
-  // Reads up to `size` bytes at `offset` of open file `handle` (short at EOF).
-  Result<Bytes> Read(uint64_t handle, uint64_t offset, uint64_t size);
-  // Zero-copy variant of Read for cache hits: the open block files and the
-  // bytes' position in each, one slice per block in order (a range within
-  // one block is one slice), or nullopt (use Read).
-  std::optional<std::vector<BlockSlice>> ReadSlice(uint64_t handle, uint64_t offset, uint64_t size);
   void Release(uint64_t handle);
   // The cache's file of open file `handle`'s whole object, for the kernel to
   // read without us (BlockReader::WholeFile); kNotFound unless all of it is
@@ -75,29 +85,49 @@ class FileSystem {
   // The caller holds it as long as the kernel may read it.
   Result<std::shared_ptr<const BlockFd>> WholeFile(uint64_t handle);
 
-  // Read without blocking the caller and without copying: `done` gets the
-  // range as parts of the blocks (BlockReader::ReadShared), exactly once, on
-  // the thread that completes the read (the caller's for hits and errors
-  // found at once; it must not block). The read's deadline is op_timeout;
-  // a caller that must answer by a deadline bounds its own wait as well (the
-  // FUSE adapter does: a callback could come later if a fetch misbehaved).
-  using ReadDone = std::function<void(Result<std::vector<SharedBytes>>)>;
-  void ReadAsync(uint64_t handle, uint64_t offset, uint64_t size, ReadDone done);
+  // Reads up to `size` bytes at `offset` of `file` (short at EOF, empty past
+  // it) and gives them to `done`, exactly once, as pieces of blocks in order
+  // (BlockReader::ReadPieces: a slice of the cache's file for each block the
+  // store holds in one, to be sent from there and kept until the reply is
+  // done with it; bytes in memory for the others). `done` runs on the caller's
+  // thread for a read of hits and for errors found at once, otherwise on the
+  // thread that completed the last fetch; it must not block.
+  //
+  // The read's deadline is op_timeout. A caller that must answer by a
+  // deadline bounds its own wait as well (the FUSE adapter and the endpoint
+  // do: a completion could come later if a fetch misbehaved).
+  //
+  // Errors: kInvalidArgument for a handle that is not open; GetAttr's for a
+  // path; the federation's (kNotFound, kUnavailable, kDeadlineExceeded, ...)
+  // for a block that had to be fetched; kStale when the object changed at the
+  // origin since it was opened (VersionGuard). After a read of an object
+  // failed because the federation could not deliver it (kUnavailable,
+  // kDeadlineExceeded), reads of it that need a fetch fail at once with that
+  // error for `failure_memo`; what is cached is still served.
+  //
+  // By path (a kernel that opens files without asking us): the file is
+  // opened on its first read and stays open until it is among the least
+  // recently read of `implicit_open_limit` files, or a read of it fails with
+  // kStale (the next read opens the new version).
+  using ReadDone = std::function<void(Result<std::vector<ReadPiece>>)>;
+  void Read(const FileRef& file, uint64_t offset, uint64_t size, ReadDone done);
 
-  // ReadSlice and ReadAsync for a kernel that opens files without asking us (FUSE
-  // no-open): the file is opened on its first read and stays open until it
-  // is among the least recently read of `implicit_open_limit` files, or a
-  // read of it fails with kStale (the object changed at the origin: the
-  // next read opens the new version).
+  // Until the FUSE adapter reads through Read (issue #32): its old read
+  // path, a zero-copy hit (the slices if every block is in a file, else
+  // nullopt) and then, for the rest, a read of parts in memory, by handle or
+  // by path.
+  std::optional<std::vector<BlockSlice>> ReadSlice(uint64_t handle, uint64_t offset, uint64_t size);
   std::optional<std::vector<BlockSlice>> ReadSlicePath(const ObjectPath& path, uint64_t offset,
                                                        uint64_t size);
-  void ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size, ReadDone done);
+  using SharedReadDone = std::function<void(Result<std::vector<SharedBytes>>)>;
+  void ReadAsync(uint64_t handle, uint64_t offset, uint64_t size, SharedReadDone done);
+  void ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size, SharedReadDone done);
 
   // The store id of `path` at version `attr`.
   std::string ObjectId(const ObjectPath& path, const FileAttr& attr) const;
 
   // For a handoff to the next perchd (fuse/ SessionState): the files opened
-  // with Open and not yet released, by handle (the *Path reads' own opens are
+  // with Open and not yet released, by handle (the opens of reads by path are
   // left out: they open again on their next read).
   std::vector<std::pair<uint64_t, OpenFile>> OpenFiles() const;
   // Takes over open file `handle` of the previous perchd, pinned to the same
@@ -113,16 +143,13 @@ class FileSystem {
   const FileSystemOptions options_;
   Prefetcher* const prefetcher_;
 
-  // The open file to read `size` bytes at `offset` of, by handle or by path
-  // (the *Path reads'), having told the prefetcher; an error if there is none or it
-  // failed moments ago (failure_memo).
+  // The open file to read `size` bytes at `offset` of, by handle or by path,
+  // having told the prefetcher; an error if there is none.
   Result<OpenFile> StartRead(uint64_t handle, uint64_t offset, uint64_t size);
   Result<OpenFile> StartPathRead(const ObjectPath& path, uint64_t offset, uint64_t size);
-  // ReadAsync's read of an open file.
-  void ReadOpenAsync(const OpenFile& f, uint64_t offset, uint64_t size, ReadDone done);
-  // The handle the *Path reads use for `path`, opening it if needed.
+  // The handle reads by path use for `path`, opening it if needed.
   Result<uint64_t> ImplicitHandle(const ObjectPath& path);
-  // Closes the handle the *Path reads use for `path` if it is of `object_id`.
+  // Closes the handle reads by path use for `path` if it is of `object_id`.
   void ForgetImplicit(const ObjectPath& path, const std::string& object_id);
   // The remembered failure of `object_id`, if recent (see failure_memo).
   std::optional<Status> RecentFailure(const std::string& object_id);
@@ -131,7 +158,7 @@ class FileSystem {
   std::atomic<uint64_t> next_handle_{1};
   mutable Mutex mu_;
   std::map<uint64_t, OpenFile> open_ PERCH_GUARDED_BY(mu_);
-  // Files opened by the *Path reads, least recently read first.
+  // Files opened by reads by path, least recently read first.
   std::list<std::pair<std::string, uint64_t>> implicit_lru_ PERCH_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::list<std::pair<std::string, uint64_t>>::iterator> implicit_;
   // Recent delivery failures by object id (bounded).

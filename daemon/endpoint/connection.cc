@@ -18,6 +18,7 @@
 
 #include "daemon/core/log_escape.h"
 #include "daemon/core/object_digest.h"
+#include "daemon/core/wait.h"
 #include "daemon/endpoint/dav.h"
 #include "daemon/endpoint/request.h"
 
@@ -394,31 +395,27 @@ class Connection {
     if (req.method() == bhttp::verb::head) return SendHeader(res) && keep_alive_;
     auto handle = fs.Open(rel);
     if (!handle.ok()) return Error(StatusOf(handle.status()), handle.status().message());
-    // A first piece that is not cached is fetched before the status line: a
-    // read that fails at once (the federation down, a name the origin cannot
-    // serve) answers with its error status, never 200 and an empty body.
-    // A cached one is looked up once: its slices go on to SendBody.
-    std::optional<core::Bytes> first;
-    std::optional<std::vector<core::BlockSlice>> first_slices;
+    // The first piece (up to the first block's end) is read before the
+    // status line: a read that fails at once (the federation down, a name
+    // the origin cannot serve) answers with its error status, never 200 and
+    // an empty body. Its pieces go on to SendBody.
+    std::optional<std::vector<core::ReadPiece>> first;
     if (range.length > 0) {
       const uint64_t block = s_.stack.options().reader.block_size;
       const uint64_t n = std::min(range.length, block - range.offset % block);
-      first_slices = fs.ReadSlice(*handle, range.offset, n);
-      if (!first_slices) {
-        auto bytes = fs.Read(*handle, range.offset, n);
-        if (!bytes.ok()) {
-          fs.Release(*handle);
-          return Error(StatusOf(bytes.status()), bytes.status().message());
-        }
-        first = std::move(*bytes);
+      auto pieces = ReadPieces(fs, *handle, range.offset, n);
+      if (!pieces.ok()) {
+        fs.Release(*handle);
+        return Error(StatusOf(pieces.status()), pieces.status().message());
       }
+      first = *std::move(pieces);
     }
     if (!SendHeader(res)) {
       fs.Release(*handle);
       return false;
     }
-    core::Status sent = SendBody(fs, *handle, range.offset, range.length, trailer, std::move(first),
-                                 std::move(first_slices));
+    core::Status sent =
+        SendBody(fs, *handle, range.offset, range.length, trailer, std::move(first));
     fs.Release(*handle);
     if (trailer && sent.code() != core::StatusCode::kCancelled) {
       std::string end = "0\r\nX-Transfer-Status: " +
@@ -437,9 +434,8 @@ class Connection {
   }
 
   // Sends `length` bytes at `offset` of open file `handle`, a block at a time:
-  // cache hits copied out of the block's file, misses from the fetched bytes;
-  // `first` (its bytes) or `first_slices` (its slices, looked up already),
-  // when given, is the first piece (up to the first block's end).
+  // cache hits copied out of the block's file, fetched bytes as they are;
+  // `first`, when given, is the first block's pieces, read already.
   // kCancelled when the client went away.
   //
   // Each piece is in hand before its chunk's size goes out: a failure to get
@@ -454,36 +450,25 @@ class Connection {
   // copy is the client's as soon as it is made; the slice keeps the block in
   // use (BlockSlice) only until then.
   core::Status SendBody(core::FileSystem& fs, uint64_t handle, uint64_t offset, uint64_t length,
-                        bool chunked, std::optional<core::Bytes> first,
-                        std::optional<std::vector<core::BlockSlice>> first_slices) {
+                        bool chunked, std::optional<std::vector<core::ReadPiece>> first) {
     const uint64_t block = s_.stack.options().reader.block_size;
     while (length > 0) {
-      uint64_t n = std::min(length, block - offset % block);
-      if (first) {
-        if (first->size() != n)
-          return core::CorruptError("the object ended early at " + std::to_string(offset));
-        if (core::Status s = SendPiece(first->data(), n, chunked); !s.ok()) return s;
-        first.reset();
-      } else if (auto slices =
-                     TakeOr(first_slices, [&] { return fs.ReadSlice(handle, offset, n); });
-                 slices && slices->size() == 1 && slices->front().length() == n) {  // one block
-        const core::BlockSlice& slice = slices->front();
-        for (uint64_t done = 0; done < n;) {
-          const uint64_t m = std::min(n - done, kCopyBytes);
-          buffer_.resize(m);
-          if (!PreadAll(slice.fd(), buffer_.data(), m, slice.file_offset() + done)) {
-            return core::InternalError("reading the cache's copy at " +
-                                       std::to_string(offset + done) + " failed");
-          }
-          if (core::Status s = SendPiece(buffer_.data(), m, chunked); !s.ok()) return s;
-          done += m;
-        }
-      } else {
-        auto bytes = fs.Read(handle, offset, n);
-        if (!bytes.ok()) return bytes.status();
-        if (bytes->size() != n)
-          return core::CorruptError("the object ended early at " + std::to_string(offset));
-        if (core::Status s = SendPiece(bytes->data(), n, chunked); !s.ok()) return s;
+      const uint64_t n = std::min(length, block - offset % block);
+      std::optional<std::vector<core::ReadPiece>> pieces;
+      pieces.swap(first);
+      if (!pieces) {
+        auto read = ReadPieces(fs, handle, offset, n);
+        if (!read.ok()) return read.status();
+        pieces = *std::move(read);
+      }
+      uint64_t got = 0;
+      for (const core::ReadPiece& p : *pieces) got += p.length();
+      if (got != n)
+        return core::CorruptError("the object ended early at " + std::to_string(offset));
+      uint64_t at = offset;
+      for (const core::ReadPiece& p : *pieces) {
+        if (core::Status s = SendPiece(p, at, chunked); !s.ok()) return s;
+        at += p.length();
       }
       offset += n;
       length -= n;
@@ -491,12 +476,34 @@ class Connection {
     return core::Status::Ok();
   }
 
-  // What `held` holds (leaving it empty), else what `make` gives.
-  template <typename T, typename Make>
-  static std::optional<T> TakeOr(std::optional<T>& held, Make make) {
-    std::optional<T> out;
-    out.swap(held);
-    return out ? std::move(out) : make();
+  // `size` bytes at `offset` of open file `handle` (FileSystem::Read),
+  // waiting for them as long as the read's deadline allows.
+  static core::Result<std::vector<core::ReadPiece>> ReadPieces(core::FileSystem& fs,
+                                                               uint64_t handle, uint64_t offset,
+                                                               uint64_t size) {
+    return core::WaitFor<std::vector<core::ReadPiece>>(fs.NewDeadline(), [&](auto done) {
+      fs.Read(core::FileRef::Handle(handle), offset, size, std::move(done));
+    });
+  }
+
+  // Sends piece `p` (at `offset` in the object) of the body: a slice copied
+  // out of its file a buffer at a time, bytes in memory as they are.
+  core::Status SendPiece(const core::ReadPiece& p, uint64_t offset, bool chunked) {
+    if (const core::SharedBytes* bytes = p.bytes()) {
+      return SendPiece(bytes->view().data(), bytes->length, chunked);
+    }
+    const core::BlockSlice& slice = *p.slice();
+    for (uint64_t done = 0; done < slice.length();) {
+      const uint64_t m = std::min(slice.length() - done, kCopyBytes);
+      buffer_.resize(m);
+      if (!PreadAll(slice.fd(), buffer_.data(), m, slice.file_offset() + done)) {
+        return core::InternalError("reading the cache's copy at " + std::to_string(offset + done) +
+                                   " failed");
+      }
+      if (core::Status s = SendPiece(buffer_.data(), m, chunked); !s.ok()) return s;
+      done += m;
+    }
+    return core::Status::Ok();
   }
 
   // Sends `len` bytes of the body (as one chunk if `chunked`); kCancelled

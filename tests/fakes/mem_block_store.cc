@@ -1,5 +1,12 @@
 #include "tests/fakes/mem_block_store.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
 namespace perch::testing {
 
 core::Result<core::Bytes> MemBlockStore::Read(const core::BlockKey& key, uint64_t offset,
@@ -51,6 +58,40 @@ core::Result<uint64_t> MemBlockStore::Verify(const core::BlockKey& key) {
     return core::CorruptError("checksum mismatch", core::FailureSite::kLocal);
   }
   return static_cast<uint64_t>(it->second.size());
+}
+
+core::Result<core::BlockSlice> MemBlockStore::Slice(const core::BlockKey& key, uint64_t offset,
+                                                    uint64_t length) {
+  core::Bytes block;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!slices_) return core::BlockStore::Slice(key, offset, length);
+    slices++;
+    auto it = blocks_.find(key);
+    if (it == blocks_.end()) return core::NotFoundError("no block", core::FailureSite::kLocal);
+    if (corrupt_.erase(key)) {
+      used_ -= it->second.size();
+      blocks_.erase(it);
+      return core::CorruptError("checksum mismatch", core::FailureSite::kLocal);
+    }
+    block = it->second;
+  }
+  offset = std::min<uint64_t>(offset, block.size());
+  length = std::min<uint64_t>(length, block.size() - offset);
+  int fd = ::memfd_create("mem-block", MFD_CLOEXEC);
+  if (fd < 0) return core::InternalError(std::string("memfd_create: ") + std::strerror(errno));
+  auto file = std::make_shared<const core::BlockFd>(fd);
+  for (size_t done = 0; done < block.size();) {
+    ssize_t n = ::write(fd, block.data() + done, block.size() - done);
+    if (n <= 0) return core::InternalError(std::string("memfd write: ") + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return core::BlockSlice(std::move(file), offset, length);
+}
+
+void MemBlockStore::SetSlices(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  slices_ = on;
 }
 
 void MemBlockStore::SetFull(bool full) {

@@ -1,6 +1,7 @@
-// MemBlockStore: a BlockStore in memory, with switches for a full disk and
-// for corrupting a stored block (the next Read reports kCorrupt and drops it,
-// as FileBlockStore does when a checksum fails).
+// MemBlockStore: a BlockStore in memory, with switches for a full disk, for
+// corrupting a stored block (the next Read or Slice reports kCorrupt and
+// drops it, as FileBlockStore does when a checksum fails) and for slices of
+// files (SetSlices: as FileBlockStore, whose blocks are all in files).
 #pragma once
 
 #include <atomic>
@@ -22,12 +23,18 @@ class MemBlockStore : public core::BlockStore {
   core::Status Remove(const core::BlockKey& key) override;
   // The block's length; a block marked by Corrupt is dropped and kCorrupt.
   core::Result<uint64_t> Verify(const core::BlockKey& key) override;
+  // With SetSlices(true), the bytes in a file of their own (a memfd made for
+  // the call, holding the block); otherwise kInvalidArgument, as a store
+  // that keeps no files answers.
+  core::Result<core::BlockSlice> Slice(const core::BlockKey& key, uint64_t offset,
+                                       uint64_t length) override;
 
   // As FileBlockStore: blocks `recorded` names are counted, not passed to `fn`.
   core::Result<core::BlockScan> ForEachBlock(
       const std::function<void(const core::BlockKey&, uint64_t)>& fn,
       const std::function<bool(const core::BlockKey&)>& recorded) override;
 
+  void SetSlices(bool on);
   void SetFull(bool full);
   // Writes that would take the stored bytes past `bytes` fail with kNoSpace
   // (a disk of that size); 0 = no limit.
@@ -40,12 +47,14 @@ class MemBlockStore : public core::BlockStore {
   std::atomic<int> writes{0};
   std::atomic<int> reads{0};     // calls of Read (hits and misses)
   std::atomic<int> verifies{0};  // calls of Verify
+  std::atomic<int> slices{0};    // calls of Slice (with SetSlices(true))
 
  private:
   std::mutex mu_;
   std::map<core::BlockKey, core::Bytes> blocks_;  // Protected by mu_
   std::map<core::BlockKey, bool> corrupt_;        // Protected by mu_
   bool full_ = false;                             // Protected by mu_
+  bool slices_ = false;                           // Protected by mu_
   uint64_t capacity_ = 0;                         // Protected by mu_
   uint64_t used_ = 0;                             // Protected by mu_
 };

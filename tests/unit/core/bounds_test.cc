@@ -19,6 +19,7 @@
 #include "tests/fakes/fake_origin.h"
 #include "tests/fakes/mem_block_store.h"
 #include "tests/fakes/mem_index.h"
+#include "tests/fakes/read_bytes.h"
 #include "tests/fakes/test_values.h"
 
 namespace perch::core {
@@ -262,7 +263,7 @@ TEST_F(BoundsTest, PrefetchOfAPetabyteFileIsCapped) {
   // Directory prefetch: the sibling's size puts the directory over dir_max_bytes.
   auto h = fs_->Open(P("/d/small"));
   ASSERT_TRUE(h.ok());
-  EXPECT_EQ(*fs_->Read(*h, 0, 100), "hello");
+  EXPECT_EQ(*testing::ReadBytes(*fs_, *h, 0, 100), "hello");
   fs_->Release(*h);
   EXPECT_EQ(origin_.huge_reads, 0);
   // A hint names it: at most file_max_bytes of it are fetched ahead.
@@ -273,9 +274,9 @@ TEST_F(BoundsTest, PrefetchOfAPetabyteFileIsCapped) {
   h = fs_->Open(P("/d/pib"));
   ASSERT_TRUE(h.ok());
   const int before = origin_.huge_reads;
-  ASSERT_TRUE(fs_->Read(*h, kPiB - 2000, 1000).ok());
-  ASSERT_TRUE(fs_->Read(*h, kPiB - 1000, 1000).ok());
-  ASSERT_TRUE(fs_->Read(*h, kPiB - 1, UINT32_MAX).ok());
+  ASSERT_TRUE(testing::ReadBytes(*fs_, *h, kPiB - 2000, 1000).ok());
+  ASSERT_TRUE(testing::ReadBytes(*fs_, *h, kPiB - 1000, 1000).ok());
+  ASSERT_TRUE(testing::ReadBytes(*fs_, *h, kPiB - 1, UINT32_MAX).ok());
   EXPECT_LE(origin_.huge_reads - before, 3);
   fs_->Release(*h);
 }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/fakes/read_bytes.h"
 #include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
@@ -20,7 +21,7 @@ std::string ReadAll(Mount& m, const std::string& path) {
   auto h = m.fs().Open(P(path));
   EXPECT_TRUE(h.ok()) << h.status().ToString();
   if (!h.ok()) return {};
-  auto r = m.fs().Read(*h, 0, 1 << 20);
+  auto r = testing::ReadBytes(m.fs(), *h, 0, 1 << 20);
   m.fs().Release(*h);
   return r.ok() ? *r : std::string();
 }
@@ -152,7 +153,7 @@ TEST(CacheStackTest, PrefetchIsCappedToAnEighthOfTheQuota) {
   auto h = node.mount().fs().Open(P("/big.bin"));
   ASSERT_TRUE(h.ok());
   for (uint64_t off = 0; off < 8000; off += 1000)
-    ASSERT_TRUE(node.mount().fs().Read(*h, off, 1000).ok());
+    ASSERT_TRUE(testing::ReadBytes(node.mount().fs(), *h, off, 1000).ok());
   node.mount().fs().Release(*h);
   // Never more than two blocks ahead of the reader, whatever the configured window.
   EXPECT_LE(node.origin.reads.load(), 8 + 2);

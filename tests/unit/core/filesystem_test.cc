@@ -9,8 +9,10 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "daemon/core/cache_catalog.h"
+#include "tests/fakes/read_bytes.h"
 #include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
@@ -53,7 +55,7 @@ class FileSystemTest : public ::testing::Test {
     auto h = fs_->Open(P(path));
     EXPECT_TRUE(h.ok()) << h.status().ToString();
     if (!h.ok()) return {};
-    auto r = fs_->Read(*h, 0, 1 << 20);
+    auto r = testing::ReadBytes(*fs_, *h, 0, 1 << 20);
     fs_->Release(*h);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : std::string();
@@ -102,10 +104,10 @@ TEST_F(FileSystemTest, ReadsAreByteExactAndSecondReadHits) {
   EXPECT_EQ(reader_->stats().hits.load(), 3u);
   EXPECT_EQ(catalog_->cached_bytes(), 2500u);
   auto h = fs_->Open(P("/d/a.bin"));
-  auto mid = fs_->Read(*h, 999, 2);
+  auto mid = testing::ReadBytes(*fs_, *h, 999, 2);
   ASSERT_TRUE(mid.ok());
   EXPECT_EQ(*mid, Data(2500, 1).substr(999, 2));
-  auto eof = fs_->Read(*h, 2500, 10);
+  auto eof = testing::ReadBytes(*fs_, *h, 2500, 10);
   ASSERT_TRUE(eof.ok());
   EXPECT_TRUE(eof->empty());
   fs_->Release(*h);
@@ -132,7 +134,7 @@ TEST_F(FileSystemTest, RestartWithOriginDownServesWhatIsCached) {
   // Not cached: a clear error, not a hang.
   auto h = fs_->Open(P("/d/b.bin"));
   ASSERT_TRUE(h.ok());
-  auto r = fs_->Read(*h, 0, 100);
+  auto r = testing::ReadBytes(*fs_, *h, 0, 100);
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   fs_->Release(*h);
   EXPECT_EQ(fs_->GetAttr(P("/never-seen")).status().code(), StatusCode::kUnavailable);
@@ -166,59 +168,107 @@ TEST_F(FileSystemTest, BlocksInUseAreNotEvicted) {
   EXPECT_FALSE(store_.Has(BlockKey{id, 1}));
 }
 
-// ReadAsync's parts, joined (or the error), waiting for them.
-Result<std::string> Joined(const std::function<void(FileSystem::ReadDone)>& read) {
-  std::optional<Result<std::vector<SharedBytes>>> got;
-  read([&](Result<std::vector<SharedBytes>> r) { got.emplace(std::move(r)); });
+// Read's pieces (or the error), from a read the fakes answer on the
+// caller's thread.
+Result<std::vector<ReadPiece>> Pieces(FileSystem& fs, const FileRef& file, uint64_t offset,
+                                      uint64_t size) {
+  std::optional<Result<std::vector<ReadPiece>>> got;
+  fs.Read(file, offset, size, [&](Result<std::vector<ReadPiece>> r) { got.emplace(std::move(r)); });
   EXPECT_TRUE(got.has_value());  // the fakes answer on the caller's thread
   if (!got) return InternalError("no answer");
-  if (!got->ok()) return got->status();
-  std::string all;
-  for (const SharedBytes& p : **got) all += p.view();
-  return all;
+  return *std::move(got);
 }
 
-TEST_F(FileSystemTest, ReadAsyncSharesTheBlocksItReads) {
+TEST_F(FileSystemTest, AReadSharesTheBlocksItFetches) {
   auto h = fs_->Open(P("/d/a.bin"));
   ASSERT_TRUE(h.ok());
-  std::vector<SharedBytes> parts;
-  fs_->ReadAsync(*h, 900, 1200, [&](Result<std::vector<SharedBytes>> r) {
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    parts = *std::move(r);
-  });
+  auto parts = Pieces(*fs_, FileRef::Handle(*h), 900, 1200);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
   // Blocks of 1000 bytes: bytes 900-2099 are parts of blocks 0, 1 and 2,
   // each a view of the whole fetched block, not a copy of the range.
-  ASSERT_EQ(parts.size(), 3u);
-  EXPECT_EQ(parts[0].bytes->size(), 1000u);
-  EXPECT_EQ(parts[0].offset, 900u);
-  EXPECT_EQ(parts[0].length, 100u);
-  EXPECT_EQ(parts[1].length, 1000u);
-  EXPECT_EQ(parts[2].offset, 0u);
-  EXPECT_EQ(parts[2].length, 100u);
-  std::string all;
-  for (const SharedBytes& p : parts) all += p.view();
-  EXPECT_EQ(all, Data(2500, 1).substr(900, 1200));
+  ASSERT_EQ(parts->size(), 3u);
+  ASSERT_NE((*parts)[0].bytes(), nullptr);
+  EXPECT_EQ((*parts)[0].bytes()->bytes->size(), 1000u);
+  EXPECT_EQ((*parts)[0].bytes()->offset, 900u);
+  EXPECT_EQ((*parts)[0].length(), 100u);
+  EXPECT_EQ((*parts)[1].length(), 1000u);
+  EXPECT_EQ((*parts)[2].bytes()->offset, 0u);
+  EXPECT_EQ((*parts)[2].length(), 100u);
+  EXPECT_EQ(*testing::Joined(*parts), Data(2500, 1).substr(900, 1200));
   EXPECT_EQ(reader_->stats().misses.load(), 3u);
-  // Hits (and the path variant) read the same; past the end is empty.
-  EXPECT_EQ(*Joined([&](auto done) { fs_->ReadPathAsync(P("/d/a.bin"), 0, 4096, done); }),
-            Data(2500, 1));
+  // Hits (and a read by path) read the same; past the end is empty.
+  EXPECT_EQ(*testing::ReadBytes(*fs_, FileRef::Path(P("/d/a.bin")), 0, 4096), Data(2500, 1));
   EXPECT_EQ(reader_->stats().misses.load(), 3u);
-  EXPECT_EQ(*Joined([&](auto done) { fs_->ReadAsync(*h, 2500, 10, done); }), "");
+  auto past = Pieces(*fs_, FileRef::Handle(*h), 2500, 10);
+  ASSERT_TRUE(past.ok());
+  EXPECT_TRUE(past->empty());
   fs_->Release(*h);
-  EXPECT_EQ(Joined([&](auto done) { fs_->ReadAsync(*h, 0, 10, done); }).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Pieces(*fs_, FileRef::Handle(*h), 0, 10).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(FileSystemTest, ReadAsyncRemembersAFailureLikeRead) {
+TEST_F(FileSystemTest, HitsInFilesAreSlicesOfThem) {
+  store_.SetSlices(true);  // as FileBlockStore: every block in a file
+  EXPECT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));
+  auto parts = Pieces(*fs_, FileRef::Path(P("/d/a.bin")), 900, 1200);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  ASSERT_EQ(parts->size(), 3u);
+  for (const ReadPiece& p : *parts) EXPECT_NE(p.slice(), nullptr);
+  EXPECT_EQ((*parts)[0].slice()->file_offset(), 900u);
+  EXPECT_EQ((*parts)[0].length(), 100u);
+  EXPECT_EQ((*parts)[2].length(), 100u);
+  EXPECT_EQ(*testing::Joined(*parts), Data(2500, 1).substr(900, 1200));
+  EXPECT_EQ(reader_->stats().misses.load(), 3u);
+}
+
+// Issue 32: a read of which only some blocks were cached sliced the cached
+// ones, found one missing, and then read them all again (TrySlice, then
+// ReadParts). Each block is asked of the store once.
+TEST_F(FileSystemTest, APartialHitAsksTheStoreForEachBlockOnce) {
+  store_.SetSlices(true);
+  auto h = fs_->Open(P("/d/a.bin"));
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(testing::ReadBytes(*fs_, *h, 0, 1000).ok());  // block 0 cached
+  store_.reads = 0;
+  store_.slices = 0;
+  auto parts = Pieces(*fs_, FileRef::Handle(*h), 500, 1000);  // block 0 hit, block 1 miss
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  ASSERT_EQ(parts->size(), 2u);
+  EXPECT_NE((*parts)[0].slice(), nullptr);  // the hit, from its file
+  EXPECT_NE((*parts)[1].bytes(), nullptr);  // the fetched block
+  EXPECT_EQ(*testing::Joined(*parts), Data(2500, 1).substr(500, 1000));
+  // Block 1 the catalog knows is absent: no probe of it.
+  EXPECT_EQ(store_.reads.load() + store_.slices.load(), 1)
+      << "reads " << store_.reads.load() << ", slices " << store_.slices.load();
+  EXPECT_EQ(reader_->stats().hits.load(), 1u);
+  fs_->Release(*h);
+}
+
+TEST_F(FileSystemTest, AReadRemembersAFailure) {
   auto h = fs_->Open(P("/d/b.bin"));
   ASSERT_TRUE(h.ok());
   origin_.FailWith(UnavailableError("cache down", FailureSite::kCache));
-  EXPECT_EQ(Joined([&](auto done) { fs_->ReadAsync(*h, 0, 100, done); }).status().code(),
-            StatusCode::kUnavailable);
+  EXPECT_EQ(Pieces(*fs_, FileRef::Handle(*h), 0, 100).status().code(), StatusCode::kUnavailable);
   const int fetches = origin_.reads.load();
   // The next request of the same read(2) fails at once, without a fetch.
-  EXPECT_EQ(Joined([&](auto done) { fs_->ReadAsync(*h, 100, 100, done); }).status().code(),
-            StatusCode::kUnavailable);
+  EXPECT_EQ(Pieces(*fs_, FileRef::Handle(*h), 100, 100).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(origin_.reads.load(), fetches);
+  origin_.FailWith(Status::Ok());
+  fs_->Release(*h);
+}
+
+// What is cached is served while a failure is remembered: only reads that
+// must fetch fail at once (the zero-copy path never asked).
+TEST_F(FileSystemTest, ARememberedFailureStopsOnlyFetches) {
+  store_.SetSlices(true);
+  auto h = fs_->Open(P("/d/a.bin"));
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(testing::ReadBytes(*fs_, *h, 0, 1000).ok());  // block 0 cached
+  origin_.FailWith(UnavailableError("cache down", FailureSite::kCache));
+  EXPECT_EQ(Pieces(*fs_, FileRef::Handle(*h), 1000, 100).status().code(), StatusCode::kUnavailable);
+  const int fetches = origin_.reads.load();
+  EXPECT_EQ(*testing::ReadBytes(*fs_, *h, 0, 1000), Data(2500, 1).substr(0, 1000));
+  // A hit does not clear the failure: the next fetch still fails at once.
+  EXPECT_EQ(Pieces(*fs_, FileRef::Handle(*h), 500, 1000).status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(origin_.reads.load(), fetches);
   origin_.FailWith(Status::Ok());
   fs_->Release(*h);
@@ -237,18 +287,26 @@ TEST_F(FileSystemTest, DeadlineBoundsEveryCall) {
 TEST_F(FileSystemTest, OneSystemCallWaitsForAnUnreachableFederationOnlyOnce) {
   auto h = fs_->Open(P("/d/a.bin"));
   ASSERT_TRUE(h.ok()) << h.status().ToString();
-  origin_.Hold(true);  // the federation takes every request and never answers
+  // The federation takes every request and answers none until the read's
+  // deadline, where the federation client gives up (kDeadlineExceeded).
+  origin_.FailWith(DeadlineExceededError("no answer in time"));
+  origin_.Hold(true);
   auto start = Clock::now();
-  auto first = fs_->Read(*h, 0, 1000);
+  std::thread federation([&] {
+    std::this_thread::sleep_until(start + std::chrono::milliseconds(2000));  // op_timeout
+    origin_.Hold(false);
+    origin_.Release();
+  });
+  auto first = testing::ReadBytes(*fs_, *h, 0, 1000);
+  federation.join();
   EXPECT_EQ(first.status().code(), StatusCode::kDeadlineExceeded) << first.status().ToString();
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(1900));
   // The kernel's next request of the same read(2) is answered at once.
   start = Clock::now();
-  auto second = fs_->Read(*h, 1000, 1000);
+  auto second = testing::ReadBytes(*fs_, *h, 1000, 1000);
   EXPECT_EQ(second.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(200));
-  origin_.Hold(false);
-  origin_.Release();
+  origin_.FailWith(Status::Ok());
   fs_->Release(*h);
 }
 

@@ -11,6 +11,7 @@
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/cache_stack.h"
 #include "daemon/core/filesystem.h"
+#include "tests/fakes/read_bytes.h"
 #include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
@@ -49,7 +50,7 @@ class ControlCoreTest : public ::testing::Test {
   void ReadAll(const std::string& path) {
     auto h = fs_->Open(P(path));
     ASSERT_TRUE(h.ok()) << h.status().ToString();
-    auto bytes = fs_->Read(*h, 0, 1 << 20);
+    auto bytes = testing::ReadBytes(*fs_, *h, 0, 1 << 20);
     ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
     fs_->Release(*h);
   }
@@ -218,7 +219,7 @@ TEST_F(ControlCoreTest, TwoFederationsShareOneCacheAndStayApart) {
     auto h = m.fs().Open(P(path));
     EXPECT_TRUE(h.ok()) << path << ": " << h.status().ToString();
     if (!h.ok()) return std::string();
-    auto r = m.fs().Read(*h, 0, 1 << 20);
+    auto r = testing::ReadBytes(m.fs(), *h, 0, 1 << 20);
     m.fs().Release(*h);
     return r.ok() ? *r : std::string();
   };

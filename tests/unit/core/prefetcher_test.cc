@@ -8,6 +8,7 @@
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/fetch_scheduler.h"
 #include "daemon/core/filesystem.h"
+#include "tests/fakes/read_bytes.h"
 #include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
@@ -75,7 +76,7 @@ TEST_F(PrefetchTest, HintsAreFollowedInOrderAWindowAheadOfTheReader) {
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(LogSince(mark), (std::vector<std::string>{"/h/f5@0", "/h/f2@0", "/h/f9@0"}));
   // Reading what was prefetched is a hit, not a fetch.
-  ASSERT_TRUE(fs_->Read(*h, 0, 500).ok());
+  ASSERT_TRUE(testing::ReadBytes(*fs_, *h, 0, 500).ok());
   fs_->Release(*h);
   EXPECT_EQ(origin_.ReadLog().size(), mark + 3);
 
@@ -166,7 +167,7 @@ TEST_F(PrefetchTest, OpeningAFileFetchesItsSiblingsOnce) {
   fs_->Release(*h);
   h = fs_->Open(P("/d/g3"));
   ASSERT_TRUE(h.ok());
-  auto bytes = fs_->Read(*h, 0, 1500);
+  auto bytes = testing::ReadBytes(*fs_, *h, 0, 1500);
   ASSERT_TRUE(bytes.ok());
   fs_->Release(*h);
   EXPECT_EQ(origin_.ReadLog().size(), mark + 8);  // a hit; the directory is not listed again

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/fakes/read_bytes.h"
 #include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
@@ -34,13 +35,13 @@ class VersionGuardTest : public ::testing::Test {
   }
   FileSystem& fs() { return node_.mount().fs(); }
   Result<Bytes> ReadAt(uint64_t handle, uint64_t offset, uint64_t size) {
-    return fs().Read(handle, offset, size);
+    return testing::ReadBytes(fs(), handle, offset, size);
   }
   std::string ReadWhole(const std::string& path) {
     auto h = fs().Open(P(path));
     EXPECT_TRUE(h.ok()) << h.status().ToString();
     if (!h.ok()) return {};
-    auto r = fs().Read(*h, 0, 1 << 20);
+    auto r = testing::ReadBytes(fs(), *h, 0, 1 << 20);
     fs().Release(*h);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : std::string();

@@ -14,6 +14,7 @@
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/cache_stack.h"
 #include "daemon/core/filesystem.h"
+#include "tests/fakes/read_bytes.h"
 #include "tests/fakes/stack_fixture.h"
 #include "tests/fakes/test_values.h"
 
@@ -43,7 +44,7 @@ class WarmerTest : public ::testing::Test {
   void ReadAll(const std::string& path) {
     auto h = fs_->Open(P(path));
     ASSERT_TRUE(h.ok()) << h.status().ToString();
-    auto bytes = fs_->Read(*h, 0, 1 << 20);
+    auto bytes = testing::ReadBytes(*fs_, *h, 0, 1 << 20);
     ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
     fs_->Release(*h);
   }
