@@ -121,6 +121,19 @@ std::string PerchdProcess::Start(const std::vector<std::string>& args, const fs:
     wrapped.insert(wrapped.end(), all.begin(), all.end());
     pid_ = Spawn(wrapper_.front(), wrapped, log);
   }
+  return WaitMounted();
+}
+
+std::string PerchdProcess::StartCommand(const std::vector<std::string>& argv,
+                                        const fs::path& mountpoint, const fs::path& log) {
+  mountpoint_ = mountpoint;
+  log_ = log;
+  pid_ = Spawn(argv.front(), std::vector<std::string>(argv.begin() + 1, argv.end()), log);
+  return WaitMounted();
+}
+
+std::string PerchdProcess::WaitMounted() {
+  const fs::path& mountpoint = mountpoint_;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < end) {
     // Mounted and answering: a dead mount left by a killed perchd is not it

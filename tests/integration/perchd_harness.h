@@ -51,6 +51,12 @@ class PerchdProcess {
   // Returns "" on success, else a message with perchd's log.
   std::string Start(const std::vector<std::string>& args, const std::filesystem::path& mountpoint,
                     const std::filesystem::path& log);
+  // Starts `argv` as it is (argv[0] a perchd binary, e.g. one installed
+  // elsewhere, with --foreground among its arguments) and waits until
+  // `mountpoint` is mounted. Returns as Start does.
+  std::string StartCommand(const std::vector<std::string>& argv,
+                           const std::filesystem::path& mountpoint,
+                           const std::filesystem::path& log);
   // Starts `binary` (a perchd: a copy at another path stands for an
   // upgrade) as `--foreground --takeover <args>` (without --takeover unless
   // `explicit_takeover`; with this perchd's control address unless `args`
@@ -79,6 +85,9 @@ class PerchdProcess {
   const std::string& control() const { return control_; }
 
  private:
+  // Waits until perchd (pid_) has mounted mountpoint_ and it answers.
+  std::string WaitMounted();
+
   pid_t pid_ = -1;
   bool child_ = true;  // pid_ is the test's child (else HandedTo's)
   std::filesystem::path mountpoint_;

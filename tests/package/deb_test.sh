@@ -9,11 +9,11 @@
 # TRANSFER and TRAINER (0 or 1) say whether the build has perch-transfer and the trainer, i.e.
 # whether perch must hold /usr/libexec/perch/perch-transfer and perch-trainer_*.deb must exist.
 #
-# The scratch root's dpkg database starts as a copy of the host's status, so that dpkg checks each
-# Depends against the packages installed here (no --force-depends): those provide the libraries
-# the installed binaries load. --force-script-chrootless runs the maintainer scripts without a
-# chroot (the scratch root has no shell) and with DPKG_ROOT set, which makes them leave the host
-# alone. Needs root (dpkg writes files owned by root); exits 77 (skipped) otherwise.
+# The scratch root's dpkg database starts as a copy of the host's status (scratch_root.sh), so
+# that dpkg checks each Depends against the packages installed here (no --force-depends): those
+# provide the libraries the installed binaries load. --force-script-chrootless runs the
+# maintainer scripts without a chroot (the scratch root has no shell) and with DPKG_ROOT set,
+# which makes them leave the host alone. Needs root (dpkg writes files owned by root); exits 77 (skipped) otherwise.
 set -euo pipefail
 
 build=$(realpath "$1")
@@ -117,14 +117,7 @@ lintian --fail-on error,warning "${debs[@]}" 2>/dev/null || fail "lintian"
 # --- install into a scratch root ----------------------------------------------------------------
 root=$tmp/root
 db=$root/var/lib/dpkg
-mkdir -p "$db/info" "$db/updates" "$db/triggers"
-touch "$db/available"
-# The host's installed packages, less any perch already installed here.
-awk -v RS= -v ORS='\n\n' '!/^Package: perch(-trainer)?\n/' /var/lib/dpkg/status >"$db/status"
-# Their (empty) file lists, so that dpkg does not warn about each one missing.
-dpkg-query -W -f '${db:Status-Abbrev} ${binary:Package}\n' |
-  awk '$1 !~ /^.n/ && $2 !~ /^perch(-trainer)?(:|$)/ { print $2 }' |
-  while read -r p; do : >"$db/info/$p.list"; done
+"$(dirname "$0")/scratch_root.sh" "$root"
 dpkg_root=(dpkg --root="$root" --force-script-chrootless)
 "${dpkg_root[@]}" -i "${debs[@]}" >"$tmp/dpkg.log" 2>&1 ||
   { cat "$tmp/dpkg.log" >&2; fail "dpkg -i"; }
