@@ -22,10 +22,13 @@
 // yields the kernel-facing state (SessionState) and the /dev/fuse
 // descriptor, Adopt serves them in the next process.
 //
-// Thread-safety: FUSE callbacks run on libfuse's worker threads; the inode
-// table is under mu_ (a leaf lock, never held across a FileSystem call or a
-// fuse_reply_*). Exceptions never cross into libfuse: each callback catches
-// everything and answers EIO.
+// Thread-safety: FUSE callbacks run on libfuse's worker threads. The inode
+// table and the open policy have their own locks; mu_ guards the open files
+// and directories. All three are leaf locks, never held across a FileSystem
+// call or a fuse_reply_*. An open directory's own lock (DirHandle::mu) is
+// held while one READDIR of it is answered, the listing of a handed-over
+// directory included; it is taken before the inode table's. Exceptions
+// never cross into libfuse: each callback catches everything and answers EIO.
 #pragma once
 
 #include <sys/stat.h>
@@ -36,7 +39,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,6 +47,7 @@
 
 #include "daemon/core/filesystem.h"
 #include "daemon/core/metrics.h"
+#include "daemon/core/mutex.h"
 #include "fuse/inode_table.h"
 #include "fuse/open_policy.h"
 #include "fuse/passthrough.h"
@@ -164,10 +167,12 @@ class FuseServer {
   // One handed over by the previous perchd is listed again at its first read
   // (from the namespace cache, as that perchd listed it).
   struct DirHandle {
-    core::ObjectPath path;
-    std::mutex mu;
-    bool listed = false;                  // Protected by mu
-    std::vector<core::DirEntry> entries;  // Protected by mu
+    explicit DirHandle(core::ObjectPath p) : path(std::move(p)) {}
+    const core::ObjectPath path;
+    // Held while a READDIR of it is answered (see Thread-safety above).
+    core::Mutex mu;
+    bool listed PERCH_GUARDED_BY(mu) = false;
+    std::vector<core::DirEntry> entries PERCH_GUARDED_BY(mu);
   };
   // The callbacks (ops.cc).
   static const struct fuse_lowlevel_ops& LowLevelOps();
@@ -201,16 +206,19 @@ class FuseServer {
   // Inodes whose object changed at the origin: ESTALE until the kernel has
   // dropped their pages.
   std::unique_ptr<StaleInodes> stale_;
-  std::unordered_map<uint64_t, uint64_t> open_files_;  // fh -> inode, every open; Protected by mu_
-  // Open directories by handle (the kernel's fh for them).
-  std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_;  // Protected by mu_
-  uint64_t next_dh_ = 1;                                           // Protected by mu_
   bool handlers_ = false;
   bool adopted_ = false;   // over another perchd's descriptor: libfuse does not unmount it
   bool detached_ = false;  // handed over (Detach): the mount is another perchd's
 
   InodeTable inodes_;  // the kernel's node ids (its own lock)
-  std::mutex mu_;
+
+  // A leaf lock: never held across a FileSystem call or a fuse_reply_*.
+  core::Mutex mu_;
+  std::unordered_map<uint64_t, uint64_t> open_files_
+      PERCH_GUARDED_BY(mu_);  // fh -> inode, every open
+  // Open directories by handle (the kernel's fh for them).
+  std::unordered_map<uint64_t, std::shared_ptr<DirHandle>> dirs_ PERCH_GUARDED_BY(mu_);
+  uint64_t next_dh_ PERCH_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace perch::fuse

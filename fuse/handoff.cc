@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -38,7 +37,7 @@ core::Result<SessionState> FuseServer::Detach(std::chrono::steady_clock::time_po
   s.passthrough_agreed = passthrough_.agreed();
   inodes_.Save(&s);
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     s.next_dh = next_dh_;
     for (const auto& [dh, h] : dirs_) s.dirs.push_back({dh, h->path.str()});
     for (const auto& [fh, ino] : open_files_) s.files.push_back({fh, ino, "", {}, false});
@@ -71,14 +70,12 @@ Status FuseServer::Adopt(int fd, const std::string& mountpoint, const SessionSta
   mountpoint_ = mountpoint;
   if (Status s = inodes_.Restore(state); !s.ok()) return s;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     next_dh_ = std::max<uint64_t>(state.next_dh, 1);
     for (const auto& d : state.dirs) {
       auto path = ObjectPath::Parse(d.path);
       if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + d.path);
-      auto h = std::make_shared<DirHandle>();
-      h->path = *path;
-      dirs_.emplace(d.dh, std::move(h));
+      dirs_.emplace(d.dh, std::make_shared<DirHandle>(*path));
     }
   }
   std::unordered_map<uint64_t, uint64_t> direct_fh_of;  // inode -> one of its passthrough files
@@ -87,7 +84,7 @@ Status FuseServer::Adopt(int fd, const std::string& mountpoint, const SessionSta
     if (!path.ok()) return core::InvalidArgumentError("handoff: bad path " + f.path);
     fs_.AdoptOpenFile(f.fh, *path, f.attr);
     {
-      std::lock_guard<std::mutex> l(mu_);
+      core::MutexLock l(mu_);
       open_files_[f.fh] = f.ino;
     }
     if (state.passthrough_agreed && f.direct) direct_fh_of[f.ino] = f.fh;

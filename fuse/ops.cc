@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "fuse/inode_number.h"
@@ -182,19 +181,21 @@ void FuseServer::Ops::OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_i
     if (!self->inodes_.PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
     auto entries = self->fs_.ReadDir(path);
     if (!entries.ok()) return ReplyStatus(req, "opendir", entries.status());
-    auto h = std::make_shared<DirHandle>();
-    h->path = path;
-    h->entries = std::move(*entries);
-    h->listed = true;
+    auto h = std::make_shared<DirHandle>(path);
     {
-      std::lock_guard<std::mutex> l(self->mu_);
+      core::MutexLock hl(h->mu);
+      h->entries = std::move(*entries);
+      h->listed = true;
+    }
+    {
+      core::MutexLock l(self->mu_);
       fi->fh = self->next_dh_++;
       self->dirs_.emplace(fi->fh, h);
     }
     fi->keep_cache = 1;
     fi->cache_readdir = 1;
     if (fuse_reply_open(req, fi) != 0) {
-      std::lock_guard<std::mutex> l(self->mu_);
+      core::MutexLock l(self->mu_);
       self->dirs_.erase(fi->fh);
     }
   })
@@ -207,12 +208,12 @@ void FuseServer::Ops::ReadDirCommon(fuse_req_t req, fuse_ino_t, size_t size, off
     core::ScopedLatency timer(self->LatencyOf(Op::kReadDir));
     std::shared_ptr<DirHandle> h;
     {
-      std::lock_guard<std::mutex> l(self->mu_);
+      core::MutexLock l(self->mu_);
       auto it = self->dirs_.find(fi->fh);
       if (it != self->dirs_.end()) h = it->second;
     }
     if (h == nullptr) return (void)fuse_reply_err(req, EBADF);
-    std::lock_guard<std::mutex> hl(h->mu);
+    core::MutexLock hl(h->mu);
     if (!h->listed) {
       auto entries = self->fs_.ReadDir(h->path);
       if (!entries.ok()) return ReplyStatus(req, "readdir", entries.status());
@@ -278,13 +279,14 @@ void FuseServer::Ops::ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, o
 }
 
 void FuseServer::Ops::ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  FuseServer* self = Self(req);
   std::shared_ptr<DirHandle> h;  // let go after the unlock
   {
-    std::lock_guard<std::mutex> l(Self(req)->mu_);
-    auto it = Self(req)->dirs_.find(fi->fh);
-    if (it != Self(req)->dirs_.end()) {
+    core::MutexLock l(self->mu_);
+    auto it = self->dirs_.find(fi->fh);
+    if (it != self->dirs_.end()) {
       h = std::move(it->second);
-      Self(req)->dirs_.erase(it);
+      self->dirs_.erase(it);
     }
   }
   fuse_reply_err(req, 0);

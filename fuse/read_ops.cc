@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <vector>
@@ -103,7 +102,7 @@ void FuseServer::Ops::Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
     fi->fh = *h;
     fi->noflush = 1;
     {
-      std::lock_guard<std::mutex> l(self->mu_);
+      core::MutexLock l(self->mu_);
       self->open_files_[*h] = ino;
     }
     // Immutable objects: the page cache stays valid (keep_cache), unless
@@ -256,7 +255,7 @@ bool FuseServer::OpenDirectly(uint64_t ino, uint64_t fh) {
 
 void FuseServer::Released(uint64_t ino, uint64_t fh) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     open_files_.erase(fh);
   }
   const OpenPolicy::Released r = policy_.Release(ino, fh);  // its backing let go at the end
