@@ -1,9 +1,9 @@
 // FuseServer::Ops: the low-level callbacks libfuse calls, over the server's
 // state (FuseServer declares them its friend). Private to fuse/.
 //
-//   ops.cc       the callback table; INIT; names, attributes, directories,
-//                extended attributes, statfs, and the refusals of a
-//                read-only mount
+//   ops.cc       the callback table; INIT; names, attributes, extended
+//                attributes, statfs, and the refusals of a read-only mount
+//   dir_ops.cc   open directories: opendir, readdir(plus), releasedir
 //   read_ops.cc  open, read and release of files, and the replies of bytes
 //
 // Every request is answered exactly once (a reply, an error, or, for a read
@@ -42,14 +42,6 @@ struct FuseServer::Ops {
   static void Forget(fuse_req* req, uint64_t ino, uint64_t nlookup);
   static void ForgetMulti(fuse_req* req, size_t count, struct fuse_forget_data* forgets);
   static void GetAttr(fuse_req* req, uint64_t ino, struct fuse_file_info* fi);
-  static void OpenDir(fuse_req* req, uint64_t ino, struct fuse_file_info* fi);
-  static void ReadDirCommon(fuse_req* req, uint64_t ino, size_t size, off_t off,
-                            struct fuse_file_info* fi, bool plus);
-  static void ReadDir(fuse_req* req, uint64_t ino, size_t size, off_t off,
-                      struct fuse_file_info* fi);
-  static void ReadDirPlus(fuse_req* req, uint64_t ino, size_t size, off_t off,
-                          struct fuse_file_info* fi);
-  static void ReleaseDir(fuse_req* req, uint64_t ino, struct fuse_file_info* fi);
   static void StatFs(fuse_req* req, uint64_t ino);
   // The path and attributes of `ino` for an xattr call; false with `*err` set.
   static bool XattrTarget(FuseServer* self, uint64_t ino, core::ObjectPath* path,
@@ -59,6 +51,16 @@ struct FuseServer::Ops {
   static std::string Xattr(fuse_req* req, uint64_t ino, const char* name, int* err);
   static void GetXattr(fuse_req* req, uint64_t ino, const char* name, size_t size);
   static void ListXattr(fuse_req* req, uint64_t ino, size_t size);
+
+  // dir_ops.cc
+  static void OpenDir(fuse_req* req, uint64_t ino, struct fuse_file_info* fi);
+  static void ReadDirCommon(fuse_req* req, uint64_t ino, size_t size, off_t off,
+                            struct fuse_file_info* fi, bool plus);
+  static void ReadDir(fuse_req* req, uint64_t ino, size_t size, off_t off,
+                      struct fuse_file_info* fi);
+  static void ReadDirPlus(fuse_req* req, uint64_t ino, size_t size, off_t off,
+                          struct fuse_file_info* fi);
+  static void ReleaseDir(fuse_req* req, uint64_t ino, struct fuse_file_info* fi);
 
   // read_ops.cc
   static void Open(fuse_req* req, uint64_t ino, struct fuse_file_info* fi);
