@@ -195,8 +195,10 @@ class FuseServer {
   std::string mountpoint_;
   std::atomic<bool> mounted_{false};
   std::atomic<bool> backing_refused_{false};  // the kernel refused a backing file (logged)
-  OpenPolicy policy_;        // no-open, passthrough: what each open is (its own lock)
-  Passthrough passthrough_;  // hooks installed only if options_.passthrough
+  OpenPolicy policy_;  // no-open, passthrough: what each open is (its own lock)
+  // The device's I/O hooks, on every session (a handoff needs them); passthrough is
+  // asked of the kernel only if options_.passthrough.
+  Passthrough passthrough_;
   // Reads answered by the thread that completes them (misses); shared with
   // their callbacks, which may come after this server is gone.
   std::shared_ptr<PendingReplies> replies_;
