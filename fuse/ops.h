@@ -65,12 +65,12 @@ struct FuseServer::Ops {
   // read_ops.cc
   static void Open(fuse_req* req, uint64_t ino, struct fuse_file_info* fi);
   static void Read(fuse_req* req, uint64_t ino, size_t size, off_t off, struct fuse_file_info* fi);
-  // A read of bytes that are not in a block file (a miss, or a block still in
-  // memory): answered by whichever thread has them, without a copy of ours;
-  // this worker returns to the queue at once.
-  static void ReadLater(FuseServer* self, fuse_req* req, uint64_t ino, uint64_t fh,
-                        const core::ObjectPath& path, uint64_t off, size_t size,
-                        std::chrono::steady_clock::time_point started);
+  // Reads `size` bytes at `off` of `file` (inode `ino`) and replies: here if
+  // the bytes are at hand when FileSystem::Read returns, else from the thread
+  // that completes the read, or EIO from PendingReplies at the deadline.
+  static void ReadAndReply(FuseServer* self, fuse_req* req, uint64_t ino, const core::FileRef& file,
+                           uint64_t off, size_t size,
+                           std::chrono::steady_clock::time_point started);
   static void Release(fuse_req* req, uint64_t ino, struct fuse_file_info* fi);
 };
 

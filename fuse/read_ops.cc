@@ -1,7 +1,9 @@
 // FuseServer::Ops (ops.h): open, read and release of files. An open is
 // answered in the mode the open policy gives its inode (passthrough or
-// through the page cache); a read is answered with spliced block files (a
-// hit) or later, by whichever thread has its bytes (PendingReplies).
+// through the page cache); a read (FileSystem::Read) is answered with its
+// pieces, block files spliced and bytes in memory, by the worker that asked
+// when they are at hand (hits), or later by whichever thread has them
+// (PendingReplies).
 #define FUSE_USE_VERSION 312
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -17,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "daemon/core/mutex.h"
 #include "daemon/core/wait.h"
 #include "fuse/ops.h"
 #include "fuse/reply_error.h"
@@ -36,50 +39,71 @@ namespace {
 // threads, which keeps 1 MiB copies off the net loop.
 constexpr uint64_t kInlineReplyBytes = 256 << 10;
 
-uint64_t ReplyBytes(const core::Result<std::vector<core::SharedBytes>>& r) {
+using Pieces = core::Result<std::vector<core::ReadPiece>>;
+
+uint64_t ReplyBytes(const Pieces& r) {
   uint64_t n = 0;
   if (r.ok())
-    for (const core::SharedBytes& p : *r) n += p.length;
+    for (const core::ReadPiece& p : *r) n += p.length();
   return n;
-}
-
-// Replies with the parts of blocks a read yields (or its error).
-void ReplyParts(fuse_req_t req, const core::Result<std::vector<core::SharedBytes>>& r) {
-  if (!r.ok()) return FuseServer::Ops::ReplyStatus(req, "read", r.status());
-  if (r->empty()) return (void)fuse_reply_buf(req, nullptr, 0);
-  std::vector<struct iovec> iov;
-  iov.reserve(r->size());
-  for (const core::SharedBytes& p : *r) {
-    const std::string_view v = p.view();
-    iov.push_back({const_cast<char*>(v.data()), v.size()});
-  }
-  fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
 }
 
 void Observe(core::LatencyHistogram* hist, std::chrono::steady_clock::time_point started) {
   if (hist != nullptr) hist->Observe(std::chrono::steady_clock::now() - started);
 }
 
-// Replies with the bytes of `slices`, in order, moved from their files.
-// The slices keep their blocks in use until the caller lets them go, after
-// this returns: by then the kernel has copied every spliced byte into the
-// reply (a hole punched while a splice reads reads as zeros).
-void ReplySlices(fuse_req_t req, const std::vector<core::BlockSlice>& slices) {
+// Replies with the pieces a read yields (or its error). Slices (hits) are
+// moved from their files (spliced when the kernel allows it, one after the
+// other), bytes in memory go as they are; a reply of bytes only is one iovec
+// write. The slices keep their blocks in use until the caller lets them go,
+// after this returns: by then the kernel has copied every spliced byte into
+// the reply (a hole punched while a splice reads reads as zeros).
+void ReplyPieces(fuse_req_t req, const Pieces& r) {
+  if (!r.ok()) return FuseServer::Ops::ReplyStatus(req, "read", r.status());
+  if (r->empty()) return (void)fuse_reply_buf(req, nullptr, 0);
+  const bool any_slice =
+      std::any_of(r->begin(), r->end(), [](const core::ReadPiece& p) { return p.slice(); });
+  if (!any_slice) {
+    std::vector<struct iovec> iov;
+    iov.reserve(r->size());
+    for (const core::ReadPiece& p : *r) {
+      const std::string_view v = p.bytes()->view();
+      iov.push_back({const_cast<char*>(v.data()), v.size()});
+    }
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
+    return;
+  }
   // fuse_bufvec ends in a one-element array: room for the others after it.
-  const size_t n = std::max<size_t>(slices.size(), 1);
-  std::vector<std::byte> storage(sizeof(fuse_bufvec) + (n - 1) * sizeof(fuse_buf));
+  std::vector<std::byte> storage(sizeof(fuse_bufvec) + (r->size() - 1) * sizeof(fuse_buf));
   auto* bv = new (storage.data()) fuse_bufvec{};
-  bv->count = slices.size();
-  for (size_t i = 0; i < slices.size(); ++i) {
+  bv->count = r->size();
+  for (size_t i = 0; i < r->size(); ++i) {
+    const core::ReadPiece& p = (*r)[i];
     fuse_buf& b = bv->buf[i];
     b = fuse_buf{};
-    b.size = slices[i].length();
-    b.flags = static_cast<enum fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-    b.fd = slices[i].fd();
-    b.pos = static_cast<off_t>(slices[i].file_offset());
+    b.size = p.length();
+    if (const core::BlockSlice* slice = p.slice()) {
+      b.flags = static_cast<enum fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      b.fd = slice->fd();
+      b.pos = static_cast<off_t>(slice->file_offset());
+    } else {
+      b.mem = const_cast<char*>(p.bytes()->view().data());
+    }
   }
   fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
 }
+
+// One read on its way to its answer. A completion that comes before
+// FileSystem::Read returns (a hit, an error found at once) is answered by
+// the FUSE worker that asked, with no deadline to watch; one that comes
+// later, from whichever thread has the bytes, through PendingReplies, which
+// answers EIO at the deadline if it does not come in time.
+struct ReadCall {
+  core::Mutex mu;  // before PendingReplies' own (Add is called under it)
+  bool returned PERCH_GUARDED_BY(mu) = false;        // FileSystem::Read returned
+  std::optional<Pieces> early PERCH_GUARDED_BY(mu);  // what came before that
+  uint64_t token PERCH_GUARDED_BY(mu) = 0;           // PendingReplies' (0: none; it is answered)
+};
 
 }  // namespace
 
@@ -120,36 +144,37 @@ void FuseServer::Ops::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
   PERCH_FUSE_GUARD(req, "read", {
     FuseServer* self = Self(req);
     const auto started = std::chrono::steady_clock::now();
+    core::LatencyHistogram* hist = self->LatencyOf(Op::kRead);
     ObjectPath path;  // no handle (no-open): the file is named by its inode
     if (self->stale_->Contains(ino) || (fi->fh == 0 && !self->inodes_.PathOf(ino, &path))) {
       fuse_reply_err(req, ESTALE);
-      return Observe(self->LatencyOf(Op::kRead), started);
+      return Observe(hist, started);
     }
-    // A hit: hand the kernel the block files (spliced when the kernel
-    // allows it, one file after the other for a read that spans blocks)
-    // instead of copying the bytes through us.
-    if (auto slices = fi->fh != 0
-                          ? self->fs_.ReadSlice(fi->fh, static_cast<uint64_t>(off), size)
-                          : self->fs_.ReadSlicePath(path, static_cast<uint64_t>(off), size)) {
-      ReplySlices(req, *slices);
-      Observe(self->LatencyOf(Op::kRead), started);
-      return;
-    }
-    ReadLater(self, req, ino, fi->fh, path, static_cast<uint64_t>(off), size, started);
+    ReadAndReply(self, req, ino,
+                 fi->fh != 0 ? core::FileRef::Handle(fi->fh) : core::FileRef::Path(std::move(path)),
+                 static_cast<uint64_t>(off), size, started);
   })
 }
 
-// A read of bytes that are not in a block file (a miss, or a block still in
-// memory): answered by whichever thread has them, without a copy of ours;
-// this worker returns to the queue at once.
-void FuseServer::Ops::ReadLater(FuseServer* self, fuse_req_t req, fuse_ino_t ino, uint64_t fh,
-                                const ObjectPath& path, uint64_t off, size_t size,
-                                std::chrono::steady_clock::time_point started) {
+void FuseServer::Ops::ReadAndReply(FuseServer* self, fuse_req_t req, fuse_ino_t ino,
+                                   const core::FileRef& file, uint64_t off, size_t size,
+                                   std::chrono::steady_clock::time_point started) {
+  core::LatencyHistogram* hist = self->LatencyOf(Op::kRead);
+  const auto deadline = self->fs_.NewDeadline() + core::kAnswerSlack;
+  auto call = std::make_shared<ReadCall>();
   auto replies = self->replies_;
-  const uint64_t token = replies->Add(req, self->fs_.NewDeadline() + core::kAnswerSlack);
-  auto done = [replies, token, hist = self->LatencyOf(Op::kRead), started, ino,
-               stale = self->stale_.get(),
-               pool = self->reply_pool_.get()](core::Result<std::vector<core::SharedBytes>> r) {
+  StaleInodes* stale = self->stale_.get();
+  ReplyPool* pool = self->reply_pool_.get();
+  auto done = [call, replies, stale, pool, ino, hist, started](Pieces r) {
+    uint64_t token = 0;
+    {
+      core::MutexLock l(call->mu);
+      if (!call->returned) {  // the worker that asked answers it
+        call->early.emplace(std::move(r));
+        return;
+      }
+      token = call->token;
+    }
     fuse_req_t claimed = replies->Claim(token);
     if (claimed == nullptr) return;  // answered already: its time was up
     // The object changed at the origin: the kernel's pages of the old
@@ -158,7 +183,7 @@ void FuseServer::Ops::ReadLater(FuseServer* self, fuse_req_t req, fuse_ino_t ino
     // Claimed: the server (and its pool) stays until Answered().
     auto reply = [replies, claimed, hist, started, r = std::move(r)] {
       try {
-        ReplyParts(claimed, r);
+        ReplyPieces(claimed, r);
       } catch (const std::exception& e) {
         spdlog::error("fuse read: unexpected exception: {}", e.what());
         fuse_reply_err(claimed, EIO);
@@ -166,6 +191,8 @@ void FuseServer::Ops::ReadLater(FuseServer* self, fuse_req_t req, fuse_ino_t ino
       Observe(hist, started);
       replies->Answered();
     };
+    // A large reply is copied into the kernel by the reply threads, not by
+    // the thread that completed the fetch (the net loop).
     if (ReplyBytes(r) <= kInlineReplyBytes) return reply();
     auto job = std::make_shared<decltype(reply)>(std::move(reply));
     try {
@@ -174,19 +201,33 @@ void FuseServer::Ops::ReadLater(FuseServer* self, fuse_req_t req, fuse_ino_t ino
       (*job)();  // claimed: it must be answered, here if not there
     }
   };
+  bool failed = false;
   try {
-    if (fh != 0) {
-      self->fs_.ReadAsync(fh, off, size, std::move(done));
-    } else {
-      self->fs_.ReadPathAsync(path, off, size, std::move(done));
-    }
+    self->fs_.Read(file, off, size, std::move(done));
   } catch (const std::exception& e) {
     spdlog::error("fuse read: unexpected exception: {}", e.what());
-    if (fuse_req_t claimed = replies->Claim(token)) {
-      fuse_reply_err(claimed, EIO);
-      replies->Answered();
+    failed = true;
+  }
+  std::optional<Pieces> early;
+  {
+    core::MutexLock l(call->mu);
+    call->returned = true;
+    early.swap(call->early);
+    if (!early && !failed) {
+      // Registered under the call's lock: a completion now waits for the token.
+      call->token = replies->Add(req, deadline);
+      return;
     }
   }
+  if (early) {
+    // Answered here, by the worker that asked.
+    if (early->status().code() == StatusCode::kStale) stale->Mark(ino);
+    ReplyPieces(req, *early);
+    early.reset();  // the slices go once the kernel has the bytes
+  } else {
+    fuse_reply_err(req, EIO);  // no answer came, and none will be taken (token 0)
+  }
+  Observe(hist, started);
 }
 
 void FuseServer::Ops::Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {

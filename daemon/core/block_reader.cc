@@ -37,14 +37,6 @@ Bytes Joined(std::vector<Bytes>& parts) {
 }
 std::vector<ReadPiece> Joined(std::vector<ReadPiece>& parts) { return std::move(parts); }
 
-// Until the FUSE adapter reads through FileSystem::Read (issue #32).
-template <>
-SharedBytes PartOf<SharedBytes>(const std::shared_ptr<const Bytes>& block, uint64_t from,
-                                uint64_t to) {
-  return SharedBytes{block, static_cast<size_t>(from), static_cast<size_t>(to - from)};
-}
-std::vector<SharedBytes> Joined(std::vector<SharedBytes>& parts) { return std::move(parts); }
-
 }  // namespace
 
 // The pieces of one read, filled in by block completions in any order.
@@ -145,52 +137,6 @@ std::optional<ReadPiece> BlockReader::StoreHit<ReadPiece>(const BlockKey& key, u
     DropWrongLength(key);
   }
   return std::nullopt;
-}
-
-template <>
-std::optional<SharedBytes> BlockReader::StoreHit<SharedBytes>(const BlockKey& key, uint64_t from,
-                                                              uint64_t to) {
-  std::optional<Bytes> hit = StoreHit<Bytes>(key, from, to);
-  if (!hit) return std::nullopt;
-  const size_t n = hit->size();
-  return SharedBytes{std::make_shared<const Bytes>(*std::move(hit)), 0, n};
-}
-
-void BlockReader::ReadShared(const ObjectPath& path, const ObjectVersion& version,
-                             const std::string& object_id, ByteRange range, Deadline deadline,
-                             std::function<void(Result<std::vector<SharedBytes>>)> done,
-                             const FetchClass& cls) {
-  ReadParts<SharedBytes>(path, version, object_id, range, deadline, std::move(done), nullptr, cls);
-}
-
-std::optional<std::vector<BlockSlice>> BlockReader::TrySlice(const ObjectPath& path,
-                                                             const ObjectVersion& version,
-                                                             const std::string& object_id,
-                                                             ByteRange range) {
-  const uint64_t bs = options_.block_size;
-  if (range.length == 0 || range.offset >= version.size) return std::nullopt;
-  range.length = std::min(range.length, version.size - range.offset);
-  std::vector<BlockSlice> slices;
-  slices.reserve(static_cast<size_t>((range.end() - 1) / bs - range.offset / bs + 1));
-  for (uint64_t at = range.offset; at < range.end();) {
-    const uint64_t b = at / bs;
-    const uint64_t n = std::min(range.end(), (b + 1) * bs) - at;
-    BlockKey key{object_id, b};
-    if (listener_ != nullptr && !listener_->MayContain(key)) return std::nullopt;  // Read fetches
-    auto slice = store_.Slice(key, at - b * bs, n);
-    if (!slice.ok() && slice.status().code() == StatusCode::kCorrupt)
-      NoteCorrupt(key, slice.status());
-    if (!slice.ok() || slice->length() != n) return std::nullopt;  // Read fetches it
-    slices.push_back(*std::move(slice));
-    at += n;
-  }
-  CountHit(path, range.length);
-  if (listener_) {
-    for (uint64_t b = range.offset / bs; b <= (range.end() - 1) / bs; ++b) {
-      listener_->Touched(BlockKey{object_id, b}, std::min(bs, version.size - b * bs));
-    }
-  }
-  return slices;
 }
 
 void BlockReader::DropWrongLength(const BlockKey& key) {

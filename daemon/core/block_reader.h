@@ -142,18 +142,6 @@ class BlockReader {
                   const std::function<Status()>& may_fetch = nullptr,
                   const FetchClass& cls = FetchClass());
 
-  // Until the FUSE adapter reads through FileSystem::Read (issue #32), what
-  // its old read path asks: ReadPieces with every piece in memory (hits
-  // copied), and a zero-copy hit (the slices if every block `range` touches
-  // is in a file, nullopt otherwise; counts as a hit).
-  void ReadShared(const ObjectPath& path, const ObjectVersion& version,
-                  const std::string& object_id, ByteRange range, Deadline deadline,
-                  std::function<void(Result<std::vector<SharedBytes>>)> done,
-                  const FetchClass& cls = FetchClass());
-  std::optional<std::vector<BlockSlice>> TrySlice(const ObjectPath& path,
-                                                  const ObjectVersion& version,
-                                                  const std::string& object_id, ByteRange range);
-
   // Fetches block `block` into the store unless it is there or on its way;
   // nobody waits for it. A reader that later wants it joins the fetch (and
   // raises its priority).

@@ -112,17 +112,6 @@ class FileSystem {
   using ReadDone = std::function<void(Result<std::vector<ReadPiece>>)>;
   void Read(const FileRef& file, uint64_t offset, uint64_t size, ReadDone done);
 
-  // Until the FUSE adapter reads through Read (issue #32): its old read
-  // path, a zero-copy hit (the slices if every block is in a file, else
-  // nullopt) and then, for the rest, a read of parts in memory, by handle or
-  // by path.
-  std::optional<std::vector<BlockSlice>> ReadSlice(uint64_t handle, uint64_t offset, uint64_t size);
-  std::optional<std::vector<BlockSlice>> ReadSlicePath(const ObjectPath& path, uint64_t offset,
-                                                       uint64_t size);
-  using SharedReadDone = std::function<void(Result<std::vector<SharedBytes>>)>;
-  void ReadAsync(uint64_t handle, uint64_t offset, uint64_t size, SharedReadDone done);
-  void ReadPathAsync(const ObjectPath& path, uint64_t offset, uint64_t size, SharedReadDone done);
-
   // The store id of `path` at version `attr`.
   std::string ObjectId(const ObjectPath& path, const FileAttr& attr) const;
 
