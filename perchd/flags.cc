@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "client/cli_exit.h"
+#include "perch/cli_exit.h"
 #include "perch/version.h"
 
 namespace perch {

@@ -17,7 +17,7 @@
 #include <cstdlib>
 #include <variant>
 
-#include "client/cli_exit.h"
+#include "perch/cli_exit.h"
 #include "perchd/flags.h"
 #include "perchd/serve.h"
 

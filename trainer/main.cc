@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/cli_exit.h"
+#include "perch/cli_exit.h"
 #include "perch/version.h"
 #include "trainer/distributed.h"
 #include "trainer/launch.h"

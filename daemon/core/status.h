@@ -7,7 +7,7 @@
 // crosses into core. Each kind of output has one mapping out of Status, in
 // its adapter: ToErrno() in fuse/ (the mount), ToGrpcStatus() in control/
 // (the control API), StatusOf() in endpoint/ (HTTP statuses) and Describe()
-// in client/transfer/ (perch-transfer's messages and HTCondor's error ad).
+// in transfer/ (perch-transfer's messages and HTCondor's error ad).
 //
 // Thread-safety: a Status is a value; distinct objects may be used from
 // distinct threads without synchronisation.

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "daemon/endpoint/request.h"
-#include "daemon/http/percent.h"
+#include "daemon/uri/percent.h"
 
 namespace perch::endpoint {
 
@@ -56,7 +56,7 @@ class Writer {
 
 void Response(Writer& w, const DavEntry& e) {
   w.Start("D:response");
-  std::string href = http::PercentEncodePath(e.path);
+  std::string href = uri::PercentEncodePath(e.path);
   if (e.attr.is_dir && href != "/") href += '/';
   w.Element("D:href", href);
   w.Start("D:propstat");
@@ -106,7 +106,7 @@ std::string HtmlIndex(const core::ObjectPath& path, const std::vector<core::DirE
     w.Start("li");
     w.Start("a");
     std::string name = c.name + (c.attr.is_dir ? "/" : "");
-    w.Attr("href", http::PercentEncodeSegment(c.name) + (c.attr.is_dir ? "/" : ""));
+    w.Attr("href", uri::PercentEncodeSegment(c.name) + (c.attr.is_dir ? "/" : ""));
     w.Text(name);
     w.End();
     w.End();

@@ -4,7 +4,7 @@
 #include <ctime>
 
 #include "daemon/core/limits.h"
-#include "daemon/http/percent.h"
+#include "daemon/uri/percent.h"
 
 namespace perch::endpoint {
 
@@ -15,7 +15,7 @@ core::Result<core::ObjectPath> PathOfTarget(std::string_view target) {
     return core::InvalidArgumentError("the request target must be an absolute path");
   if (target.size() > 3 * core::kMaxPathBytes)
     return core::InvalidArgumentError("the request target is too long");
-  auto decoded = http::PercentDecode(target);
+  auto decoded = uri::PercentDecode(target);
   if (!decoded.ok()) return decoded.status();
   if (decoded->size() > core::kMaxPathBytes)
     return core::InvalidArgumentError("the path is too long");

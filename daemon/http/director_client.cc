@@ -47,7 +47,7 @@ std::optional<std::string> StripDecodedSuffix(const std::string& encoded,
   for (auto it = want.rbegin(); it != want.rend(); ++it) {
     size_t slash = end == 0 ? std::string::npos : encoded.rfind('/', end - 1);
     if (slash == std::string::npos) return std::nullopt;
-    auto segment = PercentDecode(std::string_view(encoded).substr(slash + 1, end - slash - 1));
+    auto segment = uri::PercentDecode(std::string_view(encoded).substr(slash + 1, end - slash - 1));
     if (!segment.ok() || *segment != *it) return std::nullopt;
     end = slash;
   }
@@ -76,7 +76,7 @@ Status StatusFromHttp(long code, const std::string& what, FailureSite site,
 std::string NamespaceEntry::ServerUrl(size_t i, const ObjectPath& path) const {
   std::string rel = path.str().substr(prefix.IsRoot() ? 0 : prefix.str().size());
   auto p = ObjectPath::Parse(rel.empty() ? "/" : rel);
-  return server_bases[i] + (rel.empty() ? "" : PercentEncodePath(*p));
+  return server_bases[i] + (rel.empty() ? "" : uri::PercentEncodePath(*p));
 }
 
 Result<std::shared_ptr<const NamespaceEntry>> ParseDirectorAnswer(const ObjectPath& fed_path,
@@ -371,7 +371,7 @@ void DirectorClient::Query(const std::string& director, const ObjectPath& fed_pa
                            Deadline deadline, int attempt) {
   ctx_->counters.director_queries++;
   HttpRequest req;
-  req.url = director + PercentEncodePath(fed_path);
+  req.url = director + uri::PercentEncodePath(fed_path);
   req.deadline = deadline;
   req.connect_timeout = ctx_->options.connect_timeout;
   req.max_body = 1 << 20;
@@ -437,7 +437,7 @@ void DirectorClient::QueryDirect(const std::string& director, const std::string&
                                  const ObjectPath& fed_path, Deadline deadline) {
   ctx_->counters.director_queries++;
   HttpRequest req;
-  req.url = director + PercentEncodePath(fed_path) + "?directread";
+  req.url = director + uri::PercentEncodePath(fed_path) + "?directread";
   req.deadline = deadline;
   req.connect_timeout = ctx_->options.connect_timeout;
   req.max_body = 1 << 20;

@@ -56,11 +56,11 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
   }
   auto split = SplitHttpUrl(entry->collections_url);
   std::string base_path = split.ok() ? split->path : "";
-  std::string request_path = base_path + PercentEncodePath(fed);
+  std::string request_path = base_path + uri::PercentEncodePath(fed);
   HttpRequest req;
   req.method = "PROPFIND";
-  req.url =
-      entry->collections_url + PercentEncodePath(fed) + (depth == 1 && !fed.IsRoot() ? "/" : "");
+  req.url = entry->collections_url + uri::PercentEncodePath(fed) +
+            (depth == 1 && !fed.IsRoot() ? "/" : "");
   req.headers = *auth;
   req.headers.push_back("Depth: " + std::to_string(depth));
   req.headers.push_back("Content-Type: application/xml; charset=utf-8");

@@ -14,9 +14,9 @@
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
 #include "daemon/core/utf8.h"
-#include "daemon/http/percent.h"
 #include "daemon/http/propfind.h"
 #include "daemon/http/url.h"
+#include "daemon/uri/percent.h"
 
 namespace perch::http {
 
@@ -171,7 +171,7 @@ Result<std::string> HrefToPath(const std::string& path, bool raw) {
     if (!p.ok()) return CorruptError("PROPFIND href: " + EscapeForLog(p.status().message(), 300));
     return p->str();
   }
-  auto decoded = PercentDecode(path);
+  auto decoded = uri::PercentDecode(path);
   if (!decoded.ok())
     return CorruptError("PROPFIND href: " + EscapeForLog(decoded.status().message(), 300));
   auto p = core::ObjectPath::Parse(*decoded);
@@ -539,7 +539,7 @@ Result<std::vector<DavResponse>> MultistatusParser::Finish() {
   bool raw = s.raw;
   if (!raw && s.style.prefer_raw) {
     raw = true;
-    auto decoded_request = PercentDecode(s.style.request_path);
+    auto decoded_request = uri::PercentDecode(s.style.request_path);
     if (!s.done.empty() && decoded_request.ok() && *decoded_request != s.style.request_path) {
       std::string self = s.done.front().href_path;
       while (self.size() > 1 && self.back() == '/') self.pop_back();

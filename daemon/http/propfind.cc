@@ -4,7 +4,7 @@
 
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
-#include "daemon/http/percent.h"
+#include "daemon/uri/percent.h"
 
 namespace perch::http {
 
@@ -20,7 +20,7 @@ using core::Result;
 
 Result<Listing> InterpretListing(std::vector<DavResponse> responses,
                                  std::string_view request_path) {
-  auto decoded = PercentDecode(request_path);
+  auto decoded = uri::PercentDecode(request_path);
   if (!decoded.ok()) return decoded.status();
   auto self_path = core::ObjectPath::Parse(*decoded);
   if (!self_path.ok()) return self_path.status();

@@ -75,7 +75,7 @@ Result<FederationUrl> ParseFederationUrl(std::string_view url) {
     out.scheme = "osdf";
     out.discovery_url = "https://" + std::string(kOsdfDiscoveryHost);
     std::string path = "/" + rest.substr(0, rest.find_first_of("?#"));
-    auto decoded = PercentDecode(path);
+    auto decoded = uri::PercentDecode(path);
     if (!decoded.ok()) {
       return decoded.status();
     }
@@ -112,7 +112,7 @@ Result<FederationUrl> ParseFederationUrl(std::string_view url) {
   }
   std::string port = GetPart(u.get(), CURLUPART_PORT);
   std::string raw_path = GetPart(u.get(), CURLUPART_PATH);
-  auto decoded = PercentDecode(raw_path.empty() ? "/" : raw_path);
+  auto decoded = uri::PercentDecode(raw_path.empty() ? "/" : raw_path);
   if (!decoded.ok()) {
     return decoded.status().WithContext("bad federation URL '" + std::string(url) + "'");
   }

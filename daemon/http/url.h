@@ -15,7 +15,7 @@
 
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
-#include "daemon/http/percent.h"
+#include "daemon/uri/percent.h"
 
 namespace perch::http {
 

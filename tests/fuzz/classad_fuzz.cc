@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "client/transfer/classad.h"
 #include "tests/fuzz/fuzz_common.h"
+#include "transfer/classad.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   perch::fuzz::QuietLogs();

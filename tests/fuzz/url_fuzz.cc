@@ -17,13 +17,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)url->ToString();
   }
   http::SplitHttpUrl(v).status().IgnoreError();
-  if (auto decoded = http::PercentDecode(v); decoded.ok()) {
+  if (auto decoded = uri::PercentDecode(v); decoded.ok()) {
     FUZZ_CHECK(decoded->size() <= v.size());
   }
   if (auto path = core::ObjectPath::Parse(v); path.ok()) {
     auto again = core::ObjectPath::Parse(path->str());
     FUZZ_CHECK(again.ok() && *again == *path);
-    auto round = http::PercentDecode(http::PercentEncodePath(*path));
+    auto round = uri::PercentDecode(uri::PercentEncodePath(*path));
     FUZZ_CHECK(round.ok() && *round == path->str());
     if (!path->IsRoot()) FUZZ_CHECK(path->Parent().Child(path->Name()).ok());
   }

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/http/percent.h"
+#include "daemon/uri/percent.h"
 #include "tests/integration/hostile_tree.h"
 #include "tests/integration/mounted_federation.h"
 
@@ -68,7 +68,7 @@ class DifferentialTest : public MountedFederation, public ::testing::WithParamIn
       for (size_t i = 0; i < files.size(); ++i) {
         std::string url = endpoint_ + "/test";
         for (const auto& seg : fs::path(files[i]))
-          url += "/" + http::PercentEncodeSegment(seg.string());
+          url += "/" + uri::PercentEncodeSegment(seg.string());
         c << "url = \"" << url << "\"\noutput = \"" << (out / std::to_string(i)).string() << "\"\n";
       }
     }

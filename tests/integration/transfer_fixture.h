@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "client/transfer/classad.h"
 #include "tests/devfed/devfed_harness.h"
 #include "tests/integration/perchd_harness.h"
 #include "tests/integration/test_tree.h"
+#include "transfer/classad.h"
 
 namespace perch::testing {
 

@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "client/format.h"
 #include "daemon/control/prometheus.h"
+#include "perchctl/format.h"
 
 namespace perch::control {
 namespace {

@@ -12,8 +12,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "client/format.h"
 #include "daemon/control/prometheus.h"
+#include "perchctl/format.h"
 
 namespace perch::control {
 namespace {

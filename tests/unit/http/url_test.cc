@@ -64,15 +64,15 @@ TEST(FederationUrlTest, BadUrlsSayWhy) {
 }
 
 TEST(PercentEncodingTest, SegmentsAndPaths) {
-  EXPECT_EQ(PercentEncodeSegment("a b%c/d"), "a%20b%25c%2Fd");
-  EXPECT_EQ(PercentEncodeSegment("Ünï-_.~"), "%C3%9Cn%C3%AF-_.~");
-  EXPECT_EQ(PercentEncodePath(*core::ObjectPath::Parse("/ns/a b/c")), "/ns/a%20b/c");
-  EXPECT_EQ(PercentEncodePath(core::ObjectPath()), "/");
-  EXPECT_EQ(*PercentDecode("/ns/a%20b%2fc"), "/ns/a b/c");
-  EXPECT_FALSE(PercentDecode("%4").ok());
-  EXPECT_FALSE(PercentDecode("%").ok());
-  EXPECT_FALSE(PercentDecode("%g1").ok());
-  EXPECT_FALSE(PercentDecode("a%00").ok());
+  EXPECT_EQ(uri::PercentEncodeSegment("a b%c/d"), "a%20b%25c%2Fd");
+  EXPECT_EQ(uri::PercentEncodeSegment("Ünï-_.~"), "%C3%9Cn%C3%AF-_.~");
+  EXPECT_EQ(uri::PercentEncodePath(*core::ObjectPath::Parse("/ns/a b/c")), "/ns/a%20b/c");
+  EXPECT_EQ(uri::PercentEncodePath(core::ObjectPath()), "/");
+  EXPECT_EQ(*uri::PercentDecode("/ns/a%20b%2fc"), "/ns/a b/c");
+  EXPECT_FALSE(uri::PercentDecode("%4").ok());
+  EXPECT_FALSE(uri::PercentDecode("%").ok());
+  EXPECT_FALSE(uri::PercentDecode("%g1").ok());
+  EXPECT_FALSE(uri::PercentDecode("a%00").ok());
 }
 
 TEST(SplitHttpUrlTest, Splits) {

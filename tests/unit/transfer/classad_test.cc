@@ -1,4 +1,4 @@
-#include "client/transfer/classad.h"
+#include "transfer/classad.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // federation's answer, 403/404. (The real endpoint is exercised by
 // tests/integration/transfer_via_perchd_test.cc; it does not cut bodies on
 // demand.)
-#include "client/transfer/perchd_endpoint.h"
+#include "transfer/perchd_endpoint.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // perch-transfer's pure parts: the command line, where perchd is found, its
 // mount list and which mount serves a URL, and where a download lands.
-#include "client/transfer/plugin.h"
+#include "transfer/plugin.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,9 +9,9 @@
 #include <fstream>
 #include <map>
 
-#include "client/transfer/local_file.h"
-#include "client/transfer/node_config.h"
-#include "client/transfer/perchd_endpoint.h"
+#include "transfer/local_file.h"
+#include "transfer/node_config.h"
+#include "transfer/perchd_endpoint.h"
 
 namespace perch::transfer {
 namespace {

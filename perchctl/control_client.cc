@@ -1,4 +1,4 @@
-#include "client/control_client.h"
+#include "perchctl/control_client.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>

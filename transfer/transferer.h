@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "client/transfer/classad.h"
-#include "client/transfer/direct_fetch.h"
-#include "client/transfer/node_config.h"
-#include "client/transfer/perchd_endpoint.h"
 #include "daemon/http/curl_loop.h"
+#include "transfer/classad.h"
+#include "transfer/direct_fetch.h"
+#include "transfer/node_config.h"
+#include "transfer/perchd_endpoint.h"
 
 namespace perch::transfer {
 

@@ -1,4 +1,4 @@
-#include "client/format.h"
+#include "perchctl/format.h"
 
 #include <google/protobuf/util/json_util.h>
 

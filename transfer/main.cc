@@ -7,9 +7,9 @@
 #include <exception>
 #include <iostream>
 
-#include "client/transfer/local_file.h"
-#include "client/transfer/plugin.h"
 #include "perch/version.h"
+#include "transfer/local_file.h"
+#include "transfer/plugin.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #include <cstdio>
 #include <string>
 
-#include "client/transfer/classad.h"
+#include "transfer/classad.h"
 
 // ClassAd values, attribute look-up and the writer; the parser is classad.cc.
 namespace perch::transfer {

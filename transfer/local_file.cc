@@ -1,4 +1,4 @@
-#include "client/transfer/local_file.h"
+#include "transfer/local_file.h"
 
 #include <fcntl.h>
 #include <signal.h>

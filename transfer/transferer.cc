@@ -1,4 +1,4 @@
-#include "client/transfer/transferer.h"
+#include "transfer/transferer.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "client/cli_exit.h"
+#include "perch/cli_exit.h"
 #include "proto/control_address.h"
 
 namespace perch {

@@ -22,12 +22,12 @@
 #include <memory>
 #include <string>
 
-#include "client/transfer/fetch.h"
-#include "client/transfer/local_file.h"
 #include "daemon/core/result.h"
 #include "daemon/http/curl_loop.h"
 #include "daemon/http/federation_client.h"
 #include "daemon/http/url.h"
+#include "transfer/fetch.h"
+#include "transfer/local_file.h"
 
 namespace perch::transfer {
 

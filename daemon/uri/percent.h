@@ -1,6 +1,6 @@
-// Percent-encoding of paths (RFC 3986), shared by the federation client and
-// perchd's HTTP endpoint. Pure functions without libcurl (library
-// perch_percent), safe from any thread.
+// Percent-encoding of paths (RFC 3986): what both HTTP sides speak, the
+// federation client (daemon/http) and perchd's HTTP endpoint
+// (daemon/endpoint). Pure functions, safe from any thread.
 #pragma once
 
 #include <string>
@@ -9,7 +9,7 @@
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
 
-namespace perch::http {
+namespace perch::uri {
 
 // Percent-encodes one path segment: RFC 3986 unreserved characters are kept,
 // everything else (including '/', '%', ' ', UTF-8 bytes) becomes %XX.
@@ -22,4 +22,4 @@ std::string PercentEncodePath(const core::ObjectPath& path);
 // an encoded NUL.
 core::Result<std::string> PercentDecode(std::string_view text);
 
-}  // namespace perch::http
+}  // namespace perch::uri

@@ -1,4 +1,4 @@
-#include "client/transfer/node_config.h"
+#include "transfer/node_config.h"
 
 #include <toml++/toml.h>
 

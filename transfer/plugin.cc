@@ -1,4 +1,4 @@
-#include "client/transfer/plugin.h"
+#include "transfer/plugin.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,10 +11,10 @@
 #include <iostream>
 #include <sstream>
 
-#include "client/transfer/classad.h"
-#include "client/transfer/node_config.h"
-#include "client/transfer/transferer.h"
 #include "daemon/core/log_escape.h"
+#include "transfer/classad.h"
+#include "transfer/node_config.h"
+#include "transfer/transferer.h"
 
 namespace perch::transfer {
 namespace {

@@ -1,8 +1,8 @@
-#include "daemon/http/percent.h"
+#include "daemon/uri/percent.h"
 
 #include "daemon/core/log_escape.h"
 
-namespace perch::http {
+namespace perch::uri {
 
 using core::InvalidArgumentError;
 using core::Result;
@@ -70,4 +70,4 @@ Result<std::string> PercentDecode(std::string_view text) {
   return out;
 }
 
-}  // namespace perch::http
+}  // namespace perch::uri

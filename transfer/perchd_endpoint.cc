@@ -1,4 +1,4 @@
-#include "client/transfer/perchd_endpoint.h"
+#include "transfer/perchd_endpoint.h"
 
 #include <algorithm>
 #include <charconv>
@@ -266,7 +266,7 @@ void PerchdEndpoint::RunAttempt(const std::string& url, const PerchdMount& mount
 
 Result<FetchReport> PerchdEndpoint::Fetch(const http::FederationUrl& fu, const PerchdMount& mount,
                                           const TempFile& file) {
-  std::string url = base_ + http::PercentEncodePath(fu.path);
+  std::string url = base_ + uri::PercentEncodePath(fu.path);
   Attempt a;
   a.file = &file;
   FetchReport report;

@@ -23,10 +23,10 @@
 #include <thread>
 #include <vector>
 
-#include "client/cli_exit.h"
-#include "client/control_client.h"
-#include "client/format.h"
+#include "perch/cli_exit.h"
 #include "perch/version.h"
+#include "perchctl/control_client.h"
+#include "perchctl/format.h"
 #include "proto/control_address.h"
 
 namespace perch::ctl {

@@ -1,4 +1,4 @@
-#include "client/transfer/direct_fetch.h"
+#include "transfer/direct_fetch.h"
 
 #include <algorithm>
 #include <condition_variable>

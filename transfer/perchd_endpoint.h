@@ -32,12 +32,12 @@
 #include <string_view>
 #include <vector>
 
-#include "client/transfer/fetch.h"
-#include "client/transfer/local_file.h"
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
 #include "daemon/http/curl_loop.h"
 #include "daemon/http/url.h"
+#include "transfer/fetch.h"
+#include "transfer/local_file.h"
 
 namespace perch::transfer {
 
