@@ -1,3 +1,6 @@
+// CurlLoop: the loop (submitting, per-server slots, finishing; curl's sockets and
+// timers on Asio, after curl's asiohiper.cpp). One request as curl sees it is
+// curl_transfer.cc.
 #include "daemon/http/curl_loop.h"
 
 #include <curl/curl.h>
@@ -15,12 +18,14 @@
 #include <set>
 
 #include "daemon/core/log_escape.h"
+#include "daemon/http/curl_loop_state.h"
 #include "daemon/http/url.h"
 
 namespace perch::http {
 
-namespace asio = boost::asio;
 using core::Result;
+using curl_loop_internal::HostOf;
+using curl_loop_internal::ServerOf;
 
 std::optional<std::string> HttpHead::Get(std::string_view name) const {
   for (const auto& [k, v] : headers) {
@@ -37,167 +42,11 @@ std::vector<std::string> HttpHead::GetAll(std::string_view name) const {
   return out;
 }
 
-struct CurlLoop::Transfer {
-  uint64_t id = 0;
-  HostSlots* host = nullptr;  // its server's slots (set when it is submitted)
-  CURL* easy = nullptr;
-  curl_slist* header_list = nullptr;
-  HttpRequest request;
-  HttpResponse response;
-  Callback done;
-  bool aborted_by_sink = false;
-  bool body_too_large = false;
-  char errbuf[CURL_ERROR_SIZE] = {0};
-};
-
-// One socket curl asked us to watch. The descriptor never owns the fd: curl
-// opens and closes it; we release() it on CURL_POLL_REMOVE, before curl
-// closes it, which also cancels our pending waits.
-struct CurlLoop::SocketWatch {
-  explicit SocketWatch(asio::io_context& io, curl_socket_t fd) : sd(io, fd), fd(fd) {}
-  asio::posix::stream_descriptor sd;
-  curl_socket_t fd;
-  int what = 0;
-  bool reading = false;
-  bool writing = false;
-  bool closed = false;
-};
-
-// The transfers of one server (scheme://host:port) that run, and those that
-// wait for one of its max_host_connections slots or for the global budget.
-struct CurlLoop::HostSlots {
-  std::string server;
-  size_t active = 0;
-  std::deque<std::unique_ptr<Transfer>> waiting;
-};
-
-struct CurlLoop::Impl {
-  asio::io_context io;
-  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
-  // curl's timeout (CURLMOPT_TIMERFUNCTION). curl moves it after nearly every socket action,
-  // and re-arming an asio timer each time costs a timerfd_settime, an exit to the hypervisor
-  // on a VM (6 % of perchd's CPU on cold small files). So `timer` is moved only when curl
-  // wants to be woken earlier than it is set for; a wake-up before `curl_due` sets it again,
-  // and "now" (timeout 0) is a posted task, no timer at all.
-  asio::steady_timer timer{io};
-  std::optional<std::chrono::steady_clock::time_point> curl_due;  // nullopt: no timeout
-  std::optional<std::chrono::steady_clock::time_point> timer_at;  // nullopt: timer not waiting
-  bool expire_posted = false;
-  CURLM* multi = nullptr;
-  std::unordered_map<curl_socket_t, std::shared_ptr<SocketWatch>> sockets;
-  std::unordered_map<uint64_t, std::unique_ptr<Transfer>> active;
-  // Transfers wait here, not in curl: a handle added to the multi handle beyond its
-  // server's connections waits in curl's own pending list, which cost ~10 % of perchd's CPU
-  // per cold small file with a prefetch's 200 requests in flight to one server
-  // (bench/results/cold-ab-2026-11-25-host-queue.txt). `hosts` has an entry per server
-  // with a transfer running or waiting; `waiting_hosts` those with one waiting.
-  std::unordered_map<std::string, HostSlots> hosts;
-  std::vector<HostSlots*> waiting_hosts;
-  bool starting_queued = false;
-  asio::steady_timer waiting_timer{io};  // the earliest deadline of a waiting transfer
-  std::optional<core::Deadline> waiting_timer_at;
-  std::vector<CURL*> easy_pool;
-  CurlLoop* owner = nullptr;
-  std::function<void(const HttpRequest&)> observer;
-  // Servers a token was held back from (plain http, not this node): logged once each.
-  std::set<std::string> token_refused;
-
-  void Arm(const std::shared_ptr<SocketWatch>& w, bool read);
-  void OnSocket(const std::shared_ptr<SocketWatch>& w, bool read,
-                const boost::system::error_code& ec);
-  void WakeAt(std::chrono::steady_clock::time_point at);
-  void Expire();
-  static int SocketCallback(CURL* easy, curl_socket_t s, int what, void* userp, void* socketp);
-  static int TimerCallback(CURLM* multi, long timeout_ms, void* userp);
-};
-
 namespace {
 
 std::once_flag g_curl_init;
 
-// "http://host:port/a/b?q" -> "http://host:port": curl's connections are per server.
-std::string_view ServerOf(std::string_view url) {
-  size_t b = url.find("://");
-  b = b == std::string_view::npos ? 0 : b + 3;
-  return url.substr(0, url.find_first_of("/?#", b));
-}
-
-// "http://host:port/a/b?q" -> "host:port" (for messages).
-std::string HostOf(std::string_view url) {
-  std::string_view server = ServerOf(url);
-  size_t b = server.find("://");
-  return std::string(b == std::string_view::npos ? server : server.substr(b + 3));
-}
-
 }  // namespace
-
-// libcurl C callbacks. None may throw into curl: they only touch plain data.
-extern "C" {
-static size_t PerchCurlHeader(char* data, size_t size, size_t n, void* userp);
-static size_t PerchCurlWrite(char* data, size_t size, size_t n, void* userp);
-}
-
-struct CurlCallbacks {
-  static size_t Header(char* data, size_t size, size_t n, void* userp) {
-    auto* t = static_cast<CurlLoop::Transfer*>(userp);
-    size_t len = size * n;
-    std::string_view line(data, len);
-    while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
-    if (line.starts_with("HTTP/")) {
-      // A new response (after a 1xx): forget the previous one's headers.
-      t->response.head.headers.clear();
-      size_t sp = line.find(' ');
-      t->response.head.status =
-          sp == std::string_view::npos ? 0 : std::atol(std::string(line.substr(sp + 1, 3)).c_str());
-      return len;
-    }
-    size_t colon = line.find(':');
-    if (colon == std::string_view::npos) return len;
-    std::string name(line.substr(0, colon));
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    std::string_view value = line.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
-      value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-    t->response.head.headers.emplace_back(std::move(name), std::string(value));
-    return len;
-  }
-
-  static size_t Write(char* data, size_t size, size_t n, void* userp) {
-    auto* t = static_cast<CurlLoop::Transfer*>(userp);
-    size_t len = size * n;
-    t->response.body_bytes += len;
-    if (t->request.on_data) {
-      bool keep = false;
-      try {
-        keep = t->request.on_data(t->response.head, std::string_view(data, len));
-      } catch (const std::exception& e) {
-        spdlog::error("http: exception in body sink: {}", e.what());
-      }
-      if (!keep) {
-        t->aborted_by_sink = true;
-        return 0;
-      }
-      return len;
-    }
-    if (t->response.body.size() + len > t->request.max_body) {
-      t->body_too_large = true;
-      return 0;
-    }
-    t->response.body.append(data, len);
-    return len;
-  }
-};
-
-extern "C" {
-static size_t PerchCurlHeader(char* data, size_t size, size_t n, void* userp) {
-  return CurlCallbacks::Header(data, size, n, userp);
-}
-static size_t PerchCurlWrite(char* data, size_t size, size_t n, void* userp) {
-  return CurlCallbacks::Write(data, size, n, userp);
-}
-}
 
 CurlLoop::CurlLoop(Options options)
     : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
@@ -409,73 +258,6 @@ void CurlLoop::WakeForWaitingAt(core::Deadline at) {
   });
 }
 
-void CurlLoop::Start(std::unique_ptr<Transfer> t) {
-  if (core::Clock::now() >= t->request.deadline) {
-    ForgetIfIdle(t->host);
-    t->done(core::DeadlineExceededError("deadline passed before " + t->request.method + " " +
-                                        HostOf(t->request.url) + " could start"));
-    return;
-  }
-  t->host->active++;
-  CURL* e;
-  if (!impl_->easy_pool.empty()) {
-    e = impl_->easy_pool.back();
-    impl_->easy_pool.pop_back();
-    curl_easy_reset(e);
-  } else {
-    e = curl_easy_init();
-  }
-  t->easy = e;
-  const HttpRequest& r = t->request;
-  if (impl_->observer) impl_->observer(r);
-  // Rounded up, so curl never gives up before the caller's deadline.
-  auto remaining = std::chrono::ceil<std::chrono::milliseconds>(r.deadline - core::Clock::now());
-  curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());
-  curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
-  curl_easy_setopt(e, CURLOPT_USERAGENT, options_.user_agent.c_str());
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(r.connect_timeout.count()));
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
-                   static_cast<long>(std::max<int64_t>(1, remaining.count())));
-  if (r.low_speed_bytes > 0) {
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, r.low_speed_bytes);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, static_cast<long>(r.low_speed_time.count()));
-  }
-  if (!options_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options_.ca_file.c_str());
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &PerchCurlHeader);
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &PerchCurlWrite);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
-  if (r.method == "HEAD") {
-    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-  } else if (r.method != "GET") {
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r.method.c_str());
-  }
-  if (!r.body.empty()) {
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, r.body.data());
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
-  }
-  t->header_list = curl_slist_append(nullptr, "Expect:");
-  for (const std::string& h : r.headers)
-    t->header_list = curl_slist_append(t->header_list, h.c_str());
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->header_list);
-
-  uint64_t id = t->id;
-  Transfer* raw = t.get();
-  impl_->active.emplace(id, std::move(t));
-  in_flight_.fetch_add(1, std::memory_order_relaxed);
-  if (CURLMcode mc = curl_multi_add_handle(impl_->multi, e); mc != CURLM_OK) {
-    Finish(raw,
-           core::InternalError(std::string("curl_multi_add_handle: ") + curl_multi_strerror(mc)));
-  }
-}
-
 void CurlLoop::Finish(Transfer* t, Result<HttpResponse> result) {
   auto it = impl_->active.find(t->id);
   if (it == impl_->active.end()) return;
@@ -532,41 +314,6 @@ void CurlLoop::StartQueued() {
     }
   }
   impl_->starting_queued = false;
-}
-
-void CurlLoop::DrainCompleted() {
-  int pending = 0;
-  while (CURLMsg* msg = curl_multi_info_read(impl_->multi, &pending)) {
-    if (msg->msg != CURLMSG_DONE) continue;
-    Transfer* t = nullptr;
-    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &t);
-    if (t == nullptr) continue;
-    CURLcode rc = msg->data.result;
-    if (rc == CURLE_OK) {
-      long code = 0;
-      curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
-      t->response.head.status = code;
-      Finish(t, std::move(t->response));
-    } else if (t->aborted_by_sink) {
-      Finish(t, core::CancelledError("transfer from " + HostOf(t->request.url) +
-                                     " stopped by its receiver"));
-    } else if (t->body_too_large) {
-      Finish(t, core::CorruptError(t->request.method + " " + HostOf(t->request.url) +
-                                   ": body larger than " + std::to_string(t->request.max_body) +
-                                   " bytes"));
-    } else {
-      std::string why = t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc);
-      std::string msg_text = t->request.method + " " + HostOf(t->request.url) + ": " + why;
-      // A timeout within a few ms of the deadline is the deadline (timers are not exact);
-      // earlier ones are connect or low-speed limits: the server's failure.
-      if (rc == CURLE_OPERATION_TIMEDOUT &&
-          core::Clock::now() + std::chrono::milliseconds(20) >= t->request.deadline) {
-        Finish(t, core::DeadlineExceededError(msg_text, core::FailureSite::kCache));
-      } else {
-        Finish(t, core::UnavailableError(msg_text, core::FailureSite::kCache));
-      }
-    }
-  }
 }
 
 void CurlLoop::Impl::Arm(const std::shared_ptr<SocketWatch>& w, bool read) {
