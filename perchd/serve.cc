@@ -213,11 +213,13 @@ core::Status Serve(const DaemonConfig& cfg, const std::function<void()>& ready,
     spdlog::info("unmounting {}", f->cfg.mountpoint);
     f->server->Unmount();
   }
-  for (http::CurlLoop* loop : loops) {
-    loop->Shutdown();  // in-flight fetches end (cancelled) while the cache objects still exist
-  }
+  // In-flight fetches end (cancelled) while the cache objects still exist, and so does any a
+  // job still running asks for: the job pool ends now, not when a job's listing or lookup
+  // times out (30 s, which held a handoff's waiting requests that long).
+  for (http::CurlLoop* loop : loops) loop->StopTransfers();
   http_endpoint.Join();  // its reads have ended with the fetches
   jobs.Join();
+  for (http::CurlLoop* loop : loops) loop->Shutdown();
   stack.Close();
   disk.Join();
   // Nothing writes blocks any more: make them durable and say so, so that the

@@ -14,6 +14,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <future>
 #include <mutex>
 #include <set>
 
@@ -77,21 +78,35 @@ CurlLoop::~CurlLoop() {
   curl_multi_cleanup(impl_->multi);
 }
 
+void CurlLoop::CancelEverything() {
+  // The waiting first: finishing a running transfer would start one of them.
+  auto waiting = TakeWaiting([](const Transfer&) { return true; });
+  std::vector<uint64_t> ids;
+  for (auto& [id, t] : impl_->active) ids.push_back(id);
+  for (uint64_t id : ids) {
+    auto it = impl_->active.find(id);
+    if (it != impl_->active.end()) Finish(it->second.get(), core::CancelledError("shutting down"));
+  }
+  for (auto& t : waiting) {
+    if (t->done) t->done(core::CancelledError("shutting down"));
+  }
+}
+
+void CurlLoop::StopTransfers() {
+  if (!thread_.joinable()) return;
+  std::promise<void> stopped;
+  asio::post(impl_->io, [this, &stopped] {
+    impl_->stopped = true;
+    CancelEverything();
+    stopped.set_value();
+  });
+  stopped.get_future().wait();
+}
+
 void CurlLoop::Shutdown() {
   if (!thread_.joinable()) return;
   asio::post(impl_->io, [this] {
-    // The waiting first: finishing a running transfer would start one of them.
-    auto waiting = TakeWaiting([](const Transfer&) { return true; });
-    std::vector<uint64_t> ids;
-    for (auto& [id, t] : impl_->active) ids.push_back(id);
-    for (uint64_t id : ids) {
-      auto it = impl_->active.find(id);
-      if (it != impl_->active.end())
-        Finish(it->second.get(), core::CancelledError("shutting down"));
-    }
-    for (auto& t : waiting) {
-      if (t->done) t->done(core::CancelledError("shutting down"));
-    }
+    CancelEverything();
     impl_->timer.cancel();
     impl_->waiting_timer.cancel();
     impl_->work.reset();
@@ -177,6 +192,10 @@ void CurlLoop::SetRequestObserverForTest(std::function<void(const HttpRequest&)>
 }
 
 void CurlLoop::StartOrQueue(std::unique_ptr<Transfer> t) {
+  if (impl_->stopped) {
+    if (t->done) t->done(core::CancelledError("shutting down"));
+    return;
+  }
   std::string_view server = ServerOf(t->request.url);
   auto [it, fresh] = impl_->hosts.try_emplace(std::string(server));
   HostSlots& host = it->second;

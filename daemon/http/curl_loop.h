@@ -88,6 +88,12 @@ class CurlLoop {
   // before this returns) and joins the loop thread. Idempotent. Call it
   // before destroying objects that in-flight callbacks point at.
   void Shutdown();
+  // Cancels every transfer (callbacks get kCancelled, on the loop thread, before this returns)
+  // and ends every later one at once the same way, while the loop still runs what is posted to
+  // it: the first step of an orderly end, so that work still running (a prefetch listing, a
+  // retry) finishes now instead of at its deadline. Shutdown() follows. Idempotent; not from the
+  // loop thread.
+  void StopTransfers();
   CurlLoop(const CurlLoop&) = delete;
   CurlLoop& operator=(const CurlLoop&) = delete;
 
@@ -128,6 +134,8 @@ class CurlLoop {
   void StartOrQueue(std::unique_ptr<Transfer> t);
   void Start(std::unique_ptr<Transfer> t);
   void Finish(Transfer* t, core::Result<HttpResponse> result);
+  // Ends every running and waiting transfer with kCancelled.
+  void CancelEverything();
   void DrainCompleted();
   void StartQueued();
   bool HasSlot(const HostSlots& host) const;

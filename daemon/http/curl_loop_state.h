@@ -90,6 +90,7 @@ struct CurlLoop::Impl {
   std::function<void(const HttpRequest&)> observer;
   // Servers a token was held back from (plain http, not this node): logged once each.
   std::set<std::string> token_refused;
+  bool stopped = false;  // StopTransfers: every transfer ends kCancelled at once
 
   void Arm(const std::shared_ptr<SocketWatch>& w, bool read);
   void OnSocket(const std::shared_ptr<SocketWatch>& w, bool read,

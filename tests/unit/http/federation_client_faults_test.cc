@@ -389,6 +389,53 @@ namespace {
 // request fails at once (kPermissionDenied, the server's failure: the next
 // server may be https), nothing is sent, and the same request without a
 // token, or to this node, goes out as before.
+// The first step of perchd's orderly end (a stop, a handoff): every transfer ends now, and so
+// does every one asked for later, while tasks posted to the loop still run. Before, work still
+// running in perchd's job pool (a prefetch listing) that asked after the loops were shut down
+// waited for its deadline (30 s) and held the handoff that long.
+TEST(CurlLoopStopTest, AfterStopTransfersEveryRequestEndsAtOnceCancelled) {
+  testing::FaultServer server;
+  server.AddObject("obj", std::string(200000, 'x'));
+  // Before the loop: its end cancels what a failed test left, into these.
+  std::promise<core::Status> running, later, posted;
+  CurlLoop loop{CurlLoop::Options{}};
+  const std::string stall = server.BaseUrl() + "/srv/stall/ns/obj";  // holds ~5 s
+  HttpRequest r;
+  r.url = stall;
+  r.deadline = core::DeadlineAfter(std::chrono::seconds(30));
+  loop.Submit(std::move(r),
+              [&](core::Result<HttpResponse> res) { running.set_value(res.status()); });
+  for (int i = 0; i < 200 && loop.InFlight() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(loop.InFlight(), 1u);
+  const auto started = std::chrono::steady_clock::now();
+  loop.StopTransfers();
+  auto f = running.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_EQ(f.get().code(), core::StatusCode::kCancelled);
+  // Asked later, from a task on the loop (as the director client asks) and from outside.
+  loop.Post([&] {
+    HttpRequest r2;
+    r2.url = stall;
+    r2.deadline = core::DeadlineAfter(std::chrono::seconds(30));
+    loop.Submit(std::move(r2),
+                [&](core::Result<HttpResponse> res) { posted.set_value(res.status()); });
+  });
+  HttpRequest r3;
+  r3.url = stall;
+  r3.deadline = core::DeadlineAfter(std::chrono::seconds(30));
+  loop.Submit(std::move(r3),
+              [&](core::Result<HttpResponse> res) { later.set_value(res.status()); });
+  auto fl = later.get_future(), fp = posted.get_future();
+  ASSERT_EQ(fl.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  ASSERT_EQ(fp.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(fl.get().code(), core::StatusCode::kCancelled);
+  EXPECT_EQ(fp.get().code(), core::StatusCode::kCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(2));
+  EXPECT_EQ(loop.InFlight(), 0u);
+  loop.Shutdown();
+}
+
 TEST(CurlLoopTokenTest, ATokenIsNeverSentOverPlainHttpToAnotherHost) {
   testing::FaultServer local;
   local.AddObject("obj", "bytes");
