@@ -160,7 +160,6 @@ void FuseServer::Ops::ReadAndReply(FuseServer* self, fuse_req_t req, fuse_ino_t 
                                    const core::FileRef& file, uint64_t off, size_t size,
                                    std::chrono::steady_clock::time_point started) {
   core::LatencyHistogram* hist = self->LatencyOf(Op::kRead);
-  const auto deadline = self->fs_.NewDeadline() + core::kAnswerSlack;
   auto call = std::make_shared<ReadCall>();
   auto replies = self->replies_;
   StaleInodes* stale = self->stale_.get();
@@ -214,8 +213,10 @@ void FuseServer::Ops::ReadAndReply(FuseServer* self, fuse_req_t req, fuse_ino_t 
     call->returned = true;
     early.swap(call->early);
     if (!early && !failed) {
-      // Registered under the call's lock: a completion now waits for the token.
-      call->token = replies->Add(req, deadline);
+      // Registered under the call's lock: a completion now waits for the
+      // token. The deadline is taken now, as PendingReplies asks (deadlines
+      // in the order of the Adds): op_timeout from here, plus the slack.
+      call->token = replies->Add(req, self->fs_.NewDeadline() + core::kAnswerSlack);
       return;
     }
   }
