@@ -54,6 +54,7 @@ core::StackOptions StackOptionsOf(const DaemonConfig& cfg) {
   o.prefetch_options.dir_max_entries = cfg.prefetch_dir_max_entries;
   o.prefetch_options.hint_window = cfg.hint_window;
   o.version_check_interval = cfg.version_check_interval;
+  o.verify_complete_objects = cfg.verify_digests;
   o.scrub.rate_bytes_per_second = cfg.scrub_rate;
   o.scrub.start_delay = cfg.scrub_start_delay;
   return o;

@@ -274,6 +274,14 @@ Result<std::shared_ptr<const BlockFd>> BlockReader::WholeFile(const ObjectVersio
   return file;
 }
 
+bool BlockReader::AllCached(const ObjectVersion& version, const std::string& object_id) const {
+  if (listener_ == nullptr) return false;
+  for (uint64_t b = 0; b < BlockCount(version.size, options_.block_size); ++b) {
+    if (!listener_->Contains(BlockKey{object_id, b})) return false;
+  }
+  return true;
+}
+
 size_t BlockReader::DropObject(const ObjectVersion& version, const std::string& object_id) {
   size_t dropped = 0;
   for (uint64_t i = 0; i < BlockCount(version.size, options_.block_size); i++) {

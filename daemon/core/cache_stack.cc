@@ -15,14 +15,18 @@ namespace perch::core {
 // Tells the shared catalog of this mount's blocks, with catalog paths.
 class Mount::Listener : public BlockListener {
  public:
-  Listener(CacheCatalog& catalog, const Mount& mount) : catalog_(catalog), mount_(mount) {}
+  Listener(CacheCatalog& catalog, Mount& mount) : catalog_(catalog), mount_(mount) {}
   void Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
               const ObjectVersion& version) override {
+    mount_.CopyChanged(key.object_id);
     catalog_.Stored(key, length, mount_.CatalogPath(path), version);
   }
   void StoredMany(const std::vector<StoredBlock>& blocks) override {
     std::vector<StoredBlock> named = blocks;
-    for (StoredBlock& b : named) b.path = mount_.CatalogPath(b.path);
+    for (StoredBlock& b : named) {
+      mount_.CopyChanged(b.key.object_id);
+      b.path = mount_.CatalogPath(b.path);
+    }
     catalog_.StoredMany(named);
   }
   void Touched(const BlockKey& key, uint64_t length) override { catalog_.Touched(key, length); }
@@ -35,8 +39,55 @@ class Mount::Listener : public BlockListener {
 
  private:
   CacheCatalog& catalog_;
-  const Mount& mount_;
+  Mount& mount_;
 };
+
+namespace {
+
+// One object's bytes against one digest that DigestKeeper verified.
+class KnownDigestCheck final : public ObjectDigests::Check {
+ public:
+  KnownDigestCheck(ObjectDigest want, std::unique_ptr<DigestHasher> hasher)
+      : want_(std::move(want)), hasher_(std::move(hasher)) {}
+  void Update(std::string_view bytes) override { hasher_->Update(bytes); }
+  bool Matches() override {
+    std::vector<ObjectDigest> got = hasher_->Finish();
+    return got.size() == 1 && got.front() == want_;
+  }
+  std::string Describe() const override { return DigestText(want_); }
+
+ private:
+  const ObjectDigest want_;
+  const std::unique_ptr<DigestHasher> hasher_;
+};
+
+// The scrub's whole-object digests: those DigestKeeper verified against a
+// server's (it keeps them in memory: what it verified since start). The
+// cheapest algorithm is checked, crc32c where known.
+class KnownDigests final : public ObjectDigests {
+ public:
+  KnownDigests(const DigestKeeper& keeper, DigestHasherFactory hasher)
+      : keeper_(keeper), hasher_(std::move(hasher)) {}
+  std::unique_ptr<Check> Start(const std::string& object_id, uint64_t size) override {
+    (void)size;  // the id names the version, size included
+    std::vector<ObjectDigest> known = keeper_.Known(object_id);
+    const ObjectDigest* pick = CheapestDigest(known);
+    if (pick == nullptr) return nullptr;
+    return std::make_unique<KnownDigestCheck>(*pick, hasher_({pick->algorithm}));
+  }
+
+ private:
+  const DigestKeeper& keeper_;
+  const DigestHasherFactory hasher_;
+};
+
+std::unique_ptr<ObjectDigests> NewKnownDigests(const DigestKeeper& keeper,
+                                               DigestHasherFactory hasher) {
+  if (!hasher) return nullptr;
+  return std::make_unique<KnownDigests>(keeper, std::move(hasher));
+}
+
+}  // namespace
 
 Mount::Mount(MountSpec spec, std::string tag, CacheCatalog& catalog, DigestKeeper& digests)
     : spec_(std::move(spec)), tag_(std::move(tag)), catalog_(catalog), digests_(digests) {}
@@ -132,6 +183,50 @@ Result<std::vector<ObjectDigest>> Mount::Digests(const ObjectPath& p, const File
   return out;
 }
 
+bool Mount::NeedsCheck(const FileAttr& a, const std::string& object_id) {
+  if (!verify_complete_ || a.is_dir || a.size <= reader_->block_size()) return false;
+  {
+    MutexLock l(verified_mu_);
+    if (verified_.count(object_id) > 0) return false;
+  }
+  return reader_->AllCached(ObjectVersion{a.size, a.etag}, object_id);
+}
+
+Status Mount::VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::string& object_id,
+                             Deadline deadline) {
+  if (!NeedsCheck(a, object_id)) return Status::Ok();
+  {
+    MutexLock l(verified_mu_);
+    verifying_[object_id] = false;  // the same object twice at once: checked twice
+    watching_ = verified_.size() + verifying_.size();
+  }
+  Status checked = digests_.CheckCopy(*spec_.origin, *reader_, p, a, object_id, deadline);
+  {
+    MutexLock l(verified_mu_);
+    auto it = verifying_.find(object_id);
+    const bool changed = it == verifying_.end() || it->second;
+    if (it != verifying_.end()) verifying_.erase(it);
+    if (checked.ok() && !changed) {
+      if (verified_.size() >= kMaxVerifiedCopies) verified_.erase(verified_.begin());
+      verified_.insert(object_id);
+    }
+    watching_ = verified_.size() + verifying_.size();
+  }
+  if (checked.code() == StatusCode::kCorrupt) return checked;
+  if (!checked.ok()) {
+    spdlog::debug("{}: not checked against its digest: {}", EscapeForLog(p.str()),
+                  EscapeForLog(checked.ToString()));
+  }
+  return Status::Ok();
+}
+
+void Mount::CopyChanged(const std::string& object_id) {
+  if (watching_.load(std::memory_order_relaxed) == 0) return;  // checking off, or none checked
+  MutexLock l(verified_mu_);
+  verified_.erase(object_id);
+  if (auto it = verifying_.find(object_id); it != verifying_.end()) it->second = true;
+}
+
 Status Mount::CheckRoot(std::chrono::milliseconds timeout) {
   auto root = names_->GetAttr(ObjectPath(), DeadlineAfter(timeout));
   if (root.ok()) {
@@ -169,7 +264,8 @@ CacheStack::CacheStack(Index& index, BlockStore& store, Executor& disk, Executor
                  return false;
                }),
       scheduler_(options_.scheduler),
-      digests_(options_.digest_hasher, options_.digest_keeper) {
+      digests_(options_.digest_hasher, options_.digest_keeper),
+      known_digests_(NewKnownDigests(digests_, options_.digest_hasher)) {
   ScrubOptions scrub = options_.scrub;
   scrub.block_size = options_.reader.block_size;
   scrub.path_name = [this](const ObjectPath& p) {
@@ -177,8 +273,9 @@ CacheStack::CacheStack(Index& index, BlockStore& store, Executor& disk, Executor
     Mount* m = MountOfCatalogPath(p, &below);
     return m == nullptr ? p.str() : m->FederationPath(below);
   };
-  scrubber_ = std::make_unique<Scrubber>(catalog_, store_, index_, jobs_, std::move(scrub),
-                                         options_.digests);
+  scrubber_ = std::make_unique<Scrubber>(
+      catalog_, store_, index_, jobs_, std::move(scrub),
+      options_.digests != nullptr ? options_.digests : known_digests_.get());
 }
 
 CacheStack::~CacheStack() {
@@ -231,6 +328,7 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
   auto mount =
       std::unique_ptr<Mount>(new Mount(std::move(spec), std::move(tag), catalog_, digests_));
   Mount& m = *mount;
+  m.verify_complete_ = options_.verify_complete_objects;
   const MountSpec& s = m.spec_;
   m.listener_ = std::make_unique<Mount::Listener>(catalog_, m);
   m.names_ = std::make_unique<NamespaceCache>(*s.origin, index_, s.names);
@@ -264,7 +362,18 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
           return ObjectIdFor(fed, p, a);
         });
   }
-  m.fs_ = std::make_unique<FileSystem>(*m.names_, *m.reader_, s.fs, m.prefetcher_.get());
+  FileSystemOptions fs_options = s.fs;
+  if (options_.verify_complete_objects) {
+    // A check reads the whole object and hashes it: a job, not the reader's thread.
+    fs_options.verify_complete = [this, &m](const OpenFile& f, Deadline deadline,
+                                            std::function<void(Status)> done) {
+      if (!m.NeedsCheck(f.attr, f.object_id)) return done(Status::Ok());
+      jobs_.Post([&m, f, deadline, done = std::move(done)] {
+        done(m.VerifyComplete(f.path, f.attr, f.object_id, deadline));
+      });
+    };
+  }
+  m.fs_ = std::make_unique<FileSystem>(*m.names_, *m.reader_, fs_options, m.prefetcher_.get());
   WarmerOptions wopts = options_.warmer;
   wopts.path_name = [&m](const ObjectPath& p) { return m.FederationPath(p); };
   m.warmer_ = std::make_unique<Warmer>(*m.fs_, *m.reader_, catalog_, jobs_, wopts);

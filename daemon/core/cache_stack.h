@@ -28,6 +28,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "daemon/core/block_reader.h"
@@ -63,6 +65,10 @@ struct StackOptions {
   ObjectDigests* digests = nullptr;
   // Computes the digests perch hands out (DigestKeeper); empty: none.
   DigestHasherFactory digest_hasher;
+  // Checks an object of more than one block against its server's digest
+  // once the cache holds all of it, before a reader's last read is answered
+  // and before the kernel is handed its file (Mount::VerifyComplete).
+  bool verify_complete_objects = false;
   DigestKeeperOptions digest_keeper;
   // Access times reach the index (and the free space is re-read) this often;
   // zero: no timer (tests call Flush themselves).
@@ -138,6 +144,21 @@ class Mount {
   Result<std::vector<ObjectDigest>> Digests(const ObjectPath& p, const FileAttr& a,
                                             const std::vector<std::string>& wanted = {});
 
+  // With StackOptions::verify_complete_objects: checks the cached copy of
+  // file `p` at version `a` (object `object_id`) against its server's digest
+  // when it is an object of more than one block held whole, once per version
+  // (DigestKeeper::Get with OnMismatch::kFail; the verdict is remembered).
+  // kCorrupt when the bytes do not match: they are dropped, counted and
+  // logged, and the next read fetches them again. Ok otherwise, including
+  // when there is nothing to check against or with: checking off, an object
+  // of one block (checked at its fetch), an object not all cached, no server
+  // offering a digest, or no answer by `deadline` (served unchecked).
+  Status VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::string& object_id,
+                        Deadline deadline);
+
+  // False when VerifyComplete would return Ok at once (nothing to check).
+  bool NeedsCheck(const FileAttr& a, const std::string& object_id);
+
   // Is the federation there? Ok when the root answers as a directory, or
   // when it cannot be reached but the index holds this mount's namespace
   // (perchd then serves offline and retries in the background).
@@ -155,8 +176,21 @@ class Mount {
 
   const MountSpec spec_;
   const std::string tag_;
+  // A block of object `object_id` was stored: a copy of it checked before
+  // is a new copy now.
+  void CopyChanged(const std::string& object_id);
+
   CacheCatalog& catalog_;
   DigestKeeper& digests_;
+  bool verify_complete_ = false;
+  // The objects whose cached copy passed VerifyComplete (until a block of
+  // theirs is stored again), and those being checked (true once a block of
+  // theirs was stored meanwhile: the copy checked may not be the one held).
+  static constexpr size_t kMaxVerifiedCopies = 65536;  // past it, one is checked again
+  Mutex verified_mu_;                                  // a leaf lock
+  std::unordered_set<std::string> verified_ PERCH_GUARDED_BY(verified_mu_);
+  std::unordered_map<std::string, bool> verifying_ PERCH_GUARDED_BY(verified_mu_);
+  std::atomic<size_t> watching_{0};  // verified_.size() + verifying_.size()
   std::unique_ptr<Listener> listener_;
   std::unique_ptr<NamespaceCache> names_;
   std::unique_ptr<VersionGuard> guard_;
@@ -234,9 +268,12 @@ class CacheStack {
   const StackOptions options_;
   CacheCatalog catalog_;
   FetchScheduler scheduler_;
-  std::unique_ptr<Scrubber> scrubber_;  // started by Open, stopped by StopBackground
   DigestKeeper digests_;
-  mutable Mutex mu_;                                                 // a leaf lock
+  // The scrub's whole-object check against the digests digests_ verified,
+  // unless the options name other ones.
+  std::unique_ptr<ObjectDigests> known_digests_;
+  std::unique_ptr<Scrubber> scrubber_;  // started by Open, stopped by StopBackground
+  mutable Mutex mu_;                    // a leaf lock
   std::deque<std::unique_ptr<Mount>> mounts_ PERCH_GUARDED_BY(mu_);  // only grows
   std::atomic<bool> closing_{false};
 };

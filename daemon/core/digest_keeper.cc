@@ -10,6 +10,13 @@
 
 namespace perch::core {
 
+const ObjectDigest* CheapestDigest(const std::vector<ObjectDigest>& digests) {
+  if (digests.empty()) return nullptr;
+  auto crc32c = std::find_if(digests.begin(), digests.end(),
+                             [](const ObjectDigest& d) { return d.algorithm == "crc32c"; });
+  return crc32c != digests.end() ? &*crc32c : &digests.front();
+}
+
 DigestKeeper::DigestKeeper(DigestHasherFactory hasher, DigestKeeperOptions options)
     : hasher_(std::move(hasher)), options_(options) {}
 
@@ -28,11 +35,8 @@ void DigestKeeper::Remember(const std::string& object_id, std::vector<ObjectDige
   }
 }
 
-Result<std::vector<ObjectDigest>> DigestKeeper::Digest(BlockReader& reader, const ObjectPath& path,
-                                                       const ObjectVersion& version,
-                                                       const std::string& object_id,
-                                                       Deadline deadline) {
-  std::unique_ptr<DigestHasher> hasher = hasher_(DigestAlgorithms());
+Status DigestKeeper::Feed(BlockReader& reader, const ObjectPath& path, const ObjectVersion& version,
+                          const std::string& object_id, Deadline deadline, DigestHasher& hasher) {
   const uint64_t block = reader.block_size();
   for (uint64_t offset = 0; offset < version.size; offset += block) {
     uint64_t length = std::min(block, version.size - offset);
@@ -46,15 +50,24 @@ Result<std::vector<ObjectDigest>> DigestKeeper::Digest(BlockReader& reader, cons
                               std::to_string(length),
                           FailureSite::kLocal);
     }
-    hasher->Update(*bytes);
+    hasher.Update(*bytes);
   }
+  return Status::Ok();
+}
+
+Result<std::vector<ObjectDigest>> DigestKeeper::Digest(BlockReader& reader, const ObjectPath& path,
+                                                       const ObjectVersion& version,
+                                                       const std::string& object_id,
+                                                       Deadline deadline) {
+  std::unique_ptr<DigestHasher> hasher = hasher_(DigestAlgorithms());
+  if (Status s = Feed(reader, path, version, object_id, deadline, *hasher); !s.ok()) return s;
   return hasher->Finish();
 }
 
 Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader& reader,
                                                     const ObjectPath& path, const FileAttr& attr,
-                                                    const std::string& object_id,
-                                                    Deadline deadline) {
+                                                    const std::string& object_id, Deadline deadline,
+                                                    OnMismatch on_mismatch) {
   if (attr.is_dir) return InvalidArgumentError(path.str() + " is a directory: no digest");
   if (auto known = Known(object_id); !known.empty()) return known;
   if (!hasher_) return NotFoundError("no digests: perch computes none here", FailureSite::kLocal);
@@ -108,16 +121,43 @@ Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader&
         break;
     }
     stats_.mismatches++;
+    origin.Distrust(path);  // fetched again from the origin where it may be
     size_t dropped = reader.DropObject(version, object_id);
     std::string claim = claims->empty() ? "" : DigestText(claims->front());
     if (attempt == 0) {
       spdlog::warn("{}: the cached copy does not match its server's digest ({}); {} blocks dropped",
                    EscapeForLog(path.str()), EscapeForLog(claim), dropped);
+      if (on_mismatch == OnMismatch::kFail) {
+        return CorruptError(path.str() + ": the cached copy does not match the server's digest (" +
+                            claim + "); dropped, the next read fetches it again");
+      }
       continue;  // fetched again
     }
     return CorruptError(path.str() + ": the bytes fetched do not match the server's digest (" +
                         claim + ")");
   }
+}
+
+Status DigestKeeper::CheckCopy(Origin& origin, BlockReader& reader, const ObjectPath& path,
+                               const FileAttr& attr, const std::string& object_id,
+                               Deadline deadline) {
+  std::vector<ObjectDigest> known = Known(object_id);
+  if (known.empty() || !hasher_) {
+    return Get(origin, reader, path, attr, object_id, deadline, OnMismatch::kFail).status();
+  }
+  const ObjectDigest* pick = CheapestDigest(known);
+  const ObjectVersion version{attr.size, attr.etag};
+  std::unique_ptr<DigestHasher> hasher = hasher_({pick->algorithm});
+  if (Status s = Feed(reader, path, version, object_id, deadline, *hasher); !s.ok()) return s;
+  std::vector<ObjectDigest> got = hasher->Finish();
+  if (got.size() == 1 && got.front() == *pick) return Status::Ok();
+  stats_.mismatches++;
+  origin.Distrust(path);
+  size_t dropped = reader.DropObject(version, object_id);
+  spdlog::warn("{}: the cached copy does not match the object's digest ({}); {} blocks dropped",
+               EscapeForLog(path.str()), EscapeForLog(DigestText(*pick)), dropped);
+  return CorruptError(path.str() + ": the cached copy does not match the object's digest (" +
+                      DigestText(*pick) + "); dropped, the next read fetches it again");
 }
 
 }  // namespace perch::core

@@ -19,7 +19,9 @@
 //
 // When the bytes do not match: they are dropped from the cache and fetched
 // once more; if they still do not match, kCorrupt (the caller answers with an
-// error, never a digest of wrong bytes).
+// error, never a digest of wrong bytes). A caller that has served some of
+// those bytes already (the check of a completed object at a reader's last
+// read) asks for kFail: dropped, kCorrupt at once, nothing fetched.
 //
 // Cost: nothing on the read path. A digest asked costs one small request to a
 // server and one pass over the object's bytes, once per object version: the
@@ -61,6 +63,17 @@ struct DigestKeeperStats {
   std::atomic<uint64_t> mismatches{0};  // cached copies that did not (dropped, fetched again)
 };
 
+// The digest of `digests` cheapest to compute again: crc32c if there, else
+// the first; null when empty.
+const ObjectDigest* CheapestDigest(const std::vector<ObjectDigest>& digests);
+
+// What Get does when the cached bytes do not match the server's digest
+// (after dropping them).
+enum class OnMismatch {
+  kFetchAgain,  // fetch them once more and check again
+  kFail,        // kCorrupt at once
+};
+
 class DigestKeeper {
  public:
   // `hasher` computes digests (the daemon passes http's); may be empty, and
@@ -76,14 +89,27 @@ class DigestKeeper {
   // (kUnavailable, kDeadlineExceeded, ...) otherwise.
   Result<std::vector<ObjectDigest>> Get(Origin& origin, BlockReader& reader, const ObjectPath& path,
                                         const FileAttr& attr, const std::string& object_id,
-                                        Deadline deadline);
+                                        Deadline deadline,
+                                        OnMismatch on_mismatch = OnMismatch::kFetchAgain);
 
   // The digests already known of `object_id` (empty if none); no request.
   std::vector<ObjectDigest> Known(const std::string& object_id) const;
 
+  // Checks the copy of object `object_id` the cache holds now (`path` at
+  // `attr`, read with `reader`) against the object's digest: Get with
+  // OnMismatch::kFail when none is known yet (a request to a server), else
+  // one pass over the copy's bytes against the known crc32c (or the first
+  // known digest), no request. A mismatch drops the copy's blocks, is
+  // counted (stats().mismatches) and logged, and is kCorrupt. Errors as Get's.
+  Status CheckCopy(Origin& origin, BlockReader& reader, const ObjectPath& path,
+                   const FileAttr& attr, const std::string& object_id, Deadline deadline);
+
   const DigestKeeperStats& stats() const { return stats_; }
 
  private:
+  // The bytes of the whole object through the cache, in order, into `hasher`.
+  static Status Feed(BlockReader& reader, const ObjectPath& path, const ObjectVersion& version,
+                     const std::string& object_id, Deadline deadline, DigestHasher& hasher);
   // The bytes of the whole object through the cache, digested.
   Result<std::vector<ObjectDigest>> Digest(BlockReader& reader, const ObjectPath& path,
                                            const ObjectVersion& version,

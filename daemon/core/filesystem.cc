@@ -1,7 +1,10 @@
 #include "daemon/core/filesystem.h"
 
+#include <algorithm>
+
 #include "daemon/core/codec.h"
 #include "daemon/core/mutex.h"
+#include "daemon/core/wait.h"
 
 namespace perch::core {
 
@@ -71,6 +74,17 @@ Result<std::shared_ptr<const BlockFd>> FileSystem::WholeFile(uint64_t handle) {
     if (it == open_.end()) return InvalidArgumentError("unknown file handle");
     f = it->second;
   }
+  // The kernel reads that file without us: the last chance to check it.
+  if (options_.verify_complete) {
+    const Deadline deadline = NewDeadline();
+    auto checked = WaitFor<bool>(deadline, [&](auto cb) {
+      options_.verify_complete(f, deadline, [cb](Status s) {
+        if (s.ok()) return cb(true);
+        cb(std::move(s));
+      });
+    });
+    if (!checked.ok()) return checked.status();
+  }
   return reader_.WholeFile(ObjectVersion{f.attr.size, f.attr.etag}, f.object_id);
 }
 
@@ -83,6 +97,11 @@ Result<OpenFile> FileSystem::StartRead(uint64_t handle, uint64_t offset, uint64_
     f = it->second;
   }
   if (prefetcher_ != nullptr) prefetcher_->Read(handle, offset, size);
+  if (FailedItsDigest(handle, f.object_id)) {
+    return CorruptError(f.path.str() +
+                        ": this open file read bytes that failed the object's digest; open it "
+                        "again to read it fetched again");
+  }
   return f;
 }
 
@@ -112,20 +131,61 @@ bool AllInFiles(const Result<std::vector<ReadPiece>>& r) {
 
 }  // namespace
 
+bool FileSystem::ChecksAtEnd(const OpenFile& f, uint64_t offset, uint64_t size) const {
+  return options_.verify_complete && size > 0 && offset < f.attr.size &&
+         size >= f.attr.size - offset && f.attr.size > reader_.block_size();
+}
+
+template <typename T>
+void FileSystem::AfterCheck(const OpenFile& f, Deadline deadline, Result<T> r,
+                            std::function<void(Result<T>)> done) {
+  if (!r.ok()) return done(std::move(r));
+  auto held = std::make_shared<Result<T>>(std::move(r));
+  options_.verify_complete(f, deadline, [this, id = f.object_id, held, done](Status s) {
+    if (s.code() == StatusCode::kCorrupt) NoteDigestFailure(id);
+    if (!s.ok()) return done(std::move(s));
+    done(std::move(*held));
+  });
+}
+
+void FileSystem::NoteDigestFailure(const std::string& object_id) {
+  const uint64_t last = next_handle_.load() - 1;  // every handle open now
+  MutexLock l(mu_);
+  if (digest_failed_.size() >= 4096) digest_failed_.clear();
+  uint64_t& upto = digest_failed_[object_id];
+  upto = std::max(upto, last);
+}
+
+bool FileSystem::FailedItsDigest(uint64_t handle, const std::string& object_id) {
+  MutexLock l(mu_);
+  if (digest_failed_.empty()) return false;
+  auto it = digest_failed_.find(object_id);
+  return it != digest_failed_.end() && handle <= it->second;
+}
+
 void FileSystem::Read(const FileRef& file, uint64_t offset, uint64_t size, ReadDone done) {
   const bool by_path = file.handle == 0;
   auto f = by_path ? StartPathRead(file.path, offset, size) : StartRead(file.handle, offset, size);
   if (!f.ok()) return done(f.status());
   const std::string& id = f->object_id;
+  const Deadline deadline = NewDeadline();
+  ReadDone finish = std::move(done);
+  if (by_path) {
+    // The object changed at the origin, or its bytes failed its digest: the
+    // next read by path opens it again and reads the new version, or the
+    // copy fetched again.
+    finish = [this, path = f->path, id, finish](Result<std::vector<ReadPiece>> r) {
+      StatusCode c = r.status().code();
+      if (c == StatusCode::kStale || c == StatusCode::kCorrupt) ForgetImplicit(path, id);
+      finish(std::move(r));
+    };
+  }
   reader_.ReadPieces(
-      f->path, ObjectVersion{f->attr.size, f->attr.etag}, id, ByteRange{offset, size},
-      NewDeadline(),
-      [this, id, path = by_path ? f->path : ObjectPath(), by_path,
-       done = std::move(done)](Result<std::vector<ReadPiece>> r) {
-        if (!AllInFiles(r)) NoteResult(id, r.status());
-        // The object changed at the origin: the next read by path opens the
-        // new version.
-        if (by_path && r.status().code() == StatusCode::kStale) ForgetImplicit(path, id);
+      f->path, ObjectVersion{f->attr.size, f->attr.etag}, id, ByteRange{offset, size}, deadline,
+      [this, f = *f, check = ChecksAtEnd(*f, offset, size), deadline,
+       done = std::move(finish)](Result<std::vector<ReadPiece>> r) {
+        if (!AllInFiles(r)) NoteResult(f.object_id, r.status());
+        if (check) return AfterCheck<std::vector<ReadPiece>>(f, deadline, std::move(r), done);
         done(std::move(r));
       },
       // Only a read that must fetch is stopped by a recent failure.

@@ -38,6 +38,12 @@
 
 namespace perch::core {
 
+struct OpenFile {
+  ObjectPath path;
+  FileAttr attr;
+  std::string object_id;
+};
+
 struct FileSystemOptions {
   std::chrono::milliseconds op_timeout{30000};
   std::string federation_id;          // e.g. the federation URL; part of every object id
@@ -48,6 +54,15 @@ struct FileSystemOptions {
   // requests, and the whole system call, not each request, must end within
   // op_timeout.
   std::chrono::milliseconds failure_memo{5000};
+  // Checks an object held whole (Mount::VerifyComplete) after a read that
+  // reaches its end has its bytes and before it is answered, and before the
+  // object's whole file is handed out (WholeFile): a reader that reads a file
+  // to its end never gets its last bytes, and the kernel never its file,
+  // when the object's bytes are wrong. `done` gets the verdict exactly once,
+  // on any thread; the check never blocks the caller (it may post itself to
+  // another executor). An error fails that read or WholeFile. Empty: none.
+  using VerifyFn = std::function<void(const OpenFile&, Deadline, std::function<void(Status)> done)>;
+  VerifyFn verify_complete;
 };
 
 // The file a read is of: an open file (Open's handle), or a path the kernel
@@ -58,12 +73,6 @@ struct FileRef {
 
   uint64_t handle = 0;  // 0: by path
   ObjectPath path;      // when handle is 0
-};
-
-struct OpenFile {
-  ObjectPath path;
-  FileAttr attr;
-  std::string object_id;
 };
 
 class FileSystem {
@@ -81,7 +90,8 @@ class FileSystem {
   void Release(uint64_t handle);
   // The cache's file of open file `handle`'s whole object, for the kernel to
   // read without us (BlockReader::WholeFile); kNotFound unless all of it is
-  // cached, kInvalidArgument if it never is one file (shorter than a block).
+  // cached, kInvalidArgument if it never is one file (shorter than a block),
+  // kCorrupt if it failed its digest (FileSystemOptions::verify_complete).
   // The caller holds it as long as the kernel may read it.
   Result<std::shared_ptr<const BlockFd>> WholeFile(uint64_t handle);
 
@@ -100,7 +110,10 @@ class FileSystem {
   // Errors: kInvalidArgument for a handle that is not open; GetAttr's for a
   // path; the federation's (kNotFound, kUnavailable, kDeadlineExceeded, ...)
   // for a block that had to be fetched; kStale when the object changed at the
-  // origin since it was opened (VersionGuard). After a read of an object
+  // origin since it was opened (VersionGuard); kCorrupt for a read that
+  // reaches the end of an object whose bytes failed its digest
+  // (FileSystemOptions::verify_complete), and for every later read of a file
+  // that was open then (it read some of those bytes; open it again). After a read of an object
   // failed because the federation could not deliver it (kUnavailable,
   // kDeadlineExceeded), reads of it that need a fetch fail at once with that
   // error for `failure_memo`; what is cached is still served.
@@ -143,6 +156,20 @@ class FileSystem {
   // The remembered failure of `object_id`, if recent (see failure_memo).
   std::optional<Status> RecentFailure(const std::string& object_id);
   void NoteResult(const std::string& object_id, const Status& s);
+  // True if a read of `size` bytes at `offset` of `f` ends at its end and
+  // waits for verify_complete's verdict before it is answered.
+  bool ChecksAtEnd(const OpenFile& f, uint64_t offset, uint64_t size) const;
+  // Hands `r`, a read of `f` that ends at its end, to `done` once
+  // verify_complete said the object is good; its error otherwise.
+  template <typename T>
+  void AfterCheck(const OpenFile& f, Deadline deadline, Result<T> r,
+                  std::function<void(Result<T>)> done);
+  // A read of `object_id` found its bytes failed the object's digest: every
+  // file open on it now has read some of them, and fails its later reads
+  // (the kernel retries a failed read-ahead: a reader must not then be
+  // handed the bytes fetched again after the wrong ones). New opens read.
+  void NoteDigestFailure(const std::string& object_id);
+  bool FailedItsDigest(uint64_t handle, const std::string& object_id);
 
   std::atomic<uint64_t> next_handle_{1};
   mutable Mutex mu_;
@@ -150,6 +177,9 @@ class FileSystem {
   // Files opened by reads by path, least recently read first.
   std::list<std::pair<std::string, uint64_t>> implicit_lru_ PERCH_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::list<std::pair<std::string, uint64_t>>::iterator> implicit_;
+  // The largest handle open when the object's bytes failed its digest, by
+  // object id (bounded; NoteDigestFailure).
+  std::unordered_map<std::string, uint64_t> digest_failed_ PERCH_GUARDED_BY(mu_);
   // Recent delivery failures by object id (bounded).
   std::unordered_map<std::string, std::pair<Clock::time_point, Status>> failed_
       PERCH_GUARDED_BY(mu_);

@@ -52,6 +52,12 @@ class Origin {
     (void)version, (void)deadline;
     done(NotFoundError(path.str() + ": no digests from this origin"));
   }
+
+  // The bytes served for `path` failed the object's digest: a server that
+  // sent them holds a bad copy. Later reads of `path` go to its origins first
+  // for a while, where the federation allows it (Pelican's `?directread`), so
+  // that the copy fetched again is the origin's. This default: nothing.
+  virtual void Distrust(const ObjectPath& path) { (void)path; }
 };
 
 }  // namespace perch::core

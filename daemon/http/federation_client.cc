@@ -94,6 +94,12 @@ void FederationClient::ReadRange(const ObjectPath& path, const core::ObjectVersi
   });
 }
 
+void FederationClient::Distrust(const ObjectPath& path) {
+  ObjectPath fed = ToFederation(path);
+  const Shard& s = ReaderOf(fed);
+  s.loop->Post([reader = s.reader, fed = std::move(fed)] { reader->Distrust(fed); });
+}
+
 void FederationClient::Digests(const ObjectPath& path, const core::ObjectVersion& version,
                                Deadline deadline,
                                std::function<void(Result<std::vector<core::ObjectDigest>>)> done) {

@@ -83,6 +83,8 @@ class FederationClient : public core::Origin {
   void Digests(const core::ObjectPath& path, const core::ObjectVersion& version,
                core::Deadline deadline,
                std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done) override;
+  // Reads of `path` go to its origins first for a while (RangeReader::Distrust).
+  void Distrust(const core::ObjectPath& path) override;
 
   const FederationUrl& url() const { return url_; }
   // Every shard's counters summed, at one moment.

@@ -100,16 +100,49 @@ void RangeReader::Start(std::shared_ptr<Op> op) {
         op->plan.AllowDirect(kept.refusal.ok());
         auto now = Clock::now();
         const auto& named = op->ns->server_bases;
+        const bool distrusted = self->Distrusted(op->fed_path.str(), now);
         if (kept.entry && op->plan.DirectPending() &&
-            std::all_of(named.begin(), named.end(),
-                        [&](const std::string& s) { return self->health_.Penalized(s, now); })) {
-          // Every named server failed recently: the origins first, the
-          // named servers after them only if the origins fail too.
+            (distrusted || std::all_of(named.begin(), named.end(), [&](const std::string& s) {
+               return self->health_.Penalized(s, now);
+             }))) {
+          // Every named server failed recently, or one sent a copy that
+          // failed its digest: the origins first, the named servers after
+          // them only if the origins fail too.
           if (self->UseDirect(op, kept.entry)) return;
+        }
+        if (!kept.entry && distrusted && op->plan.DirectPending()) {
+          // The origins are not known yet: asked for once.
+          self->director_->ResolveDirect(
+              op->ns, op->fed_path, op->deadline,
+              [self, op](Result<std::shared_ptr<const NamespaceEntry>> direct) {
+                if (direct.ok() && self->UseDirect(op, *direct)) return;
+                op->plan.Begin(self->health_.Order(op->ns->server_bases, Clock::now()));
+                self->Attempt(op);
+              });
+          return;
         }
         op->plan.Begin(self->health_.Order(named, now));
         self->Attempt(op);
       });
+}
+
+void RangeReader::Distrust(const ObjectPath& fed_path) {
+  if (distrusted_.size() >= kMaxDistrusted) {
+    auto oldest =
+        std::min_element(distrusted_.begin(), distrusted_.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    distrusted_.erase(oldest);
+  }
+  distrusted_[fed_path.str()] = Clock::now() + kDistrustFor;
+}
+
+bool RangeReader::Distrusted(const std::string& fed_path, Clock::time_point now) {
+  if (distrusted_.empty()) return false;
+  auto it = distrusted_.find(fed_path);
+  if (it == distrusted_.end()) return false;
+  if (now < it->second) return true;
+  distrusted_.erase(it);
+  return false;
 }
 
 bool RangeReader::UseDirect(const std::shared_ptr<Op>& op,

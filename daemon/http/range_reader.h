@@ -91,6 +91,15 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   void Head(const core::ObjectPath& fed_path, core::Deadline deadline,
             std::function<void(core::Result<core::FileAttr>)> done);
 
+  // The bytes served for `fed_path` failed the object's digest
+  // (core::Origin::Distrust): for kDistrustFor its reads go to the origins
+  // first (`?directread`, where the namespace allows), the named servers
+  // only if those fail. At most kMaxDistrusted paths (past it the oldest
+  // is trusted again). Loop thread.
+  void Distrust(const core::ObjectPath& fed_path);
+  static constexpr std::chrono::minutes kDistrustFor{10};
+  static constexpr size_t kMaxDistrusted = 4096;
+
   // The server that last delivered bytes of `fed_path`; "" if none. Any thread.
   std::string ServedBy(const std::string& fed_path) const;
 
@@ -116,6 +125,7 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   // Whether an answer with `http_status` to a request carrying Want-Digest
   // may be XRootD refusing the digest rather than the read.
   static bool RefusesDigests(long http_status);
+  bool Distrusted(const std::string& fed_path, core::Clock::time_point now);
   // An error if the body of `op` does not match a digest its answer carried.
   core::Status CheckAgainstDigest(const Op& op);
 
@@ -126,6 +136,7 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   ServerHealth health_;                                              // loop thread
   FirstByteTimer first_byte_;                                        // loop thread
   std::function<void(const std::string&, uint64_t)> progress_hook_;  // loop thread
+  std::map<std::string, core::Clock::time_point> distrusted_;        // loop thread: until when
 
   mutable std::mutex served_mu_;
   std::unordered_map<std::string, std::string> served_by_;  // Protected by served_mu_

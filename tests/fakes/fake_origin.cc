@@ -37,6 +37,16 @@ void FakeOrigin::NoStore(bool on) {
   no_store_ = on;
 }
 
+void FakeOrigin::CorruptBodies(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  corrupt_ = on;
+}
+
+void FakeOrigin::OfferDigests(DigestFn digest) {
+  std::lock_guard<std::mutex> l(mu_);
+  digest_ = std::move(digest);
+}
+
 void FakeOrigin::Hold(bool on) {
   std::lock_guard<std::mutex> l(mu_);
   hold_ = on;
@@ -160,6 +170,7 @@ void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersi
           r = core::CorruptError("short body");
         } else {
           r = f->second.substr(off, len);
+          if (corrupt_ && len > 0) (*r)[0] = static_cast<char>((*r)[0] ^ 0x5a);
           bytes_read += len;
         }
       }
@@ -169,6 +180,23 @@ void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersi
     if (!r.ok()) return done(r.status());
     done(core::FetchedBytes{*std::move(r), may_store, {}});
   });
+}
+
+void FakeOrigin::Digests(const core::ObjectPath& path, const core::ObjectVersion& version,
+                         core::Deadline,
+                         std::function<void(Result<std::vector<core::ObjectDigest>>)> done) {
+  digest_asks++;
+  Result<std::vector<core::ObjectDigest>> r = core::NotFoundError(path.str() + ": no digests");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto f = files_.find(path.str());
+    if (!fail_.ok()) {
+      r = fail_;
+    } else if (f != files_.end() && digest_ && f->second.size() == version.size) {
+      r = digest_(f->second);
+    }
+  }
+  Complete([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
 }
 
 }  // namespace perch::testing

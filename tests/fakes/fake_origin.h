@@ -33,6 +33,13 @@ class FakeOrigin : public core::Origin {
   void ShortBodies(bool on);
   // Reads say their bytes may not be kept (Cache-Control: no-store).
   void NoStore(bool on);
+  // Reads return their bytes with the first one flipped (a cache with a bad
+  // disk); Stat and Digests answer as before.
+  void CorruptBodies(bool on);
+  // Digests answers `digest` of the file's bytes (empty: kNotFound, as an
+  // origin that offers none).
+  using DigestFn = std::function<std::vector<core::ObjectDigest>(const std::string& bytes)>;
+  void OfferDigests(DigestFn digest);
   // Park completions until Release().
   void Hold(bool on);
   // Runs parked completions; returns how many ran.
@@ -49,8 +56,16 @@ class FakeOrigin : public core::Origin {
   void ReadRange(const core::ObjectPath& path, const core::ObjectVersion& version,
                  core::ByteRange range, core::Deadline deadline,
                  std::function<void(core::Result<core::FetchedBytes>)> done) override;
+  void Digests(const core::ObjectPath& path, const core::ObjectVersion& version,
+               core::Deadline deadline,
+               std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done) override;
 
-  std::atomic<int> stats{0}, lists{0}, reads{0};
+  void Distrust(const core::ObjectPath& path) override {
+    (void)path;
+    distrusts++;
+  }
+
+  std::atomic<int> stats{0}, lists{0}, reads{0}, digest_asks{0}, distrusts{0};
   std::atomic<uint64_t> bytes_read{0};
 
  private:
@@ -64,6 +79,8 @@ class FakeOrigin : public core::Origin {
   core::Status fail_stats_;                    // Protected by mu_
   bool short_ = false;                         // Protected by mu_
   bool no_store_ = false;                      // Protected by mu_
+  bool corrupt_ = false;                       // Protected by mu_
+  DigestFn digest_;                            // Protected by mu_
   bool hold_ = false;                          // Protected by mu_
   std::vector<std::function<void()>> parked_;  // Protected by mu_
   std::vector<std::string> read_log_;          // Protected by mu_

@@ -26,6 +26,8 @@ struct StackConfig {
   std::chrono::milliseconds op_timeout{2000};
   std::chrono::milliseconds version_check_interval{5000};
   bool first_mount = true;  // false: the test adds every mount itself
+  core::DigestHasherFactory digest_hasher;
+  bool verify_complete_objects = false;
 };
 
 class StackFixture {
@@ -43,6 +45,8 @@ class StackFixture {
     o.prefetch = config.prefetch;
     o.prefetch_options = config.prefetch_options;
     o.version_check_interval = config.version_check_interval;
+    o.digest_hasher = config.digest_hasher;
+    o.verify_complete_objects = config.verify_complete_objects;
     o.flush_period =
         std::chrono::milliseconds(0);  // the inline executor would run it at once, forever
     stack_ = std::make_unique<core::CacheStack>(index, store, disk, disk, o);

@@ -190,9 +190,10 @@ class BoundsTest : public ::testing::Test {
     prefetcher_ = std::make_unique<Prefetcher>(
         *names_, *reader_, disk_, popts,
         [](const ObjectPath& p, const FileAttr& a) { return ObjectIdFor("fed", p, a); });
-    fs_ = std::make_unique<FileSystem>(*names_, *reader_,
-                                       FileSystemOptions{std::chrono::milliseconds(2000), "fed"},
-                                       prefetcher_.get());
+    FileSystemOptions fso;
+    fso.op_timeout = std::chrono::milliseconds(2000);
+    fso.federation_id = "fed";
+    fs_ = std::make_unique<FileSystem>(*names_, *reader_, fso, prefetcher_.get());
   }
 
   FakeOrigin base_;

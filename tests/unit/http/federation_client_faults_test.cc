@@ -167,6 +167,26 @@ TEST_F(FaultsTest, WhenEveryNamedServerHangsTheOriginServesTheRead) {
   EXPECT_EQ(client_->counters().origin_fallbacks, 5u);
 }
 
+TEST_F(FaultsTest, ADistrustedObjectIsReadFromItsOriginFirst) {
+  server_.SetLinks({"ok"});
+  server_.SetDirectReads("ok");
+  auto r = Read(0, 4096);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(server_.Hits("ok"), 1);
+  EXPECT_EQ(server_.DirectReadHits(), 0);
+  // Its bytes failed the object's digest (core::Origin::Distrust): the
+  // origins are asked for once, and serve this read and the next ones.
+  client_->Distrust(*core::ObjectPath::Parse("/obj"));
+  for (uint64_t off = 0; off < 3 * 4096; off += 4096) {
+    r = Read(off, 4096);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(*r == object_.substr(off, 4096));
+  }
+  EXPECT_EQ(server_.DirectReadHits(), 1);
+  EXPECT_EQ(client_->counters().origin_fallbacks, 3u);
+  EXPECT_EQ(client_->counters().failovers, 0u);
+}
+
 TEST_F(FaultsTest, ARefusedDirectReadIsAskedOnceAndTheReadEndsAtItsDeadline) {
   FederationClientOptions opts;
   client_ = std::make_unique<FederationClient>(
