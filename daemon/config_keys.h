@@ -71,8 +71,8 @@
   X(Size, uint64_t, fuse_read_ahead, "fuse_read_ahead", "", 1ULL << 20, "",                      \
     "the mount's kernel read-ahead, at most 256M (root only; 0 keeps the kernel's 128K)")        \
   X(Flag, bool, verify_digests, "verify_digests", "--verify-digests", false, "",                 \
-    "check objects of one block against their server's digest (off: XRootD 5.5 crashes under "   \
-    "concurrent Want-Digest requests, docs/quirks.md)")                                          \
+    "check objects against their server's digest, small ones as fetched, larger ones whole "     \
+    "(off: XRootD 5.5 crashes under concurrent Want-Digest requests, docs/quirks.md)")                                          \
   X(Size, uint64_t, scrub_rate, "scrub_rate", "--scrub-rate", 4ULL << 20, "",                    \
     "the background scrub reads cached blocks again at this many bytes a second and drops bad "  \
     "ones (0: off)")                                                                             \

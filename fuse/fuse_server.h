@@ -180,9 +180,11 @@ class FuseServer {
   // the I/O hooks installed.
   core::Status NewSession(const std::string& mountpoint);
   // How open file `fh` of inode `ino` is served (Open: passes through?) and
-  // let go (Release), as policy_ decides: read_ops.cc.
-  bool OpenDirect(uint64_t ino, uint64_t fh);
-  bool OpenDirectly(uint64_t ino, uint64_t fh);
+  // let go (Release), as policy_ decides: read_ops.cc. `pages_wrong` is set
+  // when the object's cached copy failed its digest (FileSystem::WholeFile):
+  // the kernel's pages of the inode may hold its bytes and must go.
+  bool OpenDirect(uint64_t ino, uint64_t fh, bool* pages_wrong);
+  bool OpenDirectly(uint64_t ino, uint64_t fh, bool* pages_wrong);
   void Decide();  // policy_.Decide(), logged
   void Released(uint64_t ino, uint64_t fh);
 

@@ -131,7 +131,10 @@ void FuseServer::Ops::Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
     }
     // Immutable objects: the page cache stays valid (keep_cache), unless
     // the kernel reads the cache's file itself (it then has that file's).
-    fi->keep_cache = self->OpenDirect(ino, *h) ? 0 : 1;
+    // A copy that failed its digest drops the pages of it the kernel holds.
+    bool pages_wrong = false;
+    const bool direct = self->OpenDirect(ino, *h, &pages_wrong);
+    fi->keep_cache = direct || pages_wrong ? 0 : 1;
     if (fuse_reply_open(req, fi) != 0) {
       self->Released(ino, *h);
       self->fs_.Release(*h);
@@ -176,9 +179,11 @@ void FuseServer::Ops::ReadAndReply(FuseServer* self, fuse_req_t req, fuse_ino_t 
     }
     fuse_req_t claimed = replies->Claim(token);
     if (claimed == nullptr) return;  // answered already: its time was up
-    // The object changed at the origin: the kernel's pages of the old
-    // version must go before any read of the new one is answered.
-    if (r.status().code() == StatusCode::kStale) stale->Mark(ino);
+    // The object changed at the origin, or its cached copy failed its
+    // digest: the kernel's pages of the old version (or of the wrong bytes)
+    // must go before any read of the new one is answered.
+    if (r.status().code() == StatusCode::kStale || r.status().code() == StatusCode::kCorrupt)
+      stale->Mark(ino);
     // Claimed: the server (and its pool) stays until Answered().
     auto reply = [replies, claimed, hist, started, r = std::move(r)] {
       try {
@@ -239,9 +244,9 @@ void FuseServer::Ops::Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_i
   fuse_reply_err(req, 0);
 }
 
-bool FuseServer::OpenDirect(uint64_t ino, uint64_t fh) {
+bool FuseServer::OpenDirect(uint64_t ino, uint64_t fh, bool* pages_wrong) {
   if (!passthrough_.agreed()) return false;
-  const bool direct = OpenDirectly(ino, fh);
+  const bool direct = OpenDirectly(ino, fh, pages_wrong);
   if (policy_.deciding()) Decide();
   return direct;
 }
@@ -270,12 +275,13 @@ void FuseServer::Decide() {
   }
 }
 
-bool FuseServer::OpenDirectly(uint64_t ino, uint64_t fh) {
+bool FuseServer::OpenDirectly(uint64_t ino, uint64_t fh, bool* pages_wrong) {
   std::optional<OpenPolicy::Mode> mode = policy_.Join(ino, fh);
   if (!mode) {
     // No open file yet: the whole object, if cached, becomes the inode's
     // backing file (disk I/O and an ioctl: under no lock).
     auto file = fs_.WholeFile(fh);
+    if (file.status().code() == StatusCode::kCorrupt) *pages_wrong = true;
     policy_.Count(file.ok() || file.status().code() != StatusCode::kInvalidArgument);
     int32_t id = 0;
     if (file.ok()) {

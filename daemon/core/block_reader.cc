@@ -274,10 +274,13 @@ Result<std::shared_ptr<const BlockFd>> BlockReader::WholeFile(const ObjectVersio
   return file;
 }
 
-bool BlockReader::AllCached(const ObjectVersion& version, const std::string& object_id) const {
+bool BlockReader::AllCached(const ObjectVersion& version, const std::string& object_id) {
   if (listener_ == nullptr) return false;
   for (uint64_t b = 0; b < BlockCount(version.size, options_.block_size); ++b) {
-    if (!listener_->Contains(BlockKey{object_id, b})) return false;
+    BlockKey key{object_id, b};
+    if (listener_->Contains(key)) continue;
+    MutexLock l(mu_);  // fetched, waiting for its batch: read from memory
+    if (unwritten_.count(key) == 0) return false;
   }
   return true;
 }

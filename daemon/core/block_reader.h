@@ -160,9 +160,10 @@ class BlockReader {
   Result<std::shared_ptr<const BlockFd>> WholeFile(const ObjectVersion& version,
                                                    const std::string& object_id);
 
-  // True if the catalog holds every block of object `object_id` at
-  // `version` (a complete object, nothing to fetch); false without a listener.
-  bool AllCached(const ObjectVersion& version, const std::string& object_id) const;
+  // True if every block of object `object_id` at `version` is in the store
+  // (the catalog says so) or fetched and waiting for its write: a complete
+  // object, nothing to fetch. False without a listener.
+  bool AllCached(const ObjectVersion& version, const std::string& object_id);
 
   // Drops every stored block of object `object_id` at `version` that is not
   // in use (InUse), so that the next read fetches it again: its bytes failed
