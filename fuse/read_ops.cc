@@ -159,6 +159,17 @@ void FuseServer::Ops::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
   })
 }
 
+namespace {
+
+// The object changed at the origin, or its cached copy failed its digest:
+// the kernel's pages of the old version (or of the wrong bytes) must go
+// before any read of the new one is answered.
+bool PagesMustGo(const core::Status& s) {
+  return s.code() == StatusCode::kStale || s.code() == StatusCode::kCorrupt;
+}
+
+}  // namespace
+
 void FuseServer::Ops::ReadAndReply(FuseServer* self, fuse_req_t req, fuse_ino_t ino,
                                    const core::FileRef& file, uint64_t off, size_t size,
                                    std::chrono::steady_clock::time_point started) {
@@ -179,11 +190,7 @@ void FuseServer::Ops::ReadAndReply(FuseServer* self, fuse_req_t req, fuse_ino_t 
     }
     fuse_req_t claimed = replies->Claim(token);
     if (claimed == nullptr) return;  // answered already: its time was up
-    // The object changed at the origin, or its cached copy failed its
-    // digest: the kernel's pages of the old version (or of the wrong bytes)
-    // must go before any read of the new one is answered.
-    if (r.status().code() == StatusCode::kStale || r.status().code() == StatusCode::kCorrupt)
-      stale->Mark(ino);
+    if (PagesMustGo(r.status())) stale->Mark(ino);
     // Claimed: the server (and its pool) stays until Answered().
     auto reply = [replies, claimed, hist, started, r = std::move(r)] {
       try {
@@ -227,7 +234,7 @@ void FuseServer::Ops::ReadAndReply(FuseServer* self, fuse_req_t req, fuse_ino_t 
   }
   if (early) {
     // Answered here, by the worker that asked.
-    if (early->status().code() == StatusCode::kStale) stale->Mark(ino);
+    if (PagesMustGo(early->status())) stale->Mark(ino);
     ReplyPieces(req, *early);
     early.reset();  // the slices go once the kernel has the bytes
   } else {
