@@ -33,14 +33,15 @@
 #include <variant>
 #include <vector>
 
+#include "daemon/core/block_listener.h"
 #include "daemon/core/block_store.h"
-#include "daemon/core/cache_catalog.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/fetch_scheduler.h"
 #include "daemon/core/metrics.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/origin.h"
 #include "daemon/core/version_guard.h"
+#include "daemon/core/warning_limiter.h"
 
 namespace perch::core {
 

@@ -9,9 +9,17 @@
 // Thread-safety: all methods are safe from any thread. They do disk I/O and
 // may block: never call them on the net loop.
 //
-// Extending: the store knows bytes and keys, not paths, namespaces or LRU
-// order; those live in the catalog's records in the Index. (The file store
-// writes index records of its own only to name pack records: "sp/" keys.)
+// What a store knows: bytes, block keys and where it put them; not paths,
+// namespaces or LRU order, which live in the catalog's records in the Index.
+// A store may keep where it put them in the Index too, under a prefix of its
+// own that nothing else reads or writes (index_keys.h: the file store's
+// pack records, "sp/<object id>", FileBlockStore::PackSmallObjects). Such a
+// record is part of the block: the store writes it after the bytes and
+// before Write returns, and deletes it in Remove, so that "a block is in the
+// store" still means exactly what the methods below say. (The catalog does
+// not write them: it would have to know the store's layout, and a block
+// written but not yet recorded by the catalog must still be found by the
+// start-up walk, ForEachBlock.)
 #pragma once
 
 #include <unistd.h>

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "daemon/core/codec.h"
+#include "daemon/core/index_keys.h"
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
@@ -19,30 +20,6 @@ CacheCatalog::CacheCatalog(Index& index, BlockStore& store, Executor& disk, Cata
       options_(std::move(options)),
       in_use_(std::move(in_use)),
       capacity_(options_.capacity_bytes) {}
-
-bool WarningLimiter::Allow(uint64_t* suppressed) {
-  MutexLock l(mu_);
-  const Clock::time_point now = Clock::now();
-  if (logged_ && now - last_ < period_) {
-    dropped_++;
-    return false;
-  }
-  logged_ = true;
-  last_ = now;
-  *suppressed = dropped_;
-  dropped_ = 0;
-  return true;
-}
-
-std::string CacheCatalog::Key(const BlockKey& key) {
-  char idx[17];
-  std::snprintf(idx, sizeof(idx), "%016llx", static_cast<unsigned long long>(key.index));
-  return "b/" + key.object_id + "/" + idx;
-}
-
-std::string CacheCatalog::ObjectKey(const std::string& object_id) { return "o/" + object_id; }
-
-std::string CacheCatalog::PinKey(const ObjectPath& path) { return "pin" + path.str(); }
 
 std::string CacheCatalog::Encode(const Record& r) {
   std::string v;
@@ -127,7 +104,7 @@ void CacheCatalog::StoredMany(const std::vector<StoredBlock>& blocks) {
       if (!obj.second.described()) {  // new, or its blocks were adopted without a record
         obj.second.Describe(b.path.str(), b.version.etag, b.version.size);
         if (by_path_built_) by_path_.insert(&obj);
-        batch.push_back({ObjectKey(b.key.object_id), EncodeObject(obj.second)});
+        batch.push_back({index_keys::Object(b.key.object_id), EncodeObject(obj.second)});
       }
       auto [rec, added] = AddBlockLocked(obj, b.key.index);
       if (!added) cached_bytes_ -= rec->length;
@@ -135,7 +112,7 @@ void CacheCatalog::StoredMany(const std::vector<StoredBlock>& blocks) {
       rec->seq = next_seq_++;
       cached_bytes_ += b.length;
       dirty_.erase(RecordKey{obj.first, b.key.index});
-      batch.push_back({Key(b.key), Encode(*rec)});
+      batch.push_back({BlockIndexKey(b.key), Encode(*rec)});
     }
   }
   Status s = index_.Apply(batch);
@@ -182,13 +159,13 @@ bool CacheCatalog::Forget(const BlockKey& key, std::vector<Index::Write>* batch)
   if (obj->second.empty()) {
     if (obj->second.described()) {
       if (by_path_built_) by_path_.erase(obj);
-      batch->push_back({ObjectKey(key.object_id), std::nullopt});
+      batch->push_back({index_keys::Object(key.object_id), std::nullopt});
     }
     const Id id = obj->first;
     objects_.erase(id);
     ids_.Release(id);
   }
-  batch->push_back({Key(key), std::nullopt});
+  batch->push_back({BlockIndexKey(key), std::nullopt});
   return true;
 }
 
@@ -216,7 +193,7 @@ Status CacheCatalog::Pin(const ObjectPath& prefix) {
     MutexLock l(mu_);
     pins_.insert(prefix);
   }
-  return index_.Apply({{PinKey(prefix), std::string()}});
+  return index_.Apply({{index_keys::Pin(prefix), std::string()}});
 }
 
 Status CacheCatalog::Unpin(const ObjectPath& prefix) {
@@ -225,7 +202,7 @@ Status CacheCatalog::Unpin(const ObjectPath& prefix) {
     if (pins_.erase(prefix) == 0)
       return NotFoundError(prefix.str() + " is not pinned", FailureSite::kLocal);
   }
-  Status s = index_.Apply({{PinKey(prefix), std::nullopt}});
+  Status s = index_.Apply({{index_keys::Pin(prefix), std::nullopt}});
   MaybeScheduleEviction();  // what the pin held may now be over the watermark
   return s;
 }
@@ -406,7 +383,7 @@ Status CacheCatalog::Flush() {
     MutexLock l(mu_);
     for (const RecordKey& k : dirty_) {
       if (const Record* rec = FindBlockLocked(k)) {
-        batch.push_back({Key(BlockKeyLocked(k)), Encode(*rec)});
+        batch.push_back({BlockIndexKey(BlockKeyLocked(k)), Encode(*rec)});
       }
     }
     dirty_.clear();

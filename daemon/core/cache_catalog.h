@@ -1,6 +1,7 @@
 // CacheCatalog: what the block cache holds, how much, and what to evict.
 //
-// Design. Every stored block has an index record "b/<object_id>/<index>" with
+// Design. Every stored block has an index record "b/<object_id>/<index>" (the
+// keys of every record: index_keys.h) with
 // its length and a last-access sequence number; the catalog loads these at
 // start (an index scan, so start stays fast) and keeps the total.
 // Commit order is data first: the BlockStore has written the block (a pack
@@ -59,51 +60,17 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/core/block_listener.h"
 #include "daemon/core/block_store.h"
 #include "daemon/core/catalog_entry.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/index.h"
+#include "daemon/core/index_keys.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/object_ids.h"
+#include "daemon/core/warning_limiter.h"
 
 namespace perch::core {
-
-// What BlockReader tells about blocks as it uses them.
-class BlockListener {
- public:
-  virtual ~BlockListener() = default;
-  // Block `key` of object `path` at `version` is now in the store.
-  virtual void Stored(const BlockKey& key, uint64_t length, const ObjectPath& path,
-                      const ObjectVersion& version) = 0;
-  // Several blocks are now in the store (a write batch): as Stored for each,
-  // which is what this does unless a listener records them together.
-  struct StoredBlock {
-    BlockKey key;
-    uint64_t length = 0;
-    ObjectPath path;
-    ObjectVersion version;
-  };
-  virtual void StoredMany(const std::vector<StoredBlock>& blocks) {
-    for (const StoredBlock& b : blocks) Stored(b.key, b.length, b.path, b.version);
-  }
-  virtual void Touched(const BlockKey& key, uint64_t length) = 0;
-  virtual void Dropped(const BlockKey& key) = 0;
-  // Writing block `key` (`length` bytes) failed with `why` (kNoSpace: the
-  // disk is full). Runs on the disk executor; may evict before returning.
-  virtual void StoreFailed(const BlockKey& key, uint64_t length, const Status& why) {
-    (void)key, (void)length, (void)why;
-  }
-  // True if block `key` is known to be in the store (prefetch skips it).
-  virtual bool Contains(const BlockKey& key) const = 0;
-  // False only if block `key` is certainly not in the store, so that a read
-  // goes straight to the fetch instead of probing the store for a file that
-  // cannot be there (a block stored meanwhile is still in the reader's
-  // memory until Stored() has returned). True: look in the store.
-  virtual bool MayContain(const BlockKey& key) const {
-    (void)key;
-    return true;
-  }
-};
 
 struct CatalogOptions {
   uint64_t capacity_bytes = 10ULL << 30;
@@ -117,24 +84,6 @@ struct CatalogOptions {
   // held (a sorted copy of every record's key) is freed: the daemon hands free memory
   // back to the system then. Null: nothing.
   std::function<void()> after_walk;
-};
-
-// Lets one warning through per `period` and counts the others, so that a
-// failure that hits every block (a full disk) logs a line a minute, not one
-// per block. Thread-safe.
-class WarningLimiter {
- public:
-  explicit WarningLimiter(std::chrono::seconds period) : period_(period) {}
-  // True if this warning is to be logged; then `*suppressed` is how many
-  // were dropped since the last one logged.
-  bool Allow(uint64_t* suppressed);
-
- private:
-  const std::chrono::seconds period_;
-  Mutex mu_;
-  bool logged_ PERCH_GUARDED_BY(mu_) = false;
-  Clock::time_point last_ PERCH_GUARDED_BY(mu_);
-  uint64_t dropped_ PERCH_GUARDED_BY(mu_) = 0;
 };
 
 // One cached object, as ListCached shows it.
@@ -281,9 +230,9 @@ class CacheCatalog : public BlockListener {
   };
   // True if `path` is `prefix` or below it (ObjectPath::HasPrefix on a view).
   static bool Under(std::string_view path, const ObjectPath& prefix);
-  static std::string Key(const BlockKey& key);
-  static std::string ObjectKey(const std::string& object_id);
-  static std::string PinKey(const ObjectPath& path);
+  static std::string BlockIndexKey(const BlockKey& key) {
+    return index_keys::Block(key.object_id, key.index);
+  }
   static std::string Encode(const Record& r);
   static std::string EncodeObject(const CatalogEntry& o);
   // The object of block `key`, null if the catalog has none.

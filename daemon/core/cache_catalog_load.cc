@@ -16,6 +16,7 @@
 
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/codec.h"
+#include "daemon/core/index_keys.h"
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
@@ -48,8 +49,8 @@ struct BlockRows {
 BlockRows ScanBlocks(Index& index) {
   BlockRows out;
   const ObjectIds hex;  // interns nothing: Find() answers for hex ids only
-  out.status = index.Scan("b/", [&](std::string_view k, std::string_view v) {
-    std::string_view rest = k.substr(2);
+  out.status = index.Scan(index_keys::kBlock, [&](std::string_view k, std::string_view v) {
+    std::string_view rest = k.substr(index_keys::kBlock.size());
     const size_t slash = rest.rfind('/');
     BlockRow row;
     codec::Reader reader(v);
@@ -82,7 +83,7 @@ Status CacheCatalog::Load() {
   ObjectIds ids;
   std::map<Id, CatalogEntry> objects;
   std::set<ObjectPath> pins;
-  Status s = index_.Scan("o/", [&](std::string_view k, std::string_view v) {
+  Status s = index_.Scan(index_keys::kObject, [&](std::string_view k, std::string_view v) {
     codec::Reader reader(v);
     std::string_view path, etag;
     uint64_t size = 0;
@@ -95,7 +96,7 @@ Status CacheCatalog::Load() {
       ++bad;
       return true;
     }
-    const Id id = ids.Intern(k.substr(2));
+    const Id id = ids.Intern(k.substr(index_keys::kObject.size()));
     const size_t before = objects.size();
     auto it = objects.try_emplace(objects.end(), id);
     if (objects.size() == before) {
@@ -107,8 +108,8 @@ Status CacheCatalog::Load() {
     return true;
   });
   if (s.ok()) {
-    s = index_.Scan("pin/", [&](std::string_view k, std::string_view) {
-      auto parsed = ObjectPath::Parse(k.substr(3));
+    s = index_.Scan(std::string(index_keys::kPin) + "/", [&](std::string_view k, std::string_view) {
+      auto parsed = ObjectPath::Parse(k.substr(index_keys::kPin.size()));
       if (parsed.ok()) {
         pins.insert(*parsed);
       } else {

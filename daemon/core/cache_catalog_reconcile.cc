@@ -20,7 +20,7 @@ bool CacheCatalog::Adopt(const BlockKey& key, uint64_t length) {
     *rec = r;
     cached_bytes_ += length;
   }
-  index_.Apply({{Key(key), Encode(r)}})
+  index_.Apply({{BlockIndexKey(key), Encode(r)}})
       .IgnoreError();  // without it, the next start adopts it again
   return true;
 }

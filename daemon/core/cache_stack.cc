@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "daemon/core/check.h"
+#include "daemon/core/index_keys.h"
 #include "daemon/core/log_escape.h"
 #include "daemon/core/mutex.h"
 
@@ -398,16 +399,16 @@ bool IsTagged(std::string_view path) {
 Status CacheStack::AdoptUntaggedEntries(const std::string& tag) {
   // Every mount's first answer is its root's attributes: without an untagged
   // root entry ("na/") there is nothing to adopt, and one Get says so.
-  auto root = index_.Get("na/");
+  auto root = index_.Get(std::string(index_keys::kAttr) + "/");
   if (!root.ok()) return root.status();
   if (!root->has_value()) return Status::Ok();
   std::vector<Index::Write> batch;
-  for (const char* kind : {"na/", "nl/"}) {
-    Status s = index_.Scan(kind, [&](std::string_view key, std::string_view value) {
-      std::string_view path = key.substr(2);
+  for (std::string_view kind : {index_keys::kAttr, index_keys::kListing}) {
+    const std::string untagged = std::string(kind) + "/";
+    Status s = index_.Scan(untagged, [&](std::string_view key, std::string_view value) {
+      std::string_view path = key.substr(kind.size());
       if (IsTagged(path)) return true;
-      batch.push_back(
-          {std::string(key.substr(0, 2)) + "/" + tag + std::string(path), std::string(value)});
+      batch.push_back({untagged + tag + std::string(path), std::string(value)});
       batch.push_back({std::string(key), std::nullopt});
       return true;
     });

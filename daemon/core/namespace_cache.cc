@@ -14,7 +14,7 @@
 namespace perch::core {
 namespace {
 
-// Index keys (docs/design.md "On-disk format"): "na" + key_prefix + path -> attribute
+// Index keys (index_keys.h; docs/design.md "On-disk format"): "na" + key_prefix + path -> attribute
 // entry, "nl" + key_prefix + path -> listing entry (NamespaceCache::AttrKey).
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
@@ -83,9 +83,9 @@ NamespaceCache::NamespaceCache(Origin& origin, Index& index, NamespaceOptions op
 bool NamespaceCache::HasPersistedEntries() {
   bool any = false;
   // Every path starts with '/', so "na<prefix>/" holds this cache's entries only.
-  for (const char* kind : {"na", "nl"}) {
+  for (std::string_view kind : {index_keys::kAttr, index_keys::kListing}) {
     index_
-        .Scan(kind + options_.key_prefix + "/",
+        .Scan(std::string(kind) + options_.key_prefix + "/",
               [&](std::string_view, std::string_view) {
                 any = true;
                 return false;

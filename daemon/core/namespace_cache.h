@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "daemon/core/index.h"
+#include "daemon/core/index_keys.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/origin.h"
 
@@ -76,8 +77,12 @@ class NamespaceCache {
     int64_t expires = 0;
   };
 
-  std::string AttrKey(const ObjectPath& p) const { return "na" + options_.key_prefix + p.str(); }
-  std::string ListKey(const ObjectPath& p) const { return "nl" + options_.key_prefix + p.str(); }
+  std::string AttrKey(const ObjectPath& p) const {
+    return index_keys::Attr(options_.key_prefix, p);
+  }
+  std::string ListKey(const ObjectPath& p) const {
+    return index_keys::Listing(options_.key_prefix, p);
+  }
   std::optional<AttrEntry> FindAttr(const ObjectPath& path);
   // The listing of `path`, shared (a lookup copies one entry, not the listing).
   std::shared_ptr<const ListEntry> FindList(const ObjectPath& path);

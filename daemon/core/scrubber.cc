@@ -258,7 +258,7 @@ void Scrubber::BackgroundStep() {
     }
     if (p.blocks_done == 0) pause = std::max(pause, options_.idle);
     background_.reset();
-    index_.Apply({{kCursorKey, std::nullopt}}).IgnoreError();
+    index_.Apply({{std::string(kCursorKey), std::nullopt}}).IgnoreError();
   } else if (Clock::now() - last_saved_ >= options_.cursor_every) {
     SaveCursor();
   }
@@ -271,7 +271,7 @@ void Scrubber::SaveCursor() {
   std::string v;
   codec::PutString(&v, id);
   codec::PutU64(&v, block);
-  index_.Apply({{kCursorKey, std::move(v)}})
+  index_.Apply({{std::string(kCursorKey), std::move(v)}})
       .IgnoreError();  // without it: the next start begins again
   last_saved_ = Clock::now();
 }

@@ -52,6 +52,7 @@
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/index.h"
+#include "daemon/core/index_keys.h"
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
@@ -152,7 +153,7 @@ class Scrubber {
   const ScrubOptions& options() const { return options_; }
 
   // The index key of the background cursor.
-  static constexpr char kCursorKey[] = "scrub/cursor";
+  static constexpr std::string_view kCursorKey = index_keys::kScrubCursor;
 
  private:
   friend class ScrubJob;

@@ -117,6 +117,7 @@ struct stat;
 
 #include "daemon/core/block_store.h"
 #include "daemon/core/index.h"
+#include "daemon/core/index_keys.h"
 #include "daemon/store/object_map.h"
 #include "daemon/store/open_block_cache.h"
 #include "daemon/store/pack_files.h"
@@ -289,7 +290,9 @@ class FileBlockStore : public core::BlockStore {
   core::Result<uint64_t> VerifyIn(const core::BlockKey& key, int where);
   // Pack files (file_block_store_packs.cc). Each takes the ObjectMutex of
   // the objects it touches, but DropPacked (its caller holds it).
-  static std::string LocationKey(const std::string& object_id) { return "sp/" + object_id; }
+  static std::string LocationKey(const std::string& object_id) {
+    return core::index_keys::PackRecord(object_id);
+  }
   core::Status WritePacked(const core::BlockKey& key, std::string_view data);
   // Writes blocks[i] for each i of `which` (small objects) into packs, naming
   // them in one batch; (*out)[i] says how each went. Takes their ObjectMutexes.

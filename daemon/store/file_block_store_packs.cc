@@ -293,17 +293,18 @@ Status FileBlockStore::ForEachPackedBlock(
     const std::function<bool(const core::BlockKey&)>& recorded, core::BlockScan* scan) {
   std::map<uint64_t, uint64_t> named;  // records named, by pack
   std::vector<std::string> unsure;     // not recorded by the catalog, or damaged
-  Status s = locations_->Scan("sp/", [&](std::string_view k, std::string_view v) {
-    std::string id(k.substr(3));
-    auto loc = DecodeLocation(v, block_size_);
-    if (loc && recorded && recorded(core::BlockKey{id, 0})) {
-      scan->blocks++;
-      named[loc->pack]++;
-    } else {
-      unsure.push_back(std::move(id));
-    }
-    return true;
-  });
+  Status s =
+      locations_->Scan(core::index_keys::kPackRecord, [&](std::string_view k, std::string_view v) {
+        std::string id(k.substr(core::index_keys::kPackRecord.size()));
+        auto loc = DecodeLocation(v, block_size_);
+        if (loc && recorded && recorded(core::BlockKey{id, 0})) {
+          scan->blocks++;
+          named[loc->pack]++;
+        } else {
+          unsure.push_back(std::move(id));
+        }
+        return true;
+      });
   if (!s.ok()) return s;
   // A record the catalog does not know (a crash between the two records) is
   // adopted if its header checks out, as a block file would be.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "daemon/core/codec.h"
+#include "daemon/core/index_keys.h"
 #include "daemon/store/file_block_store.h"
 #include "tests/fakes/mem_index.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -65,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string loc;
   for (uint64_t v : {uint64_t{1}, uint64_t{1}, uint64_t{0}, uint64_t{size}})
     core::codec::PutVarint(&loc, v);
-  FUZZ_CHECK(index.Apply({{"sp/" + small.object_id, loc}}).ok());
+  FUZZ_CHECK(index.Apply({{core::index_keys::PackRecord(small.object_id), loc}}).ok());
   const std::string pack = Root() + "/packs/0000000000000001.pack";
   auto write_pack = [&] {
     std::filesystem::create_directories(Root() + "/packs");
@@ -84,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  p.status().code() == core::StatusCode::kNotFound);
     }
   }
-  FUZZ_CHECK(index.Apply({{"sp/" + small.object_id, std::nullopt}}).ok());
+  FUZZ_CHECK(index.Apply({{core::index_keys::PackRecord(small.object_id), std::nullopt}}).ok());
   write_pack();
   {
     store::FileBlockStore walker(Root());

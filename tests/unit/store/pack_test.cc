@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "daemon/core/index_keys.h"
 #include "daemon/store/file_block_store.h"
 #include "tests/fakes/mem_index.h"
 #include "tests/fakes/test_values.h"
@@ -203,7 +204,7 @@ TEST_F(PackTest, DamagedRecordsAndNamesAreDroppedNotServed) {
     Overwrite(pack, la->offset + la->length - 10, "XXXX");  // data: fails the CRC
     Overwrite(pack, lb->offset, "NOTPERCH");                // header: bad magic
   }
-  ASSERT_TRUE(index_.Apply({{"sp/cc03", std::string("garbage")}}).ok());
+  ASSERT_TRUE(index_.Apply({{core::index_keys::PackRecord("cc03"), std::string("garbage")}}).ok());
   auto store = Store();  // a run that trusts nothing: every first read is checked
   for (const char* id : {"aa01", "bb02", "cc03"}) {
     auto r = store->Read(BlockKey{id, 0}, 0, 3000);
@@ -222,7 +223,10 @@ TEST_F(PackTest, WalkCountsAdoptsRenamesAndDrops) {
   ASSERT_EQ(Packs().size(), 2u);
   // The index loses both names of the first pack (as after an index reset);
   // one record of the second is damaged.
-  ASSERT_TRUE(index_.Apply({{"sp/aa01", std::nullopt}, {"sp/aa02", std::nullopt}}).ok());
+  ASSERT_TRUE(index_
+                  .Apply({{core::index_keys::PackRecord("aa01"), std::nullopt},
+                          {core::index_keys::PackRecord("aa02"), std::nullopt}})
+                  .ok());
   auto store = Store();
   const auto l4 = store->LocationOf("aa04");
   ASSERT_TRUE(l4);
@@ -297,7 +301,7 @@ TEST_F(PackTest, WalkNamesAgainOnlyWhereARecordMustStart) {
     auto store = Store();
     for (const auto& id : ids) {
       at.push_back(*store->LocationOf(id));
-      lost.push_back({"sp/" + id, std::nullopt});
+      lost.push_back({core::index_keys::PackRecord(id), std::nullopt});
     }
   }
   ASSERT_TRUE(index_.Apply(lost).ok());
@@ -336,7 +340,10 @@ TEST_F(PackTest, WalkNamesTheLaterCopyAndKeepsItsPack) {
   }
   const fs::path packs = dir_ / "packs";
   fs::copy_file(packs / "0000000000000001.pack", packs / "0000000000000002.pack");
-  ASSERT_TRUE(index_.Apply({{"sp/aa01", std::nullopt}, {"sp/aa02", std::nullopt}}).ok());
+  ASSERT_TRUE(index_
+                  .Apply({{core::index_keys::PackRecord("aa01"), std::nullopt},
+                          {core::index_keys::PackRecord("aa02"), std::nullopt}})
+                  .ok());
   auto store = Store();
   std::vector<std::string> adopted;
   auto scan = store->ForEachBlock(
