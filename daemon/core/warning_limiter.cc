@@ -4,7 +4,7 @@ namespace perch::core {
 
 bool WarningLimiter::Allow(uint64_t* suppressed) {
   MutexLock l(mu_);
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = time_.Now();
   if (logged_ && now - last_ < period_) {
     dropped_++;
     return false;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "daemon/core/clock.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/types.h"
 
@@ -15,13 +16,17 @@ namespace perch::core {
 // per block. Thread-safe.
 class WarningLimiter {
  public:
-  explicit WarningLimiter(std::chrono::seconds period) : period_(period) {}
+  // `time`: what the period is measured on; outlives the limiter.
+  explicit WarningLimiter(std::chrono::seconds period,
+                          const TimeSource& time = TimeSource::Steady())
+      : period_(period), time_(time) {}
   // True if this warning is to be logged; then `*suppressed` is how many
   // were dropped since the last one logged.
   bool Allow(uint64_t* suppressed);
 
  private:
   const std::chrono::seconds period_;
+  const TimeSource& time_;
   Mutex mu_;
   bool logged_ PERCH_GUARDED_BY(mu_) = false;
   Clock::time_point last_ PERCH_GUARDED_BY(mu_);

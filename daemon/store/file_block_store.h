@@ -192,10 +192,15 @@ class FileBlockStore : public core::BlockStore {
   // this, each is a block file. Block files written before are still read,
   // evicted and walked. REQUIRES: before the first Write; `locations`
   // outlives the store.
-  // `max_bytes`, `grace`, `reserve_bytes`: PackFiles' (tests make them small).
+  // `max_bytes`, `grace`, `reserve_bytes`, `time`: PackFiles' (tests make
+  // them small, and move time themselves).
   void PackSmallObjects(core::Index& locations, uint64_t max_bytes = PackFiles::kDefaultMaxBytes,
                         std::chrono::milliseconds grace = PackFiles::kDefaultGrace,
-                        uint64_t reserve_bytes = 0);
+                        uint64_t reserve_bytes = 0,
+                        const core::TimeSource& time = core::TimeSource::Steady());
+  // PackFiles' passes over due holes (pack_files.h). REQUIRES: PackSmallObjects.
+  uint64_t PunchPassesForTest() { return packs_->PunchPassesForTest(); }
+  bool AwaitPunchPassForTest(uint64_t passes) { return packs_->AwaitPunchPassForTest(passes); }
   // The directory of the pack files.
   std::string PackDir() const { return root_ + "/packs"; }
   // Where small object `object_id` is packed: nullopt if it is not.

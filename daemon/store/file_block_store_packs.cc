@@ -83,7 +83,8 @@ ParsedHeader ReadNamedRecord(int fd, const FileBlockStore::PackLocation& loc, st
 }  // namespace
 
 void FileBlockStore::PackSmallObjects(core::Index& locations, uint64_t max_bytes,
-                                      std::chrono::milliseconds grace, uint64_t reserve_bytes) {
+                                      std::chrono::milliseconds grace, uint64_t reserve_bytes,
+                                      const core::TimeSource& time) {
   locations_ = &locations;
   // A record's hole waits while a slice or read of its object's block lives
   // (held_, not `this`: the puncher thread stops before the store goes, but
@@ -93,7 +94,7 @@ void FileBlockStore::PackSmallObjects(core::Index& locations, uint64_t max_bytes
     return holds->blocks.count(core::BlockKey{object_id, 0}) > 0;
   };
   packs_ = std::make_unique<PackFiles>(PackDir(), max_bytes, grace, PackFiles::kDefaultOpenFiles,
-                                       reserve_bytes, std::move(in_use));
+                                       reserve_bytes, std::move(in_use), time);
 }
 
 std::optional<FileBlockStore::PackLocation> FileBlockStore::LocationOf(

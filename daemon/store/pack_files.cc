@@ -45,12 +45,13 @@ bool PackNumber(const std::string& name, uint64_t* pack) {
 
 PackFiles::PackFiles(std::string dir, uint64_t max_bytes, std::chrono::milliseconds grace,
                      size_t open_files, uint64_t reserve_bytes,
-                     std::function<bool(const std::string&)> in_use)
+                     std::function<bool(const std::string&)> in_use, const core::TimeSource& time)
     : dir_(std::move(dir)),
       max_bytes_(max_bytes),
       grace_(grace),
       reserve_bytes_(reserve_bytes),
       in_use_(std::move(in_use)),
+      time_(time),
       open_(open_files) {}
 
 uint64_t PackFiles::ReserveFor(uint64_t quota) {
@@ -74,12 +75,12 @@ void PackFiles::PunchLoop() {
   while (!stopping_) {
     if (holes_.empty()) {
       holes_cv_.wait(l);
-    } else if (holes_.front().due > std::chrono::steady_clock::now()) {
+    } else if (holes_.front().due > time_.Now()) {
       // A copy: wait_until reads its deadline again after each wake-up, by
       // which time another thread's Punch may have popped this hole (ASan
       // found the read of the freed deque element under the scrub's race test).
       const auto due = holes_.front().due;
-      holes_cv_.wait_until(l, due);
+      time_.WaitUntil(holes_cv_, l, due);
     } else {
       l.unlock();
       Punch(/*all=*/false);
@@ -213,8 +214,7 @@ void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length,
     if (it != live_.end() && it->second > 0 && --it->second == 0 && pack != active_) {
       RemoveLocked(pack);  // the whole file goes: no hole to punch
     } else {
-      holes_.push_back(
-          Hole{pack, offset, Extent(length), std::chrono::steady_clock::now() + grace_, object_id});
+      holes_.push_back(Hole{pack, offset, Extent(length), time_.Now() + grace_, object_id});
       if (grace_.count() > 0) StartPuncherLocked();
     }
   }
@@ -238,7 +238,7 @@ void PackFiles::Punch(bool all) {
   bool stopping = false;
   {
     std::lock_guard<std::mutex> l(mu_);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = time_.Now();
     while (!holes_.empty() && (all || holes_.front().due <= now)) {
       due.push_back(std::move(holes_.front()));
       holes_.pop_front();
@@ -257,8 +257,7 @@ void PackFiles::Punch(bool all) {
       std::lock_guard<std::mutex> l(mu_);
       // Another grace (at least kRetry, for a grace of 0): appended, since
       // every hole queued before is due no later.
-      const auto due_again =
-          std::chrono::steady_clock::now() + std::max<std::chrono::milliseconds>(grace_, kRetry);
+      const auto due_again = time_.Now() + std::max<std::chrono::milliseconds>(grace_, kRetry);
       for (Hole& h : later) {
         h.due = due_again;
         holes_.push_back(std::move(h));
@@ -279,6 +278,21 @@ void PackFiles::Punch(bool all) {
                     std::strerror(errno));
     }
   }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    punch_passes_++;
+  }
+  passes_cv_.notify_all();
+}
+
+uint64_t PackFiles::PunchPassesForTest() {
+  std::lock_guard<std::mutex> l(mu_);
+  return punch_passes_;
+}
+
+bool PackFiles::AwaitPunchPassForTest(uint64_t passes) {
+  std::unique_lock<std::mutex> l(mu_);
+  return passes_cv_.wait_for(l, std::chrono::seconds(10), [&] { return punch_passes_ > passes; });
 }
 
 std::vector<uint64_t> PackFiles::Unnamed(const std::map<uint64_t, uint64_t>& named) {

@@ -17,12 +17,11 @@
 // the cache's quota does not count: perchd sizes it by the quota (ReserveFor).
 //
 // Dropping a record frees its bytes by punching a hole over them
-// (fallocate), `grace` later, on a thread of this class's, and not while
-// `in_use` says its object's block is in use (a reply splicing or sending it,
-// a read): the hole then waits another grace, and again, until that use is
-// over (a grace of 0 punches at once, in Drop, unless in use). A pack
-// of this process whose records were all dropped is removed at once (unless
-// it is the active one). Packs of earlier processes are looked at by the
+// (fallocate), `grace` later (on `time`, core/clock.h), on a thread of this
+// class's, and not while `in_use` says its object's block is in use (a reply splicing or sending
+// it, a read): the hole then waits another grace, and again, until that use is over (a grace of 0
+// punches at once, in Drop, unless in use). A pack of this process whose records were all dropped
+// is removed at once (unless it is the active one). Packs of earlier processes are looked at by the
 // start-up walk when nothing names any record in them (FileBlockStore
 // re-adopts the records there, or removes the pack); until then their
 // dropped records are holes.
@@ -48,6 +47,7 @@
 #include <vector>
 
 #include "daemon/core/block_store.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/result.h"
 #include "daemon/store/open_block_cache.h"
 
@@ -66,10 +66,12 @@ class PackFiles {
   // allocated (0: not at all; on ext4 only).
   // `in_use(object_id)` (may be null: never): whether the record of
   // `object_id` that a Drop named may still be read.
+  // `time`: what the grace is measured on; outlives the class.
   explicit PackFiles(std::string dir, uint64_t max_bytes = kDefaultMaxBytes,
                      std::chrono::milliseconds grace = kDefaultGrace,
                      size_t open_files = kDefaultOpenFiles, uint64_t reserve_bytes = 0,
-                     std::function<bool(const std::string& object_id)> in_use = nullptr);
+                     std::function<bool(const std::string& object_id)> in_use = nullptr,
+                     const core::TimeSource& time = core::TimeSource::Steady());
   // What to allocate ahead for a cache of `quota` bytes: a 1024th of it, at
   // most kMaxReserveBytes, and nothing for a quota under 1 GiB (a small quota
   // is not overshot by more than a record's padding).
@@ -107,13 +109,20 @@ class PackFiles {
   void RemoveEarlier(uint64_t pack, uint64_t* removed, uint64_t* bytes);
 
   std::string PathOf(uint64_t pack) const;
+
+  // How many passes over the holes due have ended (on the puncher thread, or
+  // in Drop for a grace of 0), and a wait until more than `passes` have: a
+  // test that moved its time on knows the puncher has looked (false after
+  // 10 s of real time without).
+  uint64_t PunchPassesForTest();
+  bool AwaitPunchPassForTest(uint64_t passes);
   // Bytes a record of `length` bytes takes in its pack.
   static uint64_t Extent(uint64_t length) { return (length + kAlign - 1) / kAlign * kAlign; }
 
  private:
   struct Hole {
     uint64_t pack, offset, length;
-    std::chrono::steady_clock::time_point due;
+    core::Clock::time_point due;
     std::string object_id;  // whose record it was ("": nobody's)
   };
   // Lists the directory once: the first pack number of this process.
@@ -142,6 +151,7 @@ class PackFiles {
   const std::chrono::milliseconds grace_;
   const uint64_t reserve_bytes_;
   const std::function<bool(const std::string&)> in_use_;
+  const core::TimeSource& time_;
   OpenFileCache<uint64_t, File> open_;
 
   std::mutex mu_;
@@ -160,6 +170,8 @@ class PackFiles {
   std::deque<Hole> holes_;             // Protected by mu_, in order of `due`
   bool stopping_ = false;              // Protected by mu_
   std::condition_variable holes_cv_;   // a hole was queued, or stopping_
+  uint64_t punch_passes_ = 0;          // Protected by mu_
+  std::condition_variable passes_cv_;  // punch_passes_ grew
   std::thread puncher_;                // started with the first hole (grace > 0)
 };
 

@@ -63,6 +63,7 @@ class HugeSizeOrigin : public Origin {
       return base_.ReadRange(path, version, range, deadline, std::move(done));
     huge_reads++;
     if (fail_) return done(UnavailableError("injected: no such object", FailureSite::kOrigin));
+    // A far origin: a lazy warm must still be running when the test cancels it.
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     done(FetchedBytes{Bytes(range.length, '\0'), true, {}});
   }

@@ -291,17 +291,6 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
   EXPECT_EQ(catalog.capacity_bytes(), 192 * kMiB);
 }
 
-TEST(CacheCatalogTest, WarningLimiterLetsOneThroughAndCountsTheRest) {
-  WarningLimiter limiter(std::chrono::seconds(60));
-  uint64_t more = 99;
-  EXPECT_TRUE(limiter.Allow(&more));
-  EXPECT_EQ(more, 0u);
-  for (int i = 0; i < 5; ++i) EXPECT_FALSE(limiter.Allow(&more));
-  WarningLimiter fast(std::chrono::seconds(0));
-  EXPECT_TRUE(fast.Allow(&more));
-  EXPECT_TRUE(fast.Allow(&more));
-}
-
 TEST(CacheCatalogTest, AHitOnABlockStillInMemoryCountsThePartReadNotTheBlock) {
   FakeOrigin origin;
   const std::string data = Data(4000);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -210,9 +211,14 @@ TEST_F(WarmerTest, WarmWalkPausesWhileFilesWaitForFetches) {
 TEST_F(WarmerTest, ProgressReachesListenersInOrderAndEndsFinished) {
   ThreadPerTaskExecutor threads;
   std::atomic<bool> walk_waiting{false};
+  std::promise<void> walk_held;
   WarmerOptions opts;
   opts.before_notify_for_test = [&](const WarmProgress& p) {
     if (p.listing_done && !p.finished && !walk_waiting.exchange(true)) {
+      walk_held.set_value();
+      // Holds the walk's snapshot while the fetches complete on other
+      // threads. A sleep, not a wait for them: in order delivery may make a
+      // completion's snapshot wait for this one, which a wait would deadlock.
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   };
@@ -226,7 +232,7 @@ TEST_F(WarmerTest, ProgressReachesListenersInOrderAndEndsFinished) {
     std::lock_guard<std::mutex> l(mu);
     seen.push_back(p);
   });
-  while (!walk_waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  walk_held.get_future().wait();
   origin_.Hold(false);
   origin_.Release();  // the fetches complete while the walk's snapshot waits
   threads.Join();

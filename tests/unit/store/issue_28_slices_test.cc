@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/store/file_block_store.h"
+#include "tests/fakes/fake_time_source.h"
 #include "tests/fakes/mem_index.h"
 #include "tests/fakes/test_values.h"
 #include "tests/unit/store/store_dir_test.h"
@@ -39,26 +40,33 @@ std::string ReadSlice(const core::BlockSlice& slice) {
 
 class SliceInUseTest : public StoreDirTest {
  protected:
-  // Packs freeing dropped records at once (no grace): only a use delays a hole.
-  std::unique_ptr<FileBlockStore> Store() {
+  // Packs freeing dropped records at once (no grace): only a use delays a
+  // hole, which the puncher looks at again a retry later on `time` (time_
+  // unless the test wants the puncher racing on real time).
+  std::unique_ptr<FileBlockStore> Store(const core::TimeSource* time = nullptr) {
     auto s = std::make_unique<FileBlockStore>(dir_.string(), kBs);
-    s->PackSmallObjects(index_, 1 << 20, std::chrono::milliseconds(0));
+    s->PackSmallObjects(index_, 1 << 20, std::chrono::milliseconds(0), 0,
+                        time != nullptr ? *time : time_);
     return s;
   }
-  // Waits up to 5 s for the `len` bytes at `offset` of `path` to read as zeros (a hole).
-  static bool BecomesAHole(const std::string& path, uint64_t offset, uint64_t len) {
-    for (int i = 0; i < 500; ++i) {
-      std::string got(len, 'x');
-      const int fd = ::open(path.c_str(), O_RDONLY);
-      ssize_t n = ::pread(fd, got.data(), len, static_cast<off_t>(offset));
-      ::close(fd);
-      if (n == static_cast<ssize_t>(len) && got == std::string(len, '\0')) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+  // Whether the `len` bytes at `offset` of `path` read as zeros (a hole).
+  static bool IsAHole(const std::string& path, uint64_t offset, uint64_t len) {
+    std::string got(len, 'x');
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ssize_t n = ::pread(fd, got.data(), len, static_cast<off_t>(offset));
+    ::close(fd);
+    return n == static_cast<ssize_t>(len) && got == std::string(len, '\0');
+  }
+  // Moves time past the puncher's retry of a hole in use and waits for its
+  // pass over the holes then due.
+  static bool LetThePuncherLook(testing::FakeTimeSource& time, FileBlockStore& store) {
+    const uint64_t passes = store.PunchPassesForTest();
+    time.Advance(std::chrono::seconds(1));
+    return store.AwaitPunchPassForTest(passes);
   }
 
   testing::MemIndex index_;
+  testing::FakeTimeSource time_;
 };
 
 TEST_F(SliceInUseTest, ABlockOfAnObjectFileStaysUnderASlice) {
@@ -76,7 +84,8 @@ TEST_F(SliceInUseTest, ABlockOfAnObjectFileStaysUnderASlice) {
   slice = core::InternalError("let go");
   EXPECT_TRUE(store->Remove(BlockKey{kId, 1}).ok());
   EXPECT_EQ(store->Read(BlockKey{kId, 1}, 0, 1).status().code(), StatusCode::kNotFound);
-  EXPECT_TRUE(BecomesAHole(store->ObjectPathOf(kId), kBs, kBs));
+  EXPECT_TRUE(IsAHole(store->ObjectPathOf(kId), kBs, kBs))
+      << "an object file's block is punched in Remove";
 }
 
 TEST_F(SliceInUseTest, ARemovalOfABlockInUseIsRefusedAndSaysSo) {
@@ -113,14 +122,15 @@ TEST_F(SliceInUseTest, APackRecordIsPunchedOnlyAfterItsLastSliceIsLetGo) {
   // Evicted: the name goes at once (a new read misses), the bytes stay for the slice.
   ASSERT_TRUE(store->Remove(BlockKey{"aa01", 0}).ok());
   EXPECT_EQ(store->Read(BlockKey{"aa01", 0}, 0, 1).status().code(), StatusCode::kNotFound);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // several retries of the hole
+  for (int retry = 0; retry < 3; ++retry) ASSERT_TRUE(LetThePuncherLook(time_, *store));
   EXPECT_TRUE(ReadSlice(*slice) == small) << "a pack record was punched under a slice in use";
   // Let go: its hole is punched.
   char name[32];
   std::snprintf(name, sizeof(name), "%016llx.pack", static_cast<unsigned long long>(loc->pack));
   const std::string pack = store->PackDir() + "/" + name;
   slice = core::InternalError("let go");
-  EXPECT_TRUE(BecomesAHole(pack, loc->offset, loc->length));
+  ASSERT_TRUE(LetThePuncherLook(time_, *store));
+  EXPECT_TRUE(IsAHole(pack, loc->offset, loc->length));
 }
 
 TEST_F(SliceInUseTest, ARecordWrittenAgainKeepsTheOldCopyForItsSlice) {
@@ -132,7 +142,7 @@ TEST_F(SliceInUseTest, ARecordWrittenAgainKeepsTheOldCopyForItsSlice) {
   // Fetched twice (or after a failed check): the new record replaces the
   // old, whose bytes a reply still sends.
   ASSERT_TRUE(store->Write(BlockKey{"bb02", 0}, small).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int retry = 0; retry < 3; ++retry) ASSERT_TRUE(LetThePuncherLook(time_, *store));
   EXPECT_TRUE(ReadSlice(*slice) == small) << "the old record was punched under a slice in use";
   auto read = store->Read(BlockKey{"bb02", 0}, 0, small.size());
   ASSERT_TRUE(read.ok());
@@ -143,7 +153,8 @@ TEST_F(SliceInUseTest, ARecordWrittenAgainKeepsTheOldCopyForItsSlice) {
 // thread at once (and under ThreadSanitizer in the test command): whatever
 // a slice or read yields is the block's bytes, never a hole's zeros.
 TEST_F(SliceInUseTest, RemovalsRacingSlicesAndReadsNeverYieldAWrongByte) {
-  auto store = Store();
+  // The steady clock: holes retried while in use are punched during the race.
+  auto store = Store(&core::TimeSource::Steady());
   const std::string object = testing::Data(4 * kBs, 9);  // an object file of 4 blocks
   std::vector<std::string> smalls;                       // small objects, packed
   for (unsigned i = 0; i < 4; ++i) smalls.push_back(testing::Data(5000 + 7000 * i, 20 + i));
@@ -181,6 +192,7 @@ TEST_F(SliceInUseTest, RemovalsRacingSlicesAndReadsNeverYieldAWrongByte) {
   threads.emplace_back([&] {
     for (unsigned k = 0; !stop; k = (k + 3) % 8) (void)store->Write(key_of(k), bytes_of(k));
   });
+  // How long the race runs (its threads do the waiting; no time of the code's).
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   stop = true;
   for (std::thread& t : threads) t.join();

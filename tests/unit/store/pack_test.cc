@@ -15,6 +15,7 @@
 
 #include "daemon/core/index_keys.h"
 #include "daemon/store/file_block_store.h"
+#include "tests/fakes/fake_time_source.h"
 #include "tests/fakes/mem_index.h"
 #include "tests/fakes/test_values.h"
 #include "tests/unit/store/store_dir_test.h"
@@ -142,10 +143,12 @@ TEST_F(PackTest, RemoveFreesTheRecordAndAnEmptyPackGoes) {
 
 // A dropped record's bytes stay readable for the grace, and while a slice of
 // it lives (a reply may still be splicing from them), then the puncher frees
-// them without any further call.
+// them without any further call. Time is a FakeTimeSource: each step moves it
+// and waits for the puncher's pass, not for a guessed number of milliseconds.
 TEST_F(PackTest, TheHoleIsPunchedAfterTheGrace) {
+  testing::FakeTimeSource time;
   FileBlockStore store(dir_.string(), kBlock);
-  store.PackSmallObjects(index_, 1 << 20, std::chrono::milliseconds(300));
+  store.PackSmallObjects(index_, 1 << 20, std::chrono::milliseconds(300), 0, time);
   const std::string d = Data(40000, 13);
   ASSERT_TRUE(store.Write(BlockKey{"aa01", 0}, d).ok());
   ASSERT_TRUE(store.Write(BlockKey{"aa02", 0}, d).ok());
@@ -159,21 +162,25 @@ TEST_F(PackTest, TheHoleIsPunchedAfterTheGrace) {
             static_cast<ssize_t>(got.size()));
   EXPECT_EQ(got, d) << "within the grace";
   EXPECT_EQ(Allocated(pack), before);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // past the grace: in use
+  time.Advance(std::chrono::milliseconds(299));
+  EXPECT_EQ(store.PunchPassesForTest(), 0u) << "the puncher looked before the grace was over";
+  uint64_t passes = store.PunchPassesForTest();
+  time.Advance(std::chrono::milliseconds(1));  // past the grace: in use
+  ASSERT_TRUE(store.AwaitPunchPassForTest(passes)) << "no pass of the puncher";
   ASSERT_EQ(::pread(slice->fd(), got.data(), got.size(), static_cast<off_t>(slice->file_offset())),
             static_cast<ssize_t>(got.size()));
   EXPECT_EQ(got, d) << "past the grace, while the slice lives";
   const off_t at = static_cast<off_t>(slice->file_offset());
   slice = core::InternalError("let go");
-  // Then the hole: the record's bytes read as zeros.
+  // Then the hole, once another grace is over: the record's bytes read as zeros.
+  passes = store.PunchPassesForTest();
+  time.Advance(std::chrono::milliseconds(300));
+  ASSERT_TRUE(store.AwaitPunchPassForTest(passes)) << "no pass of the puncher";
   const int fd = ::open(pack.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
-  bool punched = false;
-  for (int i = 0; i < 100 && !punched; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    punched = ::pread(fd, got.data(), got.size(), at) == static_cast<ssize_t>(got.size()) &&
-              got == std::string(d.size(), '\0');
-  }
+  const bool punched =
+      ::pread(fd, got.data(), got.size(), at) == static_cast<ssize_t>(got.size()) &&
+      got == std::string(d.size(), '\0');
   ::close(fd);
   EXPECT_TRUE(punched) << "punched after it";
 }

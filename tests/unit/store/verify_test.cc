@@ -188,6 +188,7 @@ TEST_F(VerifyTest, RacingReadersRemovalsAndRewritesAreNeverCorruptions) {
       }
     }
   });
+  // How long the race runs (its threads do the waiting; no time of the code's).
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   stop = true;
   for (auto& t : threads) t.join();
