@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <string>
 
+#include "daemon/core/defaults.h"
+
 // clang-format off
 #define PERCH_CONFIG_KEYS(X)                                                                     \
   X(Str, std::string, federation_url, "federation", "", "", "none",                              \
@@ -40,19 +42,21 @@
     "cache directory (block files and index)")                                                   \
   X(Size, uint64_t, cache_size, "cache_size", "--cache-size", 10ULL << 30, "",                   \
     "cache quota, e.g. 50G; capped to what the disk holds")                                      \
-  X(Size, uint64_t, block_size, "block_size", "--block-size", 4ULL << 20, "",                    \
+  X(Size, uint64_t, block_size, "block_size", "--block-size",                                    \
+    ::perch::core::kDefaultBlockSize, "",                                                        \
     "large objects are cached in blocks of this size, 64K to 256M")                              \
   X(Real, double, high_watermark, "high_watermark", "", 0.95, "",                                \
     "eviction starts when the cache holds more than this share of its quota")                    \
   X(Real, double, low_watermark, "low_watermark", "", 0.85, "",                                  \
     "eviction stops when the cache holds this share of its quota")                               \
   X(Time, std::chrono::milliseconds, op_timeout, "op_timeout", "--op-timeout",                   \
-    std::chrono::milliseconds{30000}, "",                                                        \
+    ::perch::core::kDefaultOpTimeout, "",                                                        \
     "every filesystem request is answered within this, at least 100ms")                          \
   X(Count, unsigned, fuse_threads, "fuse_threads", "", 32, "", "FUSE worker threads")            \
   X(Count, unsigned, net_threads, "net_threads", "", 0, "one per 2 cores, 2 to 8",               \
     "network loops (threads that run HTTP transfers); reads spread over them by path")           \
-  X(Count, size_t, max_requests_in_flight, "max_requests_in_flight", "", 256, "",                \
+  X(Count, size_t, max_requests_in_flight, "max_requests_in_flight", "",                         \
+    ::perch::core::kDefaultMaxRequestsInFlight, "",                                              \
     "the fetch budget in requests (demand reads first; prefetch gets at most 3/4)")              \
   X(Size, uint64_t, max_bytes_in_flight, "max_bytes_in_flight", "", 1ULL << 30, "",              \
     "the fetch budget in bytes")                                                                 \

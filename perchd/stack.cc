@@ -12,6 +12,7 @@
 
 #include "daemon/http/digest.h"
 #include "fuse/mountpoint.h"
+#include "perch/version.h"
 
 #if PERCH_TCMALLOC
 #include <gperftools/malloc_extension.h>
@@ -68,7 +69,7 @@ std::vector<std::unique_ptr<http::CurlLoop>> NetLoopsOf(const DaemonConfig& cfg)
       (loop_opts.max_host_connections + static_cast<long>(net_threads) - 1) /
       static_cast<long>(net_threads);
   loop_opts.ca_file = cfg.ca_file;
-  loop_opts.user_agent = "perch/0.1";
+  loop_opts.user_agent = std::string("perch/") + kVersion;
   std::vector<std::unique_ptr<http::CurlLoop>> net;
   for (size_t i = 0; i < net_threads; ++i)
     net.push_back(std::make_unique<http::CurlLoop>(loop_opts));

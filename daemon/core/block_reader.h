@@ -35,6 +35,7 @@
 
 #include "daemon/core/block_listener.h"
 #include "daemon/core/block_store.h"
+#include "daemon/core/defaults.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/fetch_scheduler.h"
 #include "daemon/core/metrics.h"
@@ -46,7 +47,7 @@
 namespace perch::core {
 
 struct BlockReaderOptions {
-  uint64_t block_size = 4 << 20;
+  uint64_t block_size = kDefaultBlockSize;
   std::chrono::milliseconds prefetch_timeout{120000};  // deadline of a prefetch
   // Put before every flow this reader submits, so that mounts sharing one
   // scheduler have flows of their own (two federations' "/data" are two).

@@ -84,7 +84,7 @@ struct MountSpec {
   Origin* origin = nullptr;  // the federation; outlives the stack
   std::string mountpoint;    // where users see it ("" in tests)
   NamespaceOptions names;    // key_prefix is set by AddMount
-  std::chrono::milliseconds op_timeout{30000};
+  std::chrono::milliseconds op_timeout = kDefaultOpTimeout;
   FileSystemOptions fs;  // op_timeout and federation_id are set by AddMount
   // The federation path a URL names (osdf:///ns/x -> /ns/x); an error when
   // malformed or of another federation. May be empty (URLs refused).

@@ -32,6 +32,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "daemon/core/defaults.h"
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
@@ -41,9 +42,9 @@ inline constexpr size_t kPriorityCount = 4;
 const char* ToString(Priority p);
 
 struct SchedulerOptions {
-  size_t max_requests = 256;        // fetches in flight, all classes
-  uint64_t max_bytes = 1ULL << 30;  // bytes in flight, all classes
-  double background_share = 0.75;   // of both budgets, for non-demand classes together
+  size_t max_requests = kDefaultMaxRequestsInFlight;  // fetches in flight, all classes
+  uint64_t max_bytes = 1ULL << 30;                    // bytes in flight, all classes
+  double background_share = 0.75;  // of both budgets, for non-demand classes together
 };
 
 struct SchedulerStats {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "daemon/core/block_reader.h"
+#include "daemon/core/defaults.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/namespace_cache.h"
 #include "daemon/core/object_ids.h"
@@ -45,7 +46,7 @@ struct OpenFile {
 };
 
 struct FileSystemOptions {
-  std::chrono::milliseconds op_timeout{30000};
+  std::chrono::milliseconds op_timeout = kDefaultOpTimeout;
   std::string federation_id;          // e.g. the federation URL; part of every object id
   size_t implicit_open_limit = 1024;  // files reads by path keep open
   // After a read of an object failed because the federation could not

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "daemon/core/block_reader.h"
+#include "daemon/core/defaults.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/namespace_cache.h"
@@ -64,7 +65,7 @@ struct PrefetchOptions {
   uint64_t file_max_bytes = 1ULL << 30;  // speculative fetches of one listed or hinted file
   std::chrono::seconds dir_repeat{600};  // a directory is prefetched at most once per this
   size_t hint_window = 512;              // hinted files fetched ahead of the reader
-  std::chrono::milliseconds lookup_timeout{30000};
+  std::chrono::milliseconds lookup_timeout = kDefaultOpTimeout;
 };
 
 struct PrefetchStats {

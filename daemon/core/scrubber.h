@@ -50,6 +50,7 @@
 
 #include "daemon/core/block_store.h"
 #include "daemon/core/cache_catalog.h"
+#include "daemon/core/defaults.h"
 #include "daemon/core/executor.h"
 #include "daemon/core/index.h"
 #include "daemon/core/index_keys.h"
@@ -109,7 +110,7 @@ struct ScrubCounters {
 };
 
 struct ScrubOptions {
-  uint64_t block_size = 4 << 20;             // the readers' (an object's blocks from its size)
+  uint64_t block_size = kDefaultBlockSize;   // the readers' (an object's blocks from its size)
   uint64_t rate_bytes_per_second = 0;        // the background scrub's; 0: no background scrub
   std::chrono::milliseconds start_delay{0};  // the background scrub begins this long after Start
   size_t page_blocks = 64;                   // blocks copied out of the catalog at once

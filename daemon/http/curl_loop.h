@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/core/defaults.h"
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
 
@@ -74,10 +75,13 @@ struct HttpResponse {
 class CurlLoop {
  public:
   struct Options {
-    size_t max_in_flight = 256;      // global budget of concurrent transfers
+    // The global budget of concurrent transfers.
+    size_t max_in_flight = core::kDefaultMaxRequestsInFlight;
     long max_host_connections = 64;  // per scheme://host:port; 0 = no limit (as curl's)
     std::string ca_file;             // extra CA bundle for https ("" = system)
-    std::string user_agent = "perch/0.1";
+    // The product only: a program says its version (perchd: "perch/" and
+    // perch/version.h's; perch-transfer its own).
+    std::string user_agent = "perch";
   };
   using Callback = std::function<void(core::Result<HttpResponse>)>;
 

@@ -76,10 +76,7 @@ FailoverPlan::Step FailoverPlan::Next(const std::string& what, Clock::time_point
   }
   if (refreshes_ < kMaxRefreshes && not_found_ == 0 && denied_ == 0) {
     // Every server failed: the director's list may be stale.
-    static constexpr std::chrono::milliseconds kDelays[kMaxRefreshes] = {
-        std::chrono::milliseconds(0), std::chrono::milliseconds(500),
-        std::chrono::milliseconds(1500)};
-    auto delay = kDelays[refreshes_];
+    auto delay = kRefreshDelays[refreshes_];
     if (refreshes_ == 0 || now + delay < deadline) {
       refreshes_++;
       return {Step::kRefresh, 0, Status(), delay};

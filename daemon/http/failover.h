@@ -24,12 +24,13 @@
 // When those fail too, or direct reads are refused (405), the director's
 // answer may be stale (its caches just died; it drops them within moments
 // and names the origin): the plan asks for it again (kRefresh) up to
-// kMaxRefreshes times, after 0, 0.5 and 1.5 s, while the deadline allows,
+// kMaxRefreshes times, after kRefreshDelays (0, 0.5 and 1.5 s), while the deadline allows,
 // then gives up with kUnavailable (retryable).
 //
 // Thread-safety: none; the federation client uses these on its loop thread.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <map>
@@ -133,8 +134,14 @@ class FailoverPlan {
   int attempts() const { return attempts_; }
   const core::Status& last_error() const { return last_error_; }
 
- private:
+  // How often the director is asked again, and how long after each failed
+  // round of servers it is (the first at once).
   static constexpr int kMaxRefreshes = 3;
+  static constexpr std::array<std::chrono::milliseconds, kMaxRefreshes> kRefreshDelays = {
+      std::chrono::milliseconds(0), std::chrono::milliseconds(500),
+      std::chrono::milliseconds(1500)};
+
+ private:
   std::vector<size_t> order_;
   size_t next_ = 0;
   int refreshes_ = 0;

@@ -116,6 +116,7 @@
 struct stat;
 
 #include "daemon/core/block_store.h"
+#include "daemon/core/defaults.h"
 #include "daemon/core/index.h"
 #include "daemon/core/index_keys.h"
 #include "daemon/store/object_map.h"
@@ -131,7 +132,7 @@ class FileBlockStore : public core::BlockStore {
   explicit FileBlockStore(std::string root, uint64_t block_size = kDefaultBlockSize,
                           size_t open_files = kDefaultOpenFiles,
                           std::string boot_id_file = "/proc/sys/kernel/random/boot_id");
-  static constexpr uint64_t kDefaultBlockSize = 4 << 20;
+  static constexpr uint64_t kDefaultBlockSize = core::kDefaultBlockSize;
   static constexpr size_t kDefaultOpenFiles = 128;
 
   // What BeginRun decided.

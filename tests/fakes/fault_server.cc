@@ -34,6 +34,7 @@ struct FaultServer::Impl {
   std::map<std::string, std::vector<ListingEntry>> listings;          // Protected by mu
   std::optional<std::vector<std::string>> issuers;                    // Protected by mu
   std::vector<std::string> authorizations;                            // Protected by mu
+  std::vector<std::string> user_agents;                               // Protected by mu
   std::string direct_reads;                                           // Protected by mu
   std::list<std::thread> conns;                                       // Protected by mu
   std::list<std::shared_ptr<tcp::socket>> sockets;                    // Protected by mu
@@ -181,6 +182,11 @@ std::vector<std::string> FaultServer::Authorizations() const {
   return impl_->authorizations;
 }
 
+std::vector<std::string> FaultServer::UserAgents() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->user_agents;
+}
+
 int FaultServer::DigestAsks(const std::string& behaviour) const {
   std::lock_guard<std::mutex> l(impl_->mu);
   auto it = impl_->digest_asks.find(behaviour);
@@ -290,6 +296,7 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
   {
     std::lock_guard<std::mutex> l(mu);
     authorizations.emplace_back(req[bhttp::field::authorization]);
+    user_agents.emplace_back(req[bhttp::field::user_agent]);
   }
   if (req.method_string() == "PROPFIND") {
     size_t ns = target.find("/ns", 5);

@@ -69,6 +69,8 @@ class FaultServer {
   // The Authorization header of every request the data servers got (GET and
   // PROPFIND), "" for one without; in order.
   std::vector<std::string> Authorizations() const;
+  // The User-Agent header of each of those requests, in order.
+  std::vector<std::string> UserAgents() const;
 
   // Replaces the director's answer with this raw header set (status, headers).
   void SetDirectorOverride(int status, std::vector<std::pair<std::string, std::string>> headers,

@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 
+#include "daemon/core/defaults.h"
 #include "tests/devfed/devfed_harness.h"
 #include "tests/integration/test_tree.h"
 
@@ -63,10 +64,10 @@ Result<core::Bytes> ReadSync(FederationClient& c, const std::string& path, uint6
   return std::move(r->bytes);
 }
 
-// Reads `size` bytes in 4 MiB ranges (the daemon's block size).
+// Reads `size` bytes in ranges of the daemon's default block size.
 Result<std::string> ReadWhole(FederationClient& c, const std::string& path, uint64_t size) {
   std::string out;
-  constexpr uint64_t kBlock = 4 << 20;
+  constexpr uint64_t kBlock = core::kDefaultBlockSize;
   for (uint64_t off = 0; off < size; off += kBlock) {
     auto r = ReadSync(c, path, size, off, std::min(kBlock, size - off));
     if (!r.ok()) return r.status();

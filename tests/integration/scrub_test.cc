@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "daemon/core/codec.h"
+#include "daemon/core/defaults.h"
 #include "daemon/store/rocksdb_index.h"
 #include "tests/integration/mounted_federation.h"
 
@@ -27,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr uint64_t kBlock = 4 << 20;
+constexpr uint64_t kBlock = core::kDefaultBlockSize;  // perchd runs with the default
 
 std::vector<TreeFile> Tree() {
   std::vector<TreeFile> files;

@@ -275,6 +275,25 @@ void RaisePeak(std::atomic<T>& peak, T now) {
   }
 }
 
+// Requests say what the program set (perchd: "perch/<version>").
+TEST(CurlLoopTest, RequestsCarryTheUserAgentOfTheOptions) {
+  testing::FaultServer server;
+  server.AddObject("obj", "abc");
+  CurlLoop::Options opts;
+  opts.user_agent = "perch/9.8.7";
+  CurlLoop loop(opts);
+  std::promise<bool> got;
+  HttpRequest r;
+  r.url = server.BaseUrl() + "/srv/ok/ns/obj";
+  loop.Submit(std::move(r), [&](core::Result<HttpResponse> res) {
+    got.set_value(res.ok() && res->body == "abc");
+  });
+  ASSERT_TRUE(got.get_future().get());
+  const std::vector<std::string> agents = server.UserAgents();
+  ASSERT_EQ(agents.size(), 1u);
+  EXPECT_EQ(agents[0], "perch/9.8.7");
+}
+
 TEST(CurlLoopBudgetTest, InFlightBudgetIsNeverExceeded) {
   testing::FaultServer server;
   server.AddObject("obj", std::string(200000, 'x'));
