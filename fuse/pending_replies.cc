@@ -10,8 +10,9 @@ namespace {
 constexpr std::chrono::milliseconds kIdleCheck{500};
 }  // namespace
 
-PendingReplies::PendingReplies(std::function<void(fuse_req*)> on_expire)
-    : on_expire_(std::move(on_expire)), thread_([this] { Loop(); }) {}
+PendingReplies::PendingReplies(std::function<void(fuse_req*)> on_expire,
+                               const core::TimeSource& time)
+    : on_expire_(std::move(on_expire)), time_(time), thread_([this] { Loop(); }) {}
 
 PendingReplies::~PendingReplies() { Close(); }
 
@@ -61,16 +62,16 @@ void PendingReplies::Loop() {
     if (pending_.empty()) {
       // Not woken by Add: a wake-up per read that finds none pending would cost
       // more than this check (a request is answered at most kIdleCheck late).
-      cv_.wait_for(l, kIdleCheck);
+      time_.WaitUntil(cv_, l, time_.Now() + kIdleCheck);
       continue;
     }
     const Clock::time_point first = pending_.begin()->second.by;
-    if (Clock::now() < first) {
-      cv_.wait_until(l, first);
+    if (time_.Now() < first) {
+      time_.WaitUntil(cv_, l, first);
       continue;
     }
     std::vector<fuse_req*> due;
-    const Clock::time_point now = Clock::now();
+    const Clock::time_point now = time_.Now();
     for (auto it = pending_.begin(); it != pending_.end() && it->second.by <= now;) {
       due.push_back(it->second.req);
       it = pending_.erase(it);
@@ -107,7 +108,7 @@ size_t PendingReplies::pending() const {
 bool PendingReplies::Drain(Clock::time_point deadline) {
   std::unique_lock<std::mutex> l(mu_);
   while (!pending_.empty() || replying_ > 0) {
-    if (Clock::now() >= deadline) return false;
+    if (time_.Now() >= deadline) return false;
     l.unlock();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     l.lock();

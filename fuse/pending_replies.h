@@ -25,14 +25,18 @@
 #include <mutex>
 #include <thread>
 
+#include "daemon/core/clock.h"
+
 struct fuse_req;
 
 namespace perch::fuse {
 
 class PendingReplies {
  public:
-  using Clock = std::chrono::steady_clock;
-  explicit PendingReplies(std::function<void(fuse_req*)> on_expire);
+  using Clock = core::Clock;
+  // Deadlines are on `time` (which outlives this); Add's are from its Now().
+  explicit PendingReplies(std::function<void(fuse_req*)> on_expire,
+                          const core::TimeSource& time = core::TimeSource::Steady());
   ~PendingReplies();  // Close()
   PendingReplies(const PendingReplies&) = delete;
   PendingReplies& operator=(const PendingReplies&) = delete;
@@ -62,6 +66,7 @@ class PendingReplies {
   void Expire(const std::vector<fuse_req*>& reqs);
 
   const std::function<void(fuse_req*)> on_expire_;
+  const core::TimeSource& time_;
   mutable std::mutex mu_;
   std::condition_variable cv_;           // closing (the loop's)
   std::condition_variable answered_cv_;  // replying_ fell to 0 after closing (Close's)

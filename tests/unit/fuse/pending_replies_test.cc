@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "tests/fakes/fake_time_source.h"
 
 namespace perch::fuse {
 namespace {
@@ -19,38 +22,56 @@ fuse_req* Req(uintptr_t n) { return reinterpret_cast<fuse_req*>(n); }
 
 struct Expired {
   std::mutex mu;
+  std::condition_variable cv;
   std::vector<fuse_req*> reqs;
   std::function<void(fuse_req*)> Fn() {
     return [this](fuse_req* r) {
-      std::lock_guard<std::mutex> l(mu);
-      reqs.push_back(r);
+      {
+        std::lock_guard<std::mutex> l(mu);
+        reqs.push_back(r);
+      }
+      cv.notify_all();
     };
   }
   size_t size() {
     std::lock_guard<std::mutex> l(mu);
     return reqs.size();
   }
+  // Waits (for the expiry thread) until `n` requests have expired; false
+  // after 10 s of real time.
+  bool WaitFor(size_t n) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, 10s, [&] { return reqs.size() >= n; });
+  }
 };
 
+// Time is a FakeTimeSource in the tests of expiry: each moves it past a
+// deadline and waits for the expiry thread, instead of sleeping past it.
 TEST(PendingRepliesTest, AClaimedRequestIsNotExpired) {
+  testing::FakeTimeSource time;
   Expired expired;
-  PendingReplies p(expired.Fn());
-  const uint64_t t = p.Add(Req(1), PendingReplies::Clock::now() + 100ms);
+  PendingReplies p(expired.Fn(), time);
+  const uint64_t t = p.Add(Req(1), time.Now() + 100ms);
+  p.Add(Req(2), time.Now() + 100ms);  // unclaimed: shows when the loop has looked
   EXPECT_EQ(p.Claim(t), Req(1));
   p.Answered();
-  EXPECT_EQ(p.Claim(t), nullptr);      // once
-  std::this_thread::sleep_for(700ms);  // past the deadline and the loop's idle check
-  EXPECT_EQ(expired.size(), 0u);
+  EXPECT_EQ(p.Claim(t), nullptr);  // once
+  time.Advance(700ms);             // past the deadline and the loop's idle check
+  ASSERT_TRUE(expired.WaitFor(1));
+  std::lock_guard<std::mutex> l(expired.mu);
+  EXPECT_EQ(expired.reqs, std::vector<fuse_req*>{Req(2)});
   EXPECT_EQ(p.pending(), 0u);
 }
 
 TEST(PendingRepliesTest, AnUnansweredRequestIsExpiredOnceAndItsCompletionDropped) {
+  testing::FakeTimeSource time;
   Expired expired;
-  PendingReplies p(expired.Fn());
-  const auto now = PendingReplies::Clock::now();
+  PendingReplies p(expired.Fn(), time);
+  const auto now = time.Now();
   const uint64_t late = p.Add(Req(1), now + 50ms);
   const uint64_t later = p.Add(Req(2), now + 10s);
-  for (int i = 0; i < 200 && expired.size() == 0; ++i) std::this_thread::sleep_for(10ms);
+  time.Advance(50ms);
+  ASSERT_TRUE(expired.WaitFor(1));
   ASSERT_EQ(expired.size(), 1u);
   EXPECT_EQ(expired.reqs[0], Req(1));
   EXPECT_EQ(p.Claim(late), nullptr);  // its completion comes too late: dropped
@@ -80,7 +101,10 @@ TEST(PendingRepliesTest, CloseWaitsForAnAnswerInProgress) {
   ASSERT_EQ(p.Claim(t), Req(1));
   std::atomic<bool> answered{false};
   std::thread replier([&] {
-    std::this_thread::sleep_for(200ms);  // still replying when Close is called
+    // Still replying when Close is called, most likely: nothing shows that
+    // Close waits, so a sleep (if Close came later, the test would pass
+    // without testing; it never fails for that).
+    std::this_thread::sleep_for(200ms);
     answered = true;
     p.Answered();
   });
