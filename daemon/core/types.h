@@ -81,6 +81,11 @@ struct FileAttr {
   // A directory whose listing may lack entries (the federation root, a
   // namespace without listings): a name absent from it may still exist.
   bool partial_listing = false;
+  // A file's freshness lifetime: seconds its version may be served without
+  // asking the origin again, from the answer's Cache-Control (no-cache 0,
+  // s-maxage, max-age; http::ParseCacheControl); -1 when the answer gave
+  // none (then file_ttl and version_check_interval alone apply).
+  int64_t max_age = -1;
 };
 
 struct DirEntry {
@@ -99,6 +104,8 @@ struct FetchedBytes {
   // The whole object's digests the answer stated, when they were asked
   // (Origin::Digests): a server's claims, not checked against these bytes.
   std::vector<ObjectDigest> digests;
+  // The answer's freshness lifetime (FileAttr::max_age), -1 when none.
+  int64_t max_age = -1;
 };
 
 }  // namespace perch::core

@@ -7,6 +7,7 @@
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
 #include "daemon/http/failover.h"
+#include "daemon/http/pelican_headers.h"
 
 namespace perch::http {
 
@@ -134,6 +135,13 @@ void Lister::Propfind(EntryPtr entry, const ObjectPath& fed, int depth, core::De
                       FailureSite::kOrigin, true),
                request_path);
           return;
+        }
+        // The answer's Cache-Control is of every file it describes (a
+        // namespace's policy: Pelican sets it per namespace).
+        if (auto cc = CacheControlOf(r->head.GetAll("cache-control")); cc && cc->max_age) {
+          for (DavResponse& resp : *parsed) {
+            if (!resp.attr.is_dir) resp.attr.max_age = *cc->max_age;
+          }
         }
         done(std::move(*parsed), request_path);
       });

@@ -290,16 +290,124 @@ Result<ContentRange> ParseContentRange(std::string_view value) {
   return out;
 }
 
-bool CacheControlForbidsStoring(std::string_view value) {
-  while (!value.empty()) {
-    size_t comma = value.find(',');
-    std::string_view item = value.substr(0, comma);
-    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
-    // A directive's argument does not matter here.
-    std::string directive = Lower(Trim(item.substr(0, item.find('='))));
-    if (directive == "no-store" || directive == "private") return true;
+namespace {
+
+// RFC 9110 §5.6.2: the characters of a token.
+bool IsTokenChar(char c) {
+  if (std::isalnum(static_cast<unsigned char>(c))) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// delta-seconds (RFC 9111 §1.2.2): digits only; beyond kMaxFreshness is kMaxFreshness.
+std::optional<int64_t> DeltaSeconds(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = std::min<int64_t>(v * 10 + (c - '0'), kMaxFreshness);
   }
-  return false;
+  return v;
+}
+
+}  // namespace
+
+CacheControl ParseCacheControl(std::string_view value) {
+  CacheControl out;
+  bool no_cache = false;
+  std::optional<int64_t> max_age, s_maxage;
+  auto least = [](std::optional<int64_t>& slot, int64_t v) {
+    slot = slot ? std::min(*slot, v) : v;
+  };
+  size_t i = 0, elements = 0;
+  const size_t n = value.size();
+  auto skip_ows = [&] {
+    while (i < n && (value[i] == ' ' || value[i] == '\t')) ++i;
+  };
+  // Past the rest of a malformed element: to the next comma outside quotes.
+  auto skip_element = [&] {
+    bool quoted = false;
+    for (; i < n; ++i) {
+      if (quoted && value[i] == '\\') {
+        ++i;
+      } else if (value[i] == '"') {
+        quoted = !quoted;
+      } else if (!quoted && value[i] == ',') {
+        break;
+      }
+    }
+  };
+  while (i < n && elements < kMaxCacheControlDirectives) {
+    skip_ows();
+    if (i < n && value[i] == ',') {  // an empty element (RFC 9110 §5.6.1)
+      ++i;
+      continue;
+    }
+    if (i >= n) break;
+    ++elements;
+    const size_t name_start = i;
+    while (i < n && IsTokenChar(value[i])) ++i;
+    std::string name = Lower(value.substr(name_start, i - name_start));
+    skip_ows();
+    bool has_arg = false, well_formed = !name.empty();
+    std::string arg;
+    if (well_formed && i < n && value[i] == '=') {
+      ++i;
+      skip_ows();
+      has_arg = true;
+      if (i < n && value[i] == '"') {
+        ++i;
+        bool closed = false;
+        for (; i < n; ++i) {
+          if (value[i] == '\\' && i + 1 < n) {
+            arg += value[++i];
+          } else if (value[i] == '"') {
+            closed = true;
+            ++i;
+            break;
+          } else {
+            arg += value[i];
+          }
+        }
+        well_formed = closed;
+      } else {
+        const size_t arg_start = i;
+        while (i < n && IsTokenChar(value[i])) ++i;
+        arg = std::string(value.substr(arg_start, i - arg_start));
+        well_formed = !arg.empty();
+      }
+      skip_ows();
+    }
+    if (i < n && value[i] != ',') well_formed = false;
+    if (!well_formed) skip_element();
+    if (i < n) ++i;  // the comma
+    if (name == "no-store" || name == "private") {
+      out.no_store = true;  // malformed or not: never keep what may be private
+    } else if (name == "no-cache") {
+      no_cache = true;  // a field list or not: the whole answer is revalidated
+    } else if (name == "max-age" || name == "s-maxage") {
+      std::optional<int64_t> v = well_formed && has_arg ? DeltaSeconds(arg) : std::nullopt;
+      least(name == "max-age" ? max_age : s_maxage, v.value_or(0));
+    }
+  }
+  if (no_cache) {
+    out.max_age = 0;
+  } else if (s_maxage) {
+    out.max_age = s_maxage;
+  } else {
+    out.max_age = max_age;
+  }
+  return out;
+}
+
+std::optional<CacheControl> CacheControlOf(const std::vector<std::string>& lines) {
+  if (lines.empty()) return std::nullopt;
+  std::string joined;
+  for (const std::string& l : lines) joined += (joined.empty() ? "" : ", ") + l;
+  return ParseCacheControl(joined);
+}
+
+bool CacheControlForbidsStoring(std::string_view value) {
+  return ParseCacheControl(value).no_store;
 }
 
 }  // namespace perch::http

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,9 +67,34 @@ core::Result<ContentRange> ParseContentRange(std::string_view value);
 core::Result<std::vector<std::pair<std::string, std::string>>> ParseKeyValueList(
     std::string_view value);
 
-// Whether a Cache-Control value (RFC 9111 §5.2.2) forbids a shared cache to
-// keep the answer: `no-store`, or `private` (with or without a field list),
-// directives matched case-insensitively, each optionally with an argument.
+// Cache-Control (RFC 9111 §5.2.2) as a shared cache reads a response's: the
+// directives perch acts on. The value is a comma-separated list of
+// `name[=argument]`, names matched case-insensitively, an argument a token or
+// a quoted-string (a comma inside quotes does not split); several header lines
+// are passed joined with ", ". An element that is not of that form is skipped
+// up to the next comma; unknown directives are ignored; at most
+// kMaxCacheControlDirectives elements are read (the rest ignored).
+struct CacheControl {
+  // no-store, or private (with or without a field list): a node's cache is
+  // shared by every local user, so a private answer is not kept either.
+  bool no_store = false;
+  // Seconds the answer may be served without asking the origin again:
+  // no-cache (qualified or not) 0, else s-maxage (a shared cache's own),
+  // else max-age; a malformed or missing argument of those counts as 0 (a
+  // response with invalid freshness is stale, §4.2.1) and the least of
+  // repeated ones wins; values beyond kMaxFreshness are kMaxFreshness
+  // (§1.2.2). nullopt when none of them is given.
+  std::optional<int64_t> max_age;
+};
+constexpr size_t kMaxCacheControlDirectives = 64;
+constexpr int64_t kMaxFreshness = int64_t{1} << 31;
+CacheControl ParseCacheControl(std::string_view value);
+// The Cache-Control of an answer from its header lines (HttpHead::GetAll);
+// nullopt when it has none.
+std::optional<CacheControl> CacheControlOf(const std::vector<std::string>& lines);
+
+// Whether a Cache-Control value forbids a shared cache to keep the answer
+// (ParseCacheControl's no_store).
 bool CacheControlForbidsStoring(std::string_view value);
 
 }  // namespace perch::http

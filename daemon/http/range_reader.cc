@@ -27,6 +27,7 @@ struct RangeReader::Op {
   core::Deadline deadline;
   std::function<void(Result<core::FetchedBytes>)> done;
   bool no_store = false;  // an answer said Cache-Control: no-store or private
+  int64_t max_age = -1;   // the least freshness lifetime an answer gave (Cache-Control)
   std::function<void(Result<core::FileAttr>)> head_done;  // set for a probe (Head())
   HttpHead probe;  // a probe's answer head, kept when the transfer is cut short
 
@@ -319,8 +320,9 @@ void RangeReader::WatchFirstByte(std::shared_ptr<Op> op) {
 // Checks a response's head against what was asked; false (with head_error
 // set) ends the transfer before any of its body is kept.
 bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
-  if (auto cc = head.Get("cache-control"); cc && CacheControlForbidsStoring(*cc)) {
-    op.no_store = true;  // any part of the range said so: none of it is kept
+  if (auto cc = CacheControlOf(head.GetAll("cache-control"))) {
+    if (cc->no_store) op.no_store = true;  // any part of the range said so: none of it is kept
+    if (cc->max_age && (op.max_age < 0 || *cc->max_age < op.max_age)) op.max_age = *cc->max_age;
   }
   if (auto digest = head.Get("digest"); digest && op.asked_digest) {
     op.digests = ParseDigestHeader(*digest);  // checked once the body is whole (2xx only)
@@ -492,6 +494,8 @@ bool RangeReader::ProbeDone(std::shared_ptr<Op> op, const HttpHead& head) {
       return false;  // no usable size: StatusFromHttp makes it the server's failure
     }
     attr.size = std::stoull(total);
+    if (auto cc = CacheControlOf(head.GetAll("cache-control")); cc && cc->max_age)
+      attr.max_age = *cc->max_age;
     if (auto etag = head.Get("etag")) attr.etag = *etag;
     if (auto modified = head.Get("last-modified")) {
       time_t t = curl_getdate(modified->c_str(), nullptr);
@@ -524,7 +528,7 @@ void RangeReader::Finish(std::shared_ptr<Op> op, Result<core::Bytes> r) {
     done(r.status());
     return;
   }
-  core::FetchedBytes fetched{*std::move(r), !op->no_store, {}};
+  core::FetchedBytes fetched{*std::move(r), !op->no_store, {}, op->max_age};
   if (op->want_digest) {
     for (const InstanceDigest& d : op->digests) {
       for (core::ObjectDigest& claim : Readings(d)) fetched.digests.push_back(std::move(claim));

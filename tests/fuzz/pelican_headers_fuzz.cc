@@ -1,4 +1,4 @@
-// Fuzzes the director's header parsers and Content-Range. The input is one
+// Fuzzes the director's header parsers, Content-Range and Cache-Control. The input is one
 // header value; for X-Pelican-Authorization its lines are the header lines.
 // Invariants: Link entries are bounded, sorted and http(s); a Content-Range
 // has first <= last < total. Then the whole director answer
@@ -41,6 +41,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   http::ParseTokenGenerationHeader(v).status().IgnoreError();
   http::ParseKeyValueList(v).status().IgnoreError();
+  // Cache-Control: a lifetime, when there is one, is within [0, kMaxFreshness].
+  const http::CacheControl cc = http::ParseCacheControl(v);
+  FUZZ_CHECK(!cc.max_age || (*cc.max_age >= 0 && *cc.max_age <= http::kMaxFreshness));
+  if (auto joined = http::CacheControlOf(lines))
+    FUZZ_CHECK(!joined->max_age || *joined->max_age >= 0);
   if (auto cr = http::ParseContentRange(v); cr.ok()) {
     FUZZ_CHECK(cr->first <= cr->last);
     FUZZ_CHECK(cr->total < 0 || cr->last < static_cast<uint64_t>(cr->total));

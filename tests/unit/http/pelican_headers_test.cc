@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "daemon/core/limits.h"
 
 namespace perch::http {
@@ -183,6 +185,67 @@ TEST(CacheControlHeaderTest, NoStoreAndPrivateForbidStoringOthersDoNot) {
                         "no-storex", "s-maxage=10"}) {
     EXPECT_FALSE(CacheControlForbidsStoring(v)) << v;
   }
+}
+
+// Issue #30 item 4: the freshness lifetime a shared cache reads off an answer.
+TEST(CacheControlHeaderTest, FreshnessLifetime) {
+  struct Case {
+    const char* value;
+    std::optional<int64_t> max_age;
+  };
+  const Case cases[] = {
+      {"", std::nullopt},
+      {"public", std::nullopt},
+      {"no-store", std::nullopt},  // not kept at all: no lifetime to speak of
+      {"no-cache", 0},
+      {"No-Cache", 0},
+      {"no-cache=\"Set-Cookie, X\", max-age=60", 0},  // qualified: still revalidated
+      {"max-age=60", 60},
+      {"MAX-AGE=60", 60},
+      {"max-age=\"60\"", 60},                 // a quoted argument (RFC 9110 §5.6.4)
+      {"public, max-age=60, s-maxage=5", 5},  // a shared cache's own wins
+      {"s-maxage=300, max-age=5", 300},       // ... even when longer
+      {"max-age=60, max-age=10", 10},         // repeated: the least
+      {" , ,max-age=7,, ", 7},                // empty elements
+      {"max-age=0", 0},
+      {"max-age=abc", 0},  // invalid freshness is stale (RFC 9111 §4.2.1)
+      {"max-age=-5", 0},   // delta-seconds has no sign
+      {"max-age=", 0},     // no argument
+      {"max-age", 0},      // likewise
+      {"max-age=1.5", 0},  // not a whole number
+      {"max-age=99999999999999999999999", kMaxFreshness},  // bounded (§1.2.2)
+      {"max-age=2147483648", kMaxFreshness},
+      {"garbage", std::nullopt},
+      {"=60", std::nullopt},
+      {"\"max-age=5\"", std::nullopt},              // a quoted string is no directive
+      {"x=\"max-age=5, no-cache\"", std::nullopt},  // commas inside quotes do not split
+      {"x=\"unterminated, max-age=5", std::nullopt},
+      {"max-age=5 junk, public", 0},  // a malformed element: its lifetime is invalid
+      {"foo bar, max-age=9", 9},      // a malformed other element is skipped
+      {"max-agex=5", std::nullopt},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(ParseCacheControl(c.value).max_age, c.max_age) << c.value;
+  }
+}
+
+TEST(CacheControlHeaderTest, NoStoreSurvivesQuotesAndJunk) {
+  EXPECT_FALSE(ParseCacheControl("x=\"no-store, private\"").no_store);
+  EXPECT_TRUE(ParseCacheControl("private=\"a, b\", max-age=5").no_store);
+  EXPECT_EQ(ParseCacheControl("private=\"a, b\", max-age=5").max_age, 5);
+  EXPECT_TRUE(ParseCacheControl("no-store junk").no_store);  // malformed, still honoured
+}
+
+TEST(CacheControlHeaderTest, SeveralLinesAndBoundedWork) {
+  EXPECT_FALSE(CacheControlOf({}).has_value());
+  auto cc = CacheControlOf({"public", "max-age=30", "s-maxage=4"});
+  ASSERT_TRUE(cc.has_value());
+  EXPECT_EQ(cc->max_age, 4);
+  // Past kMaxCacheControlDirectives elements the rest is not read.
+  std::string many;
+  for (size_t i = 0; i < kMaxCacheControlDirectives; ++i) many += "x, ";
+  EXPECT_EQ(ParseCacheControl(many + "max-age=5").max_age, std::nullopt);
+  EXPECT_EQ(ParseCacheControl(std::string(1 << 20, ',') + "max-age=5").max_age, 5);
 }
 
 }  // namespace
