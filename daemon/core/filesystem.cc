@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "daemon/core/codec.h"
+#include "daemon/core/log_escape.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/wait.h"
 
@@ -13,13 +14,43 @@ FileSystem::FileSystem(NamespaceCache& names, BlockReader& reader, FileSystemOpt
     : names_(names), reader_(reader), options_(std::move(options)), prefetcher_(prefetcher) {}
 
 Result<FileAttr> FileSystem::GetAttr(const ObjectPath& path) {
-  return names_.GetAttr(path, NewDeadline());
+  auto attr = names_.GetAttr(path, NewDeadline());
+  Answered(path, attr);
+  return attr;
 }
 
 Result<FileAttr> FileSystem::Lookup(const ObjectPath& parent, std::string_view name) {
   auto child = parent.Child(name);
   if (!child.ok()) return NotFoundError("invalid name", FailureSite::kLocal);
-  return names_.GetAttr(*child, NewDeadline());
+  auto attr = names_.GetAttr(*child, NewDeadline());
+  Answered(*child, attr);
+  return attr;
+}
+
+void FileSystem::Answered(const ObjectPath& path, const Result<FileAttr>& attr) {
+  if (!attr.ok() || attr->is_dir || attr->max_age < 0) return;  // no lifetime: nothing to do
+  std::string old_id;
+  {
+    MutexLock l(mu_);
+    auto it = implicit_.find(path.str());
+    if (it == implicit_.end()) return;
+    auto f = open_.find(it->second->second);
+    if (f == open_.end() || f->second.attr.max_age < 0) return;
+    old_id = f->second.object_id;
+  }
+  if (old_id != ObjectId(path, *attr)) ForgetImplicit(path, old_id);
+}
+
+Status FileSystem::Revalidate(const OpenFile& f) {
+  if (f.attr.max_age < 0) return Status::Ok();  // no lifetime: its version stands
+  auto now = names_.GetAttr(f.path, NewDeadline());
+  if ((now.ok() && (now->is_dir || ObjectId(f.path, *now) != f.object_id)) ||
+      (!now.ok() && now.status().code() == StatusCode::kNotFound)) {
+    return StaleError(EscapeForLog(f.path.str()) +
+                      " changed at the origin since it was opened (its freshness lifetime ran "
+                      "out); open it again");
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<DirEntry>> FileSystem::ReadDir(const ObjectPath& path) {
@@ -102,6 +133,7 @@ Result<OpenFile> FileSystem::StartRead(uint64_t handle, uint64_t offset, uint64_
                         ": this open file read bytes that failed the object's digest; open it "
                         "again to read it fetched again");
   }
+  if (Status s = Revalidate(f); !s.ok()) return s;
   return f;
 }
 
@@ -112,6 +144,8 @@ Result<OpenFile> FileSystem::StartPathRead(const ObjectPath& path, uint64_t offs
     auto h = ImplicitHandle(path);
     if (!h.ok()) return h.status();
     auto f = StartRead(*h, offset, size);
+    // Revalidated and gone: the next read by path opens the new version.
+    if (f.status().code() == StatusCode::kStale) ForgetImplicitHandle(path, *h);
     if (f.ok() || f.status().code() != StatusCode::kInvalidArgument || attempt > 0) return f;
   }
 }
@@ -219,6 +253,12 @@ void FileSystem::NoteResult(const std::string& object_id, const Status& s) {
                                s.where(), s.retryable())};
 }
 
+int64_t FileSystem::MaxAge(uint64_t handle) const {
+  MutexLock l(mu_);
+  auto it = open_.find(handle);
+  return it == open_.end() ? -1 : it->second.attr.max_age;
+}
+
 void FileSystem::Release(uint64_t handle) {
   {
     MutexLock l(mu_);
@@ -269,6 +309,17 @@ void FileSystem::ForgetImplicit(const ObjectPath& path, const std::string& objec
     handle = it->second->second;
     auto f = open_.find(handle);
     if (f != open_.end() && f->second.object_id != object_id) return;  // reopened meanwhile
+    implicit_lru_.erase(it->second);
+    implicit_.erase(it);
+  }
+  Release(handle);
+}
+
+void FileSystem::ForgetImplicitHandle(const ObjectPath& path, uint64_t handle) {
+  {
+    MutexLock l(mu_);
+    auto it = implicit_.find(path.str());
+    if (it == implicit_.end() || it->second->second != handle) return;  // reopened meanwhile
     implicit_lru_.erase(it->second);
     implicit_.erase(it);
   }

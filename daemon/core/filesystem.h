@@ -7,6 +7,20 @@
 // read of one open file is of one immutable object; its blocks are not evicted
 // while it is open.
 //
+// A file whose answers carry a freshness lifetime (FileAttr::max_age, from
+// Cache-Control) is revalidated before each read is served, cache hits
+// included: the namespace cache's answer, from memory while it is younger
+// than the lifetime and from the origin once it is not (NamespaceCache), must
+// still name the version the file was opened at, so no reader is served a
+// version confirmed longer ago than the lifetime (at least
+// NamespaceCache::kMinFreshness). Another version, or none: the read fails with kStale (the
+// reader holds a version that is gone), and a file reads by path opened is
+// opened again at the new version by the next read. A GetAttr or Lookup that
+// answers with another version closes the handle of reads by path at once (the
+// kernel, told the new attributes, drops its pages of the old), so the next
+// read opens the new version without an error. Files without a lifetime are
+// never revalidated here: their reads cost what they did.
+//
 // Every call takes its deadline from `op_timeout`: nothing waits longer.
 //
 // Reading: one entry point, Read, for a file named by an open handle or by
@@ -17,7 +31,9 @@
 //
 // Thread-safety: all methods are safe from any thread and may block the
 // caller (FUSE workers) until answered or the deadline passes, except Read,
-// which blocks only to look its blocks up in the local store.
+// which blocks only to look its blocks up in the local store (and, for a
+// file with a freshness lifetime, once per lifetime for the origin's answer:
+// a PROPFIND).
 #pragma once
 
 #include <atomic>
@@ -89,6 +105,9 @@ class FileSystem {
   // Opens a file for reading. kInvalidArgument for a directory.
   Result<uint64_t> Open(const ObjectPath& path);
   void Release(uint64_t handle);
+  // The freshness lifetime of open file `handle` (FileAttr::max_age); -1
+  // when it has none or there is no such handle.
+  int64_t MaxAge(uint64_t handle) const;
   // The cache's file of open file `handle`'s whole object, for the kernel to
   // read without us (BlockReader::WholeFile); kNotFound unless all of it is
   // cached, kInvalidArgument if it never is one file (shorter than a block),
@@ -147,13 +166,24 @@ class FileSystem {
   Prefetcher* const prefetcher_;
 
   // The open file to read `size` bytes at `offset` of, by handle or by path,
-  // having told the prefetcher; an error if there is none.
+  // having told the prefetcher and revalidated it (Revalidate); an error if
+  // there is none, or kStale if it is of a version the origin no longer has.
   Result<OpenFile> StartRead(uint64_t handle, uint64_t offset, uint64_t size);
   Result<OpenFile> StartPathRead(const ObjectPath& path, uint64_t offset, uint64_t size);
+  // For a file with a freshness lifetime: whether `f` is still the version
+  // the namespace names now (asking the origin when the namespace's answer is
+  // older than the lifetime); kStale if not. An origin that cannot be asked
+  // leaves it served (as offline). Ok at once for a file without a lifetime.
+  Status Revalidate(const OpenFile& f);
+  // A GetAttr or Lookup answered `attr` for `path`: the handle reads by path
+  // use, if of another version of a file with a freshness lifetime, is closed.
+  void Answered(const ObjectPath& path, const Result<FileAttr>& attr);
   // The handle reads by path use for `path`, opening it if needed.
   Result<uint64_t> ImplicitHandle(const ObjectPath& path);
   // Closes the handle reads by path use for `path` if it is of `object_id`.
   void ForgetImplicit(const ObjectPath& path, const std::string& object_id);
+  // Closes the handle reads by path use for `path` if it is `handle`.
+  void ForgetImplicitHandle(const ObjectPath& path, uint64_t handle);
   // The remembered failure of `object_id`, if recent (see failure_memo).
   std::optional<Status> RecentFailure(const std::string& object_id);
   void NoteResult(const std::string& object_id, const Status& s);

@@ -19,10 +19,19 @@ namespace {
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
 
+// The largest freshness lifetime kept (FileAttr::max_age, in the flags' top
+// 32 bits): beyond any TTL, so no less fresh than the answer said.
+constexpr int64_t kMaxKeptFreshness = 0xffffffffLL;
+
 void PutAttr(std::string* out, const FileAttr& a) {
-  // Flags: bit 0 directory, bit 1 restricted, bit 2 partial listing (entries
-  // written before a flag existed read as without it).
-  codec::PutU64(out, (a.is_dir ? 1 : 0) | (a.restricted ? 2 : 0) | (a.partial_listing ? 4 : 0));
+  // Flags: bit 0 directory, bit 1 restricted, bit 2 partial listing, bit 3 a
+  // freshness lifetime, its seconds in bits 32-63 (entries written before a
+  // flag existed read as without it; a perch from before bit 3 ignores it).
+  uint64_t flags = (a.is_dir ? 1 : 0) | (a.restricted ? 2 : 0) | (a.partial_listing ? 4 : 0);
+  if (a.max_age >= 0) {
+    flags |= 8 | (static_cast<uint64_t>(std::min(a.max_age, kMaxKeptFreshness)) << 32);
+  }
+  codec::PutU64(out, flags);
   codec::PutU64(out, a.size);
   codec::PutU64(out, static_cast<uint64_t>(a.mtime));
   codec::PutString(out, a.etag);
@@ -36,6 +45,7 @@ bool GetAttrFields(codec::Reader* r, FileAttr* a) {
   a->is_dir = (dir & 1) != 0;
   a->restricted = (dir & 2) != 0;
   a->partial_listing = (dir & 4) != 0;
+  a->max_age = (dir & 8) != 0 ? static_cast<int64_t>(dir >> 32) : -1;
   a->size = size;
   a->mtime = static_cast<int64_t>(mtime);
   return true;
@@ -79,6 +89,17 @@ bool IsOffline(const Status& s) {
 
 NamespaceCache::NamespaceCache(Origin& origin, Index& index, NamespaceOptions options)
     : origin_(origin), index_(index), options_(options) {}
+
+int64_t NamespaceCache::TtlOf(const FileAttr& a) const {
+  if (a.is_dir) return options_.dir_ttl.count();
+  int64_t ttl = options_.file_ttl.count();
+  if (a.max_age >= 0) ttl = std::min(ttl, std::max(a.max_age, kMinFreshness));
+  return ttl;
+}
+
+bool NamespaceCache::FreshInListing(const FileAttr& a, int64_t fetched, int64_t now) {
+  return a.is_dir || a.max_age < 0 || fetched + std::max(a.max_age, kMinFreshness) > now;
+}
 
 bool NamespaceCache::HasPersistedEntries() {
   bool any = false;
@@ -127,6 +148,7 @@ std::optional<FileAttr> NamespaceCache::FromListingInMemory(const ObjectPath& pa
   auto e = std::lower_bound(entries.begin(), entries.end(), name,
                             [](const DirEntry& d, std::string_view n) { return d.name < n; });
   if (e == entries.end() || e->name != name) return std::nullopt;
+  if (!FreshInListing(e->attr, it->second->fetched, now)) return std::nullopt;
   return e->attr;
 }
 
@@ -142,6 +164,7 @@ std::shared_ptr<const NamespaceCache::ListEntry> NamespaceCache::FindList(const 
   uint64_t expires = 0, n = 0;
   if (!r.GetU64(&expires) || !r.GetU64(&n)) return nullptr;
   e->expires = static_cast<int64_t>(expires);
+  e->fetched = e->expires - options_.dir_ttl.count();
   for (uint64_t i = 0; i < n; ++i) {
     DirEntry d;
     if (!r.GetString(&d.name) || !GetAttrFields(&r, &d.attr)) {
@@ -212,8 +235,7 @@ void NamespaceCache::StoreList(const ObjectPath& path, std::shared_ptr<const Lis
   for (const DirEntry& d : e.entries) {
     auto child = path.Child(d.name);
     if (!child.ok()) continue;
-    AttrEntry ae{true, d.attr,
-                 now + (d.attr.is_dir ? options_.dir_ttl : options_.file_ttl).count()};
+    AttrEntry ae{true, d.attr, now + TtlOf(d.attr)};
     std::string av;
     codec::PutU64(&av, 1);
     codec::PutU64(&av, static_cast<uint64_t>(ae.expires));
@@ -231,13 +253,16 @@ void NamespaceCache::StoreList(const ObjectPath& path, std::shared_ptr<const Lis
 void NamespaceCache::Learned(const ObjectPath& path, const Result<FileAttr>& now) {
   const int64_t t = Now();
   if (now.ok()) {
-    StoreAttr(path, AttrEntry{true, *now,
-                              t + (now->is_dir ? options_.dir_ttl : options_.file_ttl).count()});
+    StoreAttr(path, AttrEntry{true, *now, t + TtlOf(*now)});
   } else if (now.status().code() == StatusCode::kNotFound) {
     StoreAttr(path, AttrEntry{false, {}, t + options_.negative_ttl.count()});
   } else {
     return;
   }
+  UpdateListed(path, now);
+}
+
+void NamespaceCache::UpdateListed(const ObjectPath& path, const Result<FileAttr>& now) {
   if (path.IsRoot()) return;
   // The listing in memory answers readdirplus: it must not show the old
   // version (the index's copy is read only after a restart, when the entry
@@ -291,6 +316,12 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
     if (!known->exists) return NotFoundError(path.str() + " does not exist (cached answer)");
     return known->attr;
   }
+  // A file whose freshness lifetime ran out: what it was, to serve if the
+  // origin cannot be asked and to tell a change.
+  std::optional<FileAttr> revalidating;
+  if (known && known->exists && !known->attr.is_dir && known->attr.max_age >= 0) {
+    revalidating = known->attr;
+  }
   // A fresh, complete listing of the parent answers without a network round
   // trip. A partial one (the federation root, an unlisted namespace) only
   // answers for the names it has.
@@ -300,15 +331,18 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
     if (auto parent = FindList(path.Parent()); parent && parent->expires > now) {
       auto it = std::find_if(parent->entries.begin(), parent->entries.end(),
                              [&](const DirEntry& d) { return d.name == path.Name(); });
-      if (it != parent->entries.end()) return it->attr;
-      // XRootD (5.5) lists a 255-byte name cut to 254 bytes: a name of the
-      // longest length is asked of the origin, whatever the listing says.
-      if (complete && path.Name().size() < kMaxNameBytes) {
+      if (it != parent->entries.end()) {
+        if (FreshInListing(it->attr, parent->fetched, now)) return it->attr;
+        revalidating = it->attr;
+      } else if (complete && path.Name().size() < kMaxNameBytes) {
+        // XRootD (5.5) lists a 255-byte name cut to 254 bytes: a name of the
+        // longest length is asked of the origin, whatever the listing says.
         StoreAttr(path, AttrEntry{false, {}, now + options_.negative_ttl.count()});
         return NotFoundError(path.str() + " does not exist (not in its directory's listing)");
       }
     }
   }
+  if (revalidating) revalidations_++;
   auto r = WaitFor<FileAttr>(deadline, [&](auto cb) { origin_.Stat(path, deadline, cb); });
   if (r.ok() && !r->is_dir && r->size > kMaxObjectSize) {
     r = CorruptError(EscapeForLog(path.str()) + ": the federation gives a size of " +
@@ -316,16 +350,29 @@ Result<FileAttr> NamespaceCache::GetAttr(const ObjectPath& path, Deadline deadli
                          std::to_string(kMaxObjectSize),
                      FailureSite::kOrigin);
   }
+  if (revalidating && (r.ok() || r.status().code() == StatusCode::kNotFound)) {
+    const bool same = r.ok() && !r->is_dir && r->size == revalidating->size &&
+                      r->mtime == revalidating->mtime && r->etag == revalidating->etag;
+    if (!same) {
+      revalidated_changes_++;
+      spdlog::info("namespace: {} changed at the origin (its freshness lifetime of {} s ran out)",
+                   EscapeForLog(path.str()), revalidating->max_age);
+      UpdateListed(path, r);  // readdirplus must not give the old version back
+    }
+  }
   if (r.ok()) {
     NoteOnline();
-    StoreAttr(path, AttrEntry{true, *r,
-                              now + (r->is_dir ? options_.dir_ttl : options_.file_ttl).count()});
+    StoreAttr(path, AttrEntry{true, *r, now + TtlOf(*r)});
     return r;
   }
   if (r.status().code() == StatusCode::kNotFound) {
     NoteOnline();
     StoreAttr(path, AttrEntry{false, {}, now + options_.negative_ttl.count()});
     return r.status();
+  }
+  if (IsOffline(r.status()) && revalidating && !known) {  // a listed file: its listing's answer
+    NoteOffline(r.status());
+    return *revalidating;
   }
   if (IsOffline(r.status()) && known) {
     NoteOffline(r.status());
@@ -351,6 +398,7 @@ Result<std::vector<DirEntry>> NamespaceCache::ReadDir(const ObjectPath& path, De
     auto listing = std::make_shared<ListEntry>();
     listing->entries = std::move(*r);
     listing->expires = now + options_.dir_ttl.count();
+    listing->fetched = now;
     StoreList(path, listing);
     return listing->entries;
   }

@@ -7,6 +7,14 @@
 // (negative_ttl). Every answer is written through to the Index, so a
 // restarted daemon knows the namespace without asking the network.
 //
+// A file whose answer carried a freshness lifetime (FileAttr::max_age, from
+// Cache-Control: no-cache, max-age, s-maxage) is answered from memory for at
+// most that long, whether its attributes came on their own or in its
+// directory's listing: then the origin is asked again (a revalidation), so
+// an object replaced there is seen within its lifetime. The lifetime is
+// counted in whole seconds, at least kMinFreshness (no-cache: the origin is
+// asked at most once a second per file, however many stats and reads).
+//
 // Offline: when the Origin cannot answer (kUnavailable, kDeadlineExceeded)
 // and an expired entry exists, the expired entry is served (stale-if-error)
 // and the cache reports offline() until the Origin answers again. This is
@@ -44,6 +52,8 @@ struct NamespaceOptions {
 
 class NamespaceCache {
  public:
+  static constexpr int64_t kMinFreshness = 1;  // seconds
+
   NamespaceCache(Origin& origin, Index& index, NamespaceOptions options);
 
   // kNotFound (possibly from a negative entry), or the Origin's error when
@@ -62,6 +72,12 @@ class NamespaceCache {
   // True while answers come from stale entries because the Origin failed.
   bool offline() const { return offline_.load(); }
 
+  // Files whose attributes were asked of the origin again because their
+  // freshness lifetime ran out, and those of them found changed (another
+  // version, or gone).
+  uint64_t revalidations() const { return revalidations_.load(); }
+  uint64_t revalidated_changes() const { return revalidated_changes_.load(); }
+
   // True if the index holds any namespace entry of this cache's key prefix
   // (a warm cache to serve offline).
   bool HasPersistedEntries();
@@ -75,7 +91,18 @@ class NamespaceCache {
   struct ListEntry {
     std::vector<DirEntry> entries;
     int64_t expires = 0;
+    int64_t fetched = 0;  // when the origin gave it (read back: expires - dir_ttl)
   };
+
+  // How long an answer of `a` is kept: dir_ttl, file_ttl, or less for a
+  // file with a freshness lifetime.
+  int64_t TtlOf(const FileAttr& a) const;
+  // Whether a listing fetched at `fetched` still answers for its entry `a`
+  // at `now` (it does unless `a`'s freshness lifetime ran out).
+  static bool FreshInListing(const FileAttr& a, int64_t fetched, int64_t now);
+  // Gives `path`'s entry in its directory's listing in memory the answer
+  // `now` (attributes, or removed for kNotFound).
+  void UpdateListed(const ObjectPath& path, const Result<FileAttr>& now);
 
   std::string AttrKey(const ObjectPath& p) const {
     return index_keys::Attr(options_.key_prefix, p);
@@ -100,6 +127,8 @@ class NamespaceCache {
   const NamespaceOptions options_;
 
   std::atomic<bool> offline_{false};
+  std::atomic<uint64_t> revalidations_{0};
+  std::atomic<uint64_t> revalidated_changes_{0};
   Mutex mu_;
   // Memory (issue 14): a listed file is one DirEntry in its directory's
   // listing; attrs_ holds only paths stat'ed on their own or read back from

@@ -158,6 +158,8 @@ StatsSnapshot NodeControl::Stats() const {
     s.uncacheable_blocks += r.uncacheable_blocks.load();
     s.version_checks += m->guard().confirmations();
     s.versions_replaced += m->guard().replacements();
+    s.revalidations += m->names().revalidations();
+    s.revalidated_changes += m->names().revalidated_changes();
     m->reader().namespace_stats().ForEach([&](const std::string& name, const ReadCounters& c) {
       s.namespaces.push_back({m->spec().federation_id,
                               m->FederationPath(PERCH_CHECKED(ObjectPath::Parse(name))), c.Take()});

@@ -80,8 +80,10 @@ struct StatsSnapshot {
   uint64_t store_errors = 0;
   uint64_t whole_files = 0;
   uint64_t uncacheable_blocks = 0;
-  uint64_t version_checks = 0;     // VersionGuard::confirmations
-  uint64_t versions_replaced = 0;  // VersionGuard::replacements
+  uint64_t version_checks = 0;       // VersionGuard::confirmations
+  uint64_t versions_replaced = 0;    // VersionGuard::replacements
+  uint64_t revalidations = 0;        // NamespaceCache::revalidations (Cache-Control lifetimes)
+  uint64_t revalidated_changes = 0;  // NamespaceCache::revalidated_changes
   struct {
     uint64_t bytes = 0, corrupt_blocks = 0, digest_mismatches = 0, digests_verified = 0;
     uint64_t passes = 0;
@@ -160,6 +162,8 @@ struct StatsSnapshot {
     fn("uncacheable_blocks", s.uncacheable_blocks);
     fn("version_checks", s.version_checks);
     fn("versions_replaced", s.versions_replaced);
+    fn("revalidations", s.revalidations);
+    fn("revalidated_changes", s.revalidated_changes);
     fn("scrubbed_bytes", s.scrub.bytes);
     fn("scrub_corrupt_blocks", s.scrub.corrupt_blocks);
     fn("scrub_digest_mismatches", s.scrub.digest_mismatches);

@@ -47,6 +47,11 @@ void FakeOrigin::OfferDigests(DigestFn digest) {
   digest_ = std::move(digest);
 }
 
+void FakeOrigin::MaxAge(int64_t seconds) {
+  std::lock_guard<std::mutex> l(mu_);
+  max_age_ = seconds;
+}
+
 void FakeOrigin::Hold(bool on) {
   std::lock_guard<std::mutex> l(mu_);
   hold_ = on;
@@ -113,6 +118,7 @@ void FakeOrigin::Stat(const core::ObjectPath& path, core::Deadline,
       r = fail_stats_;
     } else if (auto f = files_.find(path.str()); f != files_.end()) {
       r = core::FileAttr{false, f->second.size(), mtimes_[path.str()], ""};
+      r->max_age = max_age_;
     } else if (dirs_.count(path.str())) {
       r = core::FileAttr{true, 0, 1700000000, ""};
     }
@@ -134,6 +140,7 @@ void FakeOrigin::List(const core::ObjectPath& path, core::Deadline,
         auto op = *core::ObjectPath::Parse(p);
         if (op.Parent() == path)
           out.push_back({std::string(op.Name()), {false, bytes.size(), mtimes_[p], ""}});
+        if (op.Parent() == path) out.back().attr.max_age = max_age_;
       }
       for (const auto& [p, unused] : dirs_) {
         auto op = *core::ObjectPath::Parse(p);
@@ -154,9 +161,11 @@ void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersi
   reads++;
   Result<core::Bytes> r = core::NotFoundError(path.str() + " not found");
   bool may_store = true;
+  int64_t max_age = -1;
   {
     std::lock_guard<std::mutex> l(mu_);
     may_store = !no_store_;
+    max_age = max_age_;
     read_log_.push_back(path.str() + "@" + std::to_string(range.offset));
     if (!fail_.ok()) {
       r = fail_;
@@ -176,9 +185,9 @@ void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersi
       }
     }
   }
-  Complete([done = std::move(done), r = std::move(r), may_store]() mutable {
+  Complete([done = std::move(done), r = std::move(r), may_store, max_age]() mutable {
     if (!r.ok()) return done(r.status());
-    done(core::FetchedBytes{*std::move(r), may_store, {}});
+    done(core::FetchedBytes{*std::move(r), may_store, {}, max_age});
   });
 }
 

@@ -40,6 +40,9 @@ class FakeOrigin : public core::Origin {
   // origin that offers none).
   using DigestFn = std::function<std::vector<core::ObjectDigest>(const std::string& bytes)>;
   void OfferDigests(DigestFn digest);
+  // Files' answers (Stat, List, reads) carry this freshness lifetime
+  // (Cache-Control max-age; FileAttr::max_age), -1: none.
+  void MaxAge(int64_t seconds);
   // Park completions until Release().
   void Hold(bool on);
   // Runs parked completions; returns how many ran.
@@ -81,6 +84,7 @@ class FakeOrigin : public core::Origin {
   bool no_store_ = false;                      // Protected by mu_
   bool corrupt_ = false;                       // Protected by mu_
   DigestFn digest_;                            // Protected by mu_
+  int64_t max_age_ = -1;                       // Protected by mu_
   bool hold_ = false;                          // Protected by mu_
   std::vector<std::function<void()>> parked_;  // Protected by mu_
   std::vector<std::string> read_log_;          // Protected by mu_

@@ -310,5 +310,72 @@ TEST_F(FileSystemTest, OneSystemCallWaitsForAnUnreachableFederationOnlyOnce) {
   fs_->Release(*h);
 }
 
+// Issue #30 item 4: a file whose answers carry a freshness lifetime
+// (Cache-Control max-age=2) is revalidated before it is served once that
+// lifetime ran out, cache hits included; a file without one never is.
+TEST_F(FileSystemTest, AFileWithAFreshnessLifetimeIsRevalidatedBeforeItIsServed) {
+  using std::chrono::milliseconds;
+  origin_.MaxAge(2);
+  origin_.AddFile("/d/m.bin", Data(2500, 3), 1700000000);  // stays
+  origin_.AddFile("/d/r.bin", Data(2500, 4), 1700000000);  // is replaced
+  auto m = fs_->Open(P("/d/m.bin"));
+  auto r = fs_->Open(P("/d/r.bin"));
+  ASSERT_TRUE(m.ok() && r.ok());
+  EXPECT_EQ(fs_->MaxAge(*m), 2);
+  EXPECT_EQ(*testing::ReadBytes(*fs_, *m, 0, 4096), Data(2500, 3));
+  EXPECT_EQ(*testing::ReadBytes(*fs_, *r, 0, 4096), Data(2500, 4));
+  EXPECT_EQ(*testing::ReadBytes(*fs_, FileRef::Path(P("/d/m.bin")), 0, 4096), Data(2500, 3));
+  EXPECT_EQ(*testing::ReadBytes(*fs_, FileRef::Path(P("/d/r.bin")), 0, 4096), Data(2500, 4));
+  const int stats = origin_.stats.load();
+  EXPECT_EQ(*testing::ReadBytes(*fs_, *m, 0, 10),
+            Data(2500, 3).substr(0, 10));  // within it: a plain hit
+  EXPECT_EQ(origin_.stats.load(), stats);
+
+  // r.bin replaced at the origin (the same size, a later mtime), all cached.
+  origin_.AddFile("/d/r.bin", Data(2500, 5), 1700000100);
+  std::this_thread::sleep_for(milliseconds(2050));
+  // m.bin, unchanged: asked once, served from the cache.
+  const uint64_t misses = reader_->stats().misses.load();
+  EXPECT_EQ(*testing::ReadBytes(*fs_, *m, 0, 4096), Data(2500, 3));
+  EXPECT_EQ(*testing::ReadBytes(*fs_, FileRef::Path(P("/d/m.bin")), 0, 4096), Data(2500, 3));
+  EXPECT_EQ(origin_.stats.load(), stats + 1);
+  EXPECT_EQ(reader_->stats().misses.load(), misses);
+  // r.bin: the held reader's version is gone: kStale, never the cached old bytes.
+  EXPECT_EQ(testing::ReadBytes(*fs_, *r, 0, 10).status().code(), StatusCode::kStale);
+  // A stat sees the new version and closes the path reads' handle of the old:
+  // they then read the new one, with no error.
+  ASSERT_TRUE(fs_->GetAttr(P("/d/r.bin")).ok());
+  EXPECT_EQ(fs_->GetAttr(P("/d/r.bin"))->mtime, 1700000100);
+  EXPECT_EQ(*testing::ReadBytes(*fs_, FileRef::Path(P("/d/r.bin")), 0, 4096), Data(2500, 5));
+  EXPECT_EQ(ReadAll("/d/r.bin"), Data(2500, 5));  // and so does a new open
+  fs_->Release(*m);
+  fs_->Release(*r);
+  EXPECT_EQ(node_.mount().names().revalidations(), 2u);
+  EXPECT_EQ(node_.mount().names().revalidated_changes(), 1u);
+
+  // A path read past the lifetime with no stat before it: kStale once (the
+  // kernel may hold pages of the old version), then the new version.
+  origin_.AddFile("/d/r.bin", Data(2500, 6), 1700000200);
+  std::this_thread::sleep_for(milliseconds(2050));
+  EXPECT_EQ(testing::ReadBytes(*fs_, FileRef::Path(P("/d/r.bin")), 0, 4096).status().code(),
+            StatusCode::kStale);
+  EXPECT_EQ(*testing::ReadBytes(*fs_, FileRef::Path(P("/d/r.bin")), 0, 4096), Data(2500, 6));
+}
+
+TEST_F(FileSystemTest, AFileWithoutAFreshnessLifetimeIsNeverAskedAboutOnHits) {
+  auto h = fs_->Open(P("/d/a.bin"));
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(fs_->MaxAge(*h), -1);
+  EXPECT_EQ(*testing::ReadBytes(*fs_, *h, 0, 4096), Data(2500, 1));
+  const int stats = origin_.stats.load();
+  origin_.AddFile("/d/a.bin", Data(2500, 9), 1700000100);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(*testing::ReadBytes(*fs_, *h, 0, 4096), Data(2500, 1));  // its version, from the cache
+  EXPECT_EQ(fs_->GetAttr(P("/d/a.bin"))->mtime, 1700000000);
+  EXPECT_EQ(origin_.stats.load(), stats);
+  EXPECT_EQ(node_.mount().names().revalidations(), 0u);
+  fs_->Release(*h);
+}
+
 }  // namespace
 }  // namespace perch::core

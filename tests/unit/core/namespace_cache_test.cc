@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "tests/fakes/fake_origin.h"
 #include "tests/fakes/mem_index.h"
@@ -151,6 +153,69 @@ TEST_F(NamespaceCacheTest, KeyPrefixesKeepTwoMountsApart) {
   EXPECT_FALSE(second.HasPersistedEntries());
   EXPECT_TRUE(first.GetAttr(P("/d/a.txt"), Soon()).ok());
   EXPECT_EQ(second.GetAttr(P("/d/a.txt"), Soon()).status().code(), StatusCode::kUnavailable);
+}
+
+// Issue #30 item 4: a file whose answers carry a freshness lifetime
+// (Cache-Control max-age=2) is answered from memory for at most that long,
+// whether it came on its own or in its directory's listing. (Whole seconds:
+// an answer of max-age=2 lives more than 1 s and at most 2 s.)
+TEST_F(NamespaceCacheTest, AFreshnessLifetimeBoundsHowLongAFileIsAnswered) {
+  fake_.MaxAge(2);
+  NamespaceCache names(origin_, index_, NamespaceOptions{});
+  auto a = names.GetAttr(P("/d/a.txt"), Soon());
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->max_age, 2);
+  ASSERT_TRUE(names.GetAttr(P("/d/a.txt"), Soon()).ok());
+  EXPECT_EQ(origin_.stats, 1);
+  // b.txt from the listing: answered by it while the listing is young.
+  ASSERT_TRUE(names.ReadDir(P("/d"), Soon()).ok());
+  ASSERT_TRUE(names.GetAttr(P("/d/b.txt"), Soon()).ok());
+  EXPECT_EQ(origin_.stats, 1);
+  fake_.AddFile("/d/b.txt", "BRAVO!", 1700000100);  // replaced: the same size
+  std::this_thread::sleep_for(std::chrono::milliseconds(2050));
+  ASSERT_TRUE(names.GetAttr(P("/d/a.txt"), Soon()).ok());  // unchanged, asked again
+  EXPECT_EQ(origin_.stats, 2);
+  EXPECT_EQ(names.revalidations(), 1u);
+  EXPECT_EQ(names.revalidated_changes(), 0u);
+  auto b = names.GetAttr(P("/d/b.txt"), Soon());
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->mtime, 1700000100);
+  EXPECT_EQ(origin_.stats, 3);
+  EXPECT_EQ(names.revalidated_changes(), 1u);
+  // The listing in memory (readdirplus) shows the new version too.
+  auto listed = names.ReadDir(P("/d"), Soon());
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ((*listed)[1].name, "b.txt");
+  EXPECT_EQ((*listed)[1].attr.mtime, 1700000100);
+  // Unreachable origin: what was known is served (as offline).
+  fake_.FailWith(UnavailableError("down"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2050));
+  auto offline = names.GetAttr(P("/d/b.txt"), Soon());
+  ASSERT_TRUE(offline.ok()) << offline.status().ToString();
+  EXPECT_EQ(offline->mtime, 1700000100);
+  fake_.FailWith(Status::Ok());
+}
+
+TEST_F(NamespaceCacheTest, AFreshnessLifetimeIsPersistedAndFilesWithoutOneLiveLong) {
+  fake_.AddFile("/e/long.txt", "x");
+  {
+    fake_.MaxAge(600);
+    NamespaceCache names(origin_, index_, NamespaceOptions{});
+    ASSERT_TRUE(names.GetAttr(P("/d/a.txt"), Soon()).ok());
+    fake_.MaxAge(-1);
+    ASSERT_TRUE(names.GetAttr(P("/e/long.txt"), Soon()).ok());
+  }
+  NamespaceCache restarted(origin_, index_, NamespaceOptions{});
+  const int stats = origin_.stats;
+  auto a = restarted.GetAttr(P("/d/a.txt"), Soon());
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->max_age, 600);  // from the index
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto l = restarted.GetAttr(P("/e/long.txt"), Soon());
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->max_age, -1);
+  EXPECT_EQ(origin_.stats, stats);
+  EXPECT_EQ(restarted.revalidations(), 0u);
 }
 
 }  // namespace
