@@ -98,8 +98,8 @@ void FuseServer::Ops::ReadDirCommon(fuse_req_t req, fuse_ino_t, size_t size, off
         } else {
           ObjectPath child = *h->path.Child(name);
           e.ino = self->inodes_.Remember(child);
-          e.attr_timeout = self->options_.attr_timeout;
-          e.entry_timeout = self->options_.entry_timeout;
+          e.attr_timeout = self->AttrTimeout(attr);
+          e.entry_timeout = self->EntryTimeout(attr);
           self->FillStat(child, attr, &e.attr);
         }
         n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e,

@@ -11,7 +11,11 @@
 // The mount is read-only ("ro"): the kernel refuses writes with EROFS, and
 // every write-shaped operation that still reaches us gets EROFS too. Files
 // are immutable, so entries and attributes get long kernel timeouts and
-// opens set keep_cache (a second epoch reads from the page cache).
+// opens set keep_cache (a second epoch reads from the page cache), except
+// files with a freshness lifetime (Cache-Control no-cache/max-age): their
+// timeouts are at most that lifetime and their opens drop the page cache, so
+// the kernel asks again within it and drops the pages of a changed file
+// (auto_inval_data, on a new modification time or size).
 //
 // A read that must wait for a fetch does not hold a worker: it is answered
 // by the thread that completes it (PendingReplies bounds the wait), or, for a
@@ -190,6 +194,10 @@ class FuseServer {
 
   // Attributes as the kernel sees them; st_ino is InodeNumberOf(path).
   void FillStat(const core::ObjectPath& path, const core::FileAttr& a, struct stat* st) const;
+  // The kernel's timeouts for an answer of `a`: the configured ones, cut to
+  // a file's freshness lifetime (FileAttr::max_age).
+  double AttrTimeout(const core::FileAttr& a) const;
+  double EntryTimeout(const core::FileAttr& a) const;
 
   core::FileSystem& fs_;
   FuseOptions options_;  // max_io cut to what splices (constructor); constant after

@@ -107,6 +107,9 @@ void FuseServer::Ops::Init(void* userdata, struct fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
   if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+  // A file with a freshness lifetime: its pages go when a GETATTR after its
+  // attr timeout shows another modification time (FuseServer::AttrTimeout).
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
   // With no-open, an ENOSYS answer to the first open tells the kernel to
   // open every later file itself (no OPEN, no RELEASE, keep_cache implied);
@@ -142,8 +145,8 @@ void FuseServer::Ops::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name
     ObjectPath child = *dir.Child(name);
     fuse_entry_param e{};
     e.ino = self->inodes_.Remember(child);
-    e.attr_timeout = self->options_.attr_timeout;
-    e.entry_timeout = self->options_.entry_timeout;
+    e.attr_timeout = self->AttrTimeout(*attr);
+    e.entry_timeout = self->EntryTimeout(*attr);
     self->FillStat(child, *attr, &e.attr);
     if (fuse_reply_entry(req, &e) != 0) self->inodes_.Forget(e.ino, 1);  // the kernel never got it
   })
@@ -169,7 +172,7 @@ void FuseServer::Ops::GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_i
     if (!attr.ok()) return ReplyStatus(req, "getattr", attr.status());
     struct stat st {};
     self->FillStat(path, *attr, &st);
-    fuse_reply_attr(req, &st, self->options_.attr_timeout);
+    fuse_reply_attr(req, &st, self->AttrTimeout(*attr));
   })
 }
 
@@ -262,6 +265,16 @@ void FuseServer::Ops::ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
     if (size < names.size()) return (void)fuse_reply_err(req, ERANGE);
     fuse_reply_buf(req, names.data(), names.size());
   })
+}
+
+double FuseServer::AttrTimeout(const core::FileAttr& a) const {
+  if (a.is_dir || a.max_age < 0) return options_.attr_timeout;
+  return std::min(options_.attr_timeout, static_cast<double>(a.max_age));
+}
+
+double FuseServer::EntryTimeout(const core::FileAttr& a) const {
+  if (a.is_dir || a.max_age < 0) return options_.entry_timeout;
+  return std::min(options_.entry_timeout, static_cast<double>(a.max_age));
 }
 
 void FuseServer::FillStat(const ObjectPath& path, const core::FileAttr& a, struct stat* st) const {

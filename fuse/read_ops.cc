@@ -131,10 +131,12 @@ void FuseServer::Ops::Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
     }
     // Immutable objects: the page cache stays valid (keep_cache), unless
     // the kernel reads the cache's file itself (it then has that file's).
-    // A copy that failed its digest drops the pages of it the kernel holds.
+    // A copy that failed its digest drops the pages of it the kernel holds;
+    // so does a file whose answers carry a freshness lifetime: its pages may
+    // be of a version the origin replaced (this open revalidated it).
     bool pages_wrong = false;
     const bool direct = self->OpenDirect(ino, *h, &pages_wrong);
-    fi->keep_cache = direct || pages_wrong ? 0 : 1;
+    fi->keep_cache = direct || pages_wrong || self->fs_.MaxAge(*h) >= 0 ? 0 : 1;
     if (fuse_reply_open(req, fi) != 0) {
       self->Released(ino, *h);
       self->fs_.Release(*h);
