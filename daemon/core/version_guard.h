@@ -26,7 +26,7 @@
 // mixed), so a small-file workload costs the guard nothing.
 //
 // What is not caught: a replacement within `interval` of the last
-// confirmation, between two fetches of the same object (docs/design.md, "One
+// confirmation, between two fetches of the same object (docs/protocol.md, "One
 // version per object"). With verify_digests the digest of a whole object
 // catches what reaches the store.
 //
