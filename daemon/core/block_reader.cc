@@ -320,6 +320,17 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     }
     return;
   }
+  // Written and recorded since the caller looked in the store (its write
+  // batch ended in between: a block is recorded before it leaves unwritten_,
+  // so it is always in one of them): read it there, never fetch it again.
+  if (listener_ != nullptr && listener_->Contains(key)) {
+    if (!done) return;  // a prefetch: nothing to do
+    if (auto stored = StoreRead(key, 0, block_len); stored.ok() && stored->size() == block_len) {
+      CountHit(path, part_len);
+      done(std::make_shared<const Bytes>(*std::move(stored)));
+      return;
+    }
+  }
   uint64_t generation = 0;
   {
     MutexLock l(mu_);
