@@ -207,7 +207,10 @@ Status Mount::VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::
     auto it = verifying_.find(object_id);
     const bool changed = it == verifying_.end() || it->second;
     if (it != verifying_.end()) verifying_.erase(it);
-    if (checked.ok() && !changed) {
+    // No server offers a digest of it (kNotFound): nothing to check this
+    // copy against, and asking again at every read to its end would cost a
+    // request each time.
+    if ((checked.ok() || checked.code() == StatusCode::kNotFound) && !changed) {
       if (verified_.size() >= kMaxVerifiedCopies) verified_.erase(verified_.begin());
       verified_.insert(object_id);
     }

@@ -152,7 +152,8 @@ class Mount {
   // logged, and the next read fetches them again. Ok otherwise, including
   // when there is nothing to check against or with: checking off, an object
   // of one block (checked at its fetch), an object not all cached, no server
-  // offering a digest, or no answer by `deadline` (served unchecked).
+  // offering a digest (remembered for this copy, as a copy that passed), or
+  // no answer by `deadline` (served unchecked, asked again next time).
   Status VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::string& object_id,
                         Deadline deadline);
 

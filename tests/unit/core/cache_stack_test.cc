@@ -328,6 +328,15 @@ TEST(VerifyCompleteTest, NothingIsCheckedThatIsNotWholeOrIsOneBlock) {
   EXPECT_TRUE(Check(node.mount(), "/d/small").ok());  // one block: checked at its fetch
   EXPECT_EQ(node.origin.digest_asks.load(), 0);
 
+  // No digest offered: asked once per copy, not at every read to the end.
+  StackFixture none;
+  none.origin.AddFile("/d/big", Data(2500, 7));
+  ASSERT_TRUE(none.Build(Checking()).ok());
+  ReadAll(none.mount(), "/d/big");
+  ReadAll(none.mount(), "/d/big");
+  EXPECT_TRUE(Check(none.mount(), "/d/big").ok());
+  EXPECT_EQ(none.origin.digest_asks.load(), 1);
+
   // Checking off: a whole wrong copy is not looked at.
   StackFixture off;
   off.origin.AddFile("/d/big", Data(2500, 7));
