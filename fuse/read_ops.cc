@@ -105,6 +105,13 @@ struct ReadCall {
   uint64_t token PERCH_GUARDED_BY(mu) = 0;           // PendingReplies' (0: none; it is answered)
 };
 
+// The object changed at the origin, or its cached copy failed its digest:
+// the kernel's pages of the old version (or of the wrong bytes) must go
+// before any read of the new one is answered.
+bool PagesMustGo(const core::Status& s) {
+  return s.code() == StatusCode::kStale || s.code() == StatusCode::kCorrupt;
+}
+
 }  // namespace
 
 void FuseServer::Ops::Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
@@ -160,17 +167,6 @@ void FuseServer::Ops::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
                  static_cast<uint64_t>(off), size, started);
   })
 }
-
-namespace {
-
-// The object changed at the origin, or its cached copy failed its digest:
-// the kernel's pages of the old version (or of the wrong bytes) must go
-// before any read of the new one is answered.
-bool PagesMustGo(const core::Status& s) {
-  return s.code() == StatusCode::kStale || s.code() == StatusCode::kCorrupt;
-}
-
-}  // namespace
 
 void FuseServer::Ops::ReadAndReply(FuseServer* self, fuse_req_t req, fuse_ino_t ino,
                                    const core::FileRef& file, uint64_t off, size_t size,

@@ -170,11 +170,10 @@ bool FileSystem::ChecksAtEnd(const OpenFile& f, uint64_t offset, uint64_t size) 
          size >= f.attr.size - offset && f.attr.size > reader_.block_size();
 }
 
-template <typename T>
-void FileSystem::AfterCheck(const OpenFile& f, Deadline deadline, Result<T> r,
-                            std::function<void(Result<T>)> done) {
+void FileSystem::AfterCheck(const OpenFile& f, Deadline deadline, Result<std::vector<ReadPiece>> r,
+                            ReadDone done) {
   if (!r.ok()) return done(std::move(r));
-  auto held = std::make_shared<Result<T>>(std::move(r));
+  auto held = std::make_shared<Result<std::vector<ReadPiece>>>(std::move(r));
   options_.verify_complete(f, deadline, [this, id = f.object_id, held, done](Status s) {
     if (s.code() == StatusCode::kCorrupt) NoteDigestFailure(id);
     if (!s.ok()) return done(std::move(s));
@@ -219,7 +218,7 @@ void FileSystem::Read(const FileRef& file, uint64_t offset, uint64_t size, ReadD
       [this, f = *f, check = ChecksAtEnd(*f, offset, size), deadline,
        done = std::move(finish)](Result<std::vector<ReadPiece>> r) {
         if (!AllInFiles(r)) NoteResult(f.object_id, r.status());
-        if (check) return AfterCheck<std::vector<ReadPiece>>(f, deadline, std::move(r), done);
+        if (check) return AfterCheck(f, deadline, std::move(r), done);
         done(std::move(r));
       },
       // Only a read that must fetch is stopped by a recent failure.

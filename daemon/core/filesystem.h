@@ -192,9 +192,8 @@ class FileSystem {
   bool ChecksAtEnd(const OpenFile& f, uint64_t offset, uint64_t size) const;
   // Hands `r`, a read of `f` that ends at its end, to `done` once
   // verify_complete said the object is good; its error otherwise.
-  template <typename T>
-  void AfterCheck(const OpenFile& f, Deadline deadline, Result<T> r,
-                  std::function<void(Result<T>)> done);
+  void AfterCheck(const OpenFile& f, Deadline deadline, Result<std::vector<ReadPiece>> r,
+                  ReadDone done);
   // A read of `object_id` found its bytes failed the object's digest: every
   // file open on it now has read some of them, and fails its later reads
   // (the kernel retries a failed read-ahead: a reader must not then be
