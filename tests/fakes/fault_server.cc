@@ -35,6 +35,7 @@ struct FaultServer::Impl {
   std::optional<std::vector<std::string>> issuers;                    // Protected by mu
   std::vector<std::string> authorizations;                            // Protected by mu
   std::vector<std::string> user_agents;                               // Protected by mu
+  std::vector<Request> requests;                                      // Protected by mu
   std::string direct_reads;                                           // Protected by mu
   std::list<std::thread> conns;                                       // Protected by mu
   std::list<std::shared_ptr<tcp::socket>> sockets;                    // Protected by mu
@@ -182,6 +183,11 @@ std::vector<std::string> FaultServer::Authorizations() const {
   return impl_->authorizations;
 }
 
+std::vector<FaultServer::Request> FaultServer::Requests() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->requests;
+}
+
 std::vector<std::string> FaultServer::UserAgents() const {
   std::lock_guard<std::mutex> l(impl_->mu);
   return impl_->user_agents;
@@ -296,6 +302,8 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
   {
     std::lock_guard<std::mutex> l(mu);
     authorizations.emplace_back(req[bhttp::field::authorization]);
+    requests.push_back(Request{std::string(req.method_string()), target,
+                               std::string(req[bhttp::field::authorization])});
     user_agents.emplace_back(req[bhttp::field::user_agent]);
   }
   if (req.method_string() == "PROPFIND") {

@@ -69,6 +69,15 @@ class FaultServer {
   // The Authorization header of every request the data servers got (GET and
   // PROPFIND), "" for one without; in order.
   std::vector<std::string> Authorizations() const;
+  // Each of those requests: what was asked and with which Authorization, in
+  // order. One call is one consistent list (the data servers may be asked
+  // more between two calls).
+  struct Request {
+    std::string method;         // "GET", "PROPFIND"
+    std::string target;         // "/srv/ok/ns/x.txt"
+    std::string authorization;  // "" for none
+  };
+  std::vector<Request> Requests() const;
   // The User-Agent header of each of those requests, in order.
   std::vector<std::string> UserAgents() const;
 

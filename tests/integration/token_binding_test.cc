@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +55,16 @@ ReadOutcome ReadOrErrno(const fs::path& path) {
   }
   ::close(fd);
   return r;
+}
+
+// The names in directory `dir`, sorted; empty if it cannot be listed.
+std::vector<std::string> Listing(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(it->path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 class TokenBindingTest : public ::testing::Test {
@@ -104,6 +115,23 @@ class TokenBindingTest : public ::testing::Test {
     return sent;
   }
 
+  // Stops perchd, then lists the requests the origin got that did not carry
+  // `authorization` ("" if every one did, and there was one). Requests run
+  // beside the reads (the prefetcher lists the directory of a file opened,
+  // and may ask after the read has returned): only once perchd is gone has
+  // it asked all it will, and one list of them is judged whole.
+  std::string RequestsWithout(const std::string& authorization) {
+    EXPECT_EQ(perchd_.Stop(), 0);
+    std::vector<FaultServer::Request> got = server_.Requests();
+    if (got.empty()) return "the origin got no request";
+    std::string without;
+    for (const FaultServer::Request& q : got) {
+      if (q.authorization != authorization)
+        without += q.method + " " + q.target + " with '" + q.authorization + "'\n";
+    }
+    return without;
+  }
+
   size_t Count(const std::string& haystack, const std::string& needle) {
     size_t n = 0;
     for (size_t at = haystack.find(needle); at != std::string::npos;
@@ -124,10 +152,8 @@ TEST_F(TokenBindingTest, TheNodesJwtGoesToANamespaceNamingItsIssuer) {
   ReadOutcome r = MountAndRead({"--token-file", jwt_file_});
   EXPECT_EQ(r.error, 0) << perchd_.Log();
   EXPECT_EQ(r.bytes, "bytes\n");
-  std::vector<std::string> sent = TokensAtTheOrigin();
-  EXPECT_FALSE(sent.empty());
-  for (const std::string& a : sent) EXPECT_EQ(a, "Bearer " + Jwt(kGood));
-  EXPECT_EQ(sent.size(), server_.Authorizations().size()) << "a request went without the token";
+  EXPECT_EQ(Listing(mnt_), std::vector<std::string>{"x.txt"}) << perchd_.Log();
+  EXPECT_EQ(RequestsWithout("Bearer " + Jwt(kGood)), "");
 }
 
 TEST_F(TokenBindingTest, TheNodesJwtNeverGoesToANamespaceOfAnotherIssuer) {
@@ -161,10 +187,7 @@ TEST_F(TokenBindingTest, AnOpaqueTokenGoesOnlyWhereATokensPrefixNamesIt) {
   ReadOutcome r = MountAndRead({"--config", config.string()});
   EXPECT_EQ(r.error, 0) << perchd_.Log();
   EXPECT_EQ(r.bytes, "bytes\n");
-  std::vector<std::string> sent = TokensAtTheOrigin();
-  ASSERT_FALSE(sent.empty());
-  for (const std::string& a : sent) EXPECT_EQ(a, std::string("Bearer ") + kMacaroon);
-  EXPECT_EQ(sent.size(), server_.Authorizations().size()) << "a request went without the token";
+  EXPECT_EQ(RequestsWithout(std::string("Bearer ") + kMacaroon), "");
 }
 
 }  // namespace
