@@ -83,14 +83,14 @@ ssize_t SpliceSendHook(int fdin, off_t* offin, int fdout, off_t* offout, size_t 
 Passthrough::Worker* Passthrough::ThisWorker() {
   if (t_worker.owner == workers_.get()) return static_cast<Worker*>(t_worker.worker);
   if (t_worker.forget) t_worker.forget();  // a thread that read for another session before
-  std::lock_guard<std::mutex> l(workers_->mu);
+  core::MutexLock l(workers_->mu);
   workers_->list.emplace_back();
   auto it = std::prev(workers_->list.end());
   it->thread = pthread_self();
   t_worker.owner = workers_.get();
   t_worker.worker = &*it;
   t_worker.forget = [workers = workers_, it] {
-    std::lock_guard<std::mutex> l(workers->mu);
+    core::MutexLock l(workers->mu);
     workers->list.erase(it);
   };
   return &*it;
@@ -101,12 +101,12 @@ void Passthrough::NoteInit(const void* init, size_t n) {
   const uint32_t flags = Load<uint32_t>(init, 12);
   const uint32_t flags2 = Load<uint32_t>(init, 16);
   offered_.store((flags & kInitExt) && (flags2 & kPassthroughFlags2), std::memory_order_release);
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   init_.assign(static_cast<const char*>(init), n);
 }
 
 std::string Passthrough::init() const {
-  std::lock_guard<std::mutex> l(const_cast<std::mutex&>(mu_));
+  core::MutexLock l(mu_);
   return init_;
 }
 
@@ -132,7 +132,7 @@ bool Passthrough::StopReading(const std::function<void(pthread_t)>& wake,
   while (true) {
     bool all_waiting = true;
     {
-      std::lock_guard<std::mutex> l(workers_->mu);
+      core::MutexLock l(workers_->mu);
       for (Worker& w : workers_->list) {
         const int state = w.state.load();
         if (state == kWaiting) continue;
@@ -193,7 +193,7 @@ ssize_t Passthrough::Read(int fd, void* buf, size_t len) {
   const uint32_t opcode = Load<uint32_t>(buf, 4);
   const uint64_t unique = Load<uint64_t>(buf, 8);
   if (opcode == kOpOpen) {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     if (open_requests_.insert(unique).second) pending_.fetch_add(1, std::memory_order_release);
   } else if (opcode == kOpInit && n >= static_cast<ssize_t>(kInHeader + 20)) {
     NoteInit(static_cast<const char*>(buf) + kInHeader, static_cast<size_t>(n) - kInHeader);
@@ -222,7 +222,7 @@ ssize_t Passthrough::Writev(int fd, struct iovec* iov, int count) {
     for (int i = 0; i < count; ++i) total += iov[i].iov_len;
     return static_cast<ssize_t>(total);
   } else if (pending_.load(std::memory_order_acquire) > 0) {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     if (open_requests_.erase(unique) > 0) {
       pending_.fetch_sub(1, std::memory_order_release);
       if (error == 0 && count >= 2 && iov[1].iov_len == 16) {
@@ -241,7 +241,7 @@ ssize_t Passthrough::Writev(int fd, struct iovec* iov, int count) {
 }
 
 size_t Passthrough::PendingOpensForTest() {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   return open_requests_.size();
 }
 
@@ -263,12 +263,12 @@ void Passthrough::CloseBacking(int device_fd, int32_t id) {
 }
 
 void Passthrough::Direct(uint64_t fh, int32_t id) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   direct_[fh] = id;
 }
 
 void Passthrough::Undo(uint64_t fh) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   direct_.erase(fh);
 }
 

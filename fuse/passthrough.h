@@ -42,11 +42,11 @@
 #include <functional>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "daemon/core/mutex.h"
 #include "daemon/core/result.h"
 
 struct fuse_session;
@@ -116,8 +116,8 @@ class Passthrough {
   // record of itself, which takes it out when the thread ends (perhaps
   // after this object).
   struct Workers {
-    std::mutex mu;
-    std::list<Worker> list;  // Protected by mu
+    core::Mutex mu;
+    std::list<Worker> list PERCH_GUARDED_BY(mu);
   };
   Worker* ThisWorker();
   void NoteInit(const void* init, size_t n);
@@ -130,10 +130,10 @@ class Passthrough {
   std::atomic<uint64_t> init_unique_{0};
   std::atomic<int> pending_{0};  // OPEN requests read and not yet answered
 
-  std::mutex mu_;
-  std::unordered_set<uint64_t> open_requests_;    // Protected by mu_
-  std::unordered_map<uint64_t, int32_t> direct_;  // fh -> backing id; Protected by mu_
-  std::string init_;                              // Protected by mu_
+  mutable core::Mutex mu_;
+  std::unordered_set<uint64_t> open_requests_ PERCH_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, int32_t> direct_ PERCH_GUARDED_BY(mu_);  // fh -> backing id
+  std::string init_ PERCH_GUARDED_BY(mu_);
   const std::shared_ptr<Workers> workers_ = std::make_shared<Workers>();
 };
 

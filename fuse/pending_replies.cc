@@ -20,7 +20,7 @@ uint64_t PendingReplies::Add(fuse_req* req, Clock::time_point by) {
   std::vector<fuse_req*> refused;
   uint64_t token = 0;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     token = next_++;
     if (closed_) {
       refused.push_back(req);  // answered at once; Claim(token) finds nothing
@@ -34,7 +34,7 @@ uint64_t PendingReplies::Add(fuse_req* req, Clock::time_point by) {
 }
 
 fuse_req* PendingReplies::Claim(uint64_t token) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   auto it = pending_.find(token);
   if (it == pending_.end()) return nullptr;
   fuse_req* req = it->second.req;
@@ -44,76 +44,78 @@ fuse_req* PendingReplies::Claim(uint64_t token) {
 }
 
 void PendingReplies::Answered() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (--replying_ == 0 && closed_) answered_cv_.notify_all();  // only Close waits for it
+  core::MutexLock l(mu_);
+  if (--replying_ == 0 && closed_) answered_cv_.NotifyAll();  // only Close waits for it
 }
 
 void PendingReplies::Expire(const std::vector<fuse_req*>& reqs) {
   for (fuse_req* req : reqs) on_expire_(req);
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   replying_ -= static_cast<int>(reqs.size());
-  if (replying_ == 0 && closed_) answered_cv_.notify_all();
+  if (replying_ == 0 && closed_) answered_cv_.NotifyAll();
 }
 
 void PendingReplies::Loop() {
   pthread_setname_np(pthread_self(), "perch-deadline");
-  std::unique_lock<std::mutex> l(mu_);
-  while (!closed_) {
-    if (pending_.empty()) {
-      // Not woken by Add: a wake-up per read that finds none pending would cost
-      // more than this check (a request is answered at most kIdleCheck late).
-      time_.WaitUntil(cv_, l, time_.Now() + kIdleCheck);
-      continue;
-    }
-    const Clock::time_point first = pending_.begin()->second.by;
-    if (time_.Now() < first) {
-      time_.WaitUntil(cv_, l, first);
-      continue;
-    }
+  for (;;) {
     std::vector<fuse_req*> due;
-    const Clock::time_point now = time_.Now();
-    for (auto it = pending_.begin(); it != pending_.end() && it->second.by <= now;) {
-      due.push_back(it->second.req);
-      it = pending_.erase(it);
+    {
+      core::MutexLock l(mu_);
+      if (closed_) return;
+      if (pending_.empty()) {
+        // Not woken by Add: a wake-up per read that finds none pending would
+        // cost more than this check (a request is answered at most kIdleCheck
+        // late).
+        time_.WaitUntil(cv_, mu_, time_.Now() + kIdleCheck);
+        continue;
+      }
+      const Clock::time_point first = pending_.begin()->second.by;
+      if (time_.Now() < first) {
+        time_.WaitUntil(cv_, mu_, first);
+        continue;
+      }
+      const Clock::time_point now = time_.Now();
+      for (auto it = pending_.begin(); it != pending_.end() && it->second.by <= now;) {
+        due.push_back(it->second.req);
+        it = pending_.erase(it);
+      }
+      replying_ += static_cast<int>(due.size());
     }
-    replying_ += static_cast<int>(due.size());
-    l.unlock();
     Expire(due);
-    l.lock();
   }
 }
 
 void PendingReplies::Close() {
   std::vector<fuse_req*> left;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     if (closed_) return;
     closed_ = true;
     for (auto& [token, e] : pending_) left.push_back(e.req);
     pending_.clear();
     replying_ += static_cast<int>(left.size());
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   Expire(left);
-  std::unique_lock<std::mutex> l(mu_);
-  answered_cv_.wait(l, [this] { return replying_ == 0; });
+  core::MutexLock l(mu_);
+  while (replying_ != 0) answered_cv_.Wait(mu_);
 }
 
 size_t PendingReplies::pending() const {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   return pending_.size();
 }
 
 bool PendingReplies::Drain(Clock::time_point deadline) {
-  std::unique_lock<std::mutex> l(mu_);
-  while (!pending_.empty() || replying_ > 0) {
+  for (;;) {
+    {
+      core::MutexLock l(mu_);
+      if (pending_.empty() && replying_ == 0) return true;
+    }
     if (time_.Now() >= deadline) return false;
-    l.unlock();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    l.lock();
   }
-  return true;
 }
 
 }  // namespace perch::fuse

@@ -18,14 +18,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "daemon/core/clock.h"
+#include "daemon/core/mutex.h"
 
 struct fuse_req;
 
@@ -60,24 +60,28 @@ class PendingReplies {
   size_t pending() const;
 
  private:
-  void Loop();
-  // Answers `reqs` (already taken out of pending_) with on_expire. Caller
-  // does not hold mu_; replying_ counts them.
-  void Expire(const std::vector<fuse_req*>& reqs);
+  void Loop() PERCH_EXCLUDES(mu_);
+  // Answers `reqs` (already taken out of pending_) with on_expire;
+  // replying_ counts them.
+  void Expire(const std::vector<fuse_req*>& reqs) PERCH_EXCLUDES(mu_);
 
+  // Constant after construction
   const std::function<void(fuse_req*)> on_expire_;
   const core::TimeSource& time_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;           // closing (the loop's)
-  std::condition_variable answered_cv_;  // replying_ fell to 0 after closing (Close's)
+
+  mutable core::Mutex mu_;
+  core::CondVar cv_;           // closing (the loop's)
+  core::CondVar answered_cv_;  // replying_ fell to 0 after closing (Close's)
   struct Entry {
     fuse_req* req;
     Clock::time_point by;
   };
-  std::map<uint64_t, Entry> pending_;  // Protected by mu_; by token, hence by deadline
-  uint64_t next_ = 1;                  // Protected by mu_
-  int replying_ = 0;                   // Protected by mu_: claimed, answer not yet sent
-  bool closed_ = false;                // Protected by mu_
+  // Protected by mu_
+  std::map<uint64_t, Entry> pending_ PERCH_GUARDED_BY(mu_);  // by token, hence by deadline
+  uint64_t next_ PERCH_GUARDED_BY(mu_) = 1;
+  int replying_ PERCH_GUARDED_BY(mu_) = 0;  // claimed, answer not yet sent
+  bool closed_ PERCH_GUARDED_BY(mu_) = false;
+
   std::thread thread_;
 };
 

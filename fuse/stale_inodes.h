@@ -15,13 +15,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <thread>
+
+#include "daemon/core/mutex.h"
 
 namespace perch::fuse {
 
@@ -44,12 +44,12 @@ class StaleInodes {
   void Loop();
 
   const std::function<void(uint64_t)> invalidate_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<uint64_t> marked_;            // guarded by mu_
+  mutable core::Mutex mu_;
+  core::CondVar cv_;  // queue_ grew, or stopping_
+  std::set<uint64_t> marked_ PERCH_GUARDED_BY(mu_);
   std::atomic<size_t> marked_count_{0};  // marked_.size(): reads skip mu_ while it is 0
-  std::deque<uint64_t> queue_;           // guarded by mu_: marked, not yet invalidated
-  bool stopping_ = false;                // guarded by mu_
+  std::deque<uint64_t> queue_ PERCH_GUARDED_BY(mu_);  // marked, not yet invalidated
+  bool stopping_ PERCH_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

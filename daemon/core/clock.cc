@@ -6,9 +6,8 @@ namespace {
 class SteadyTimeSource final : public TimeSource {
  public:
   Clock::time_point Now() const override { return Clock::now(); }
-  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
-                 Clock::time_point due) const override {
-    cv.wait_until(lock, due);
+  void WaitUntil(CondVar& cv, Mutex& mu, Clock::time_point due) const PERCH_REQUIRES(mu) override {
+    cv.WaitUntil(mu, due);
   }
 };
 

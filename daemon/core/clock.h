@@ -11,9 +11,7 @@
 // Thread-safety: every method is safe from any thread.
 #pragma once
 
-#include <condition_variable>
-#include <mutex>
-
+#include "daemon/core/mutex.h"
 #include "daemon/core/types.h"
 
 namespace perch::core {
@@ -25,13 +23,13 @@ class TimeSource {
   // The time now, monotonic.
   virtual Clock::time_point Now() const = 0;
 
-  // As cv.wait_until(lock, due), on this source's time: returns once `cv` is
+  // As cv.WaitUntil(mu, due), on this source's time: returns once `cv` is
   // notified, once Now() has reached `due`, or spuriously, so the caller
   // waits in a loop that looks at its condition and at Now() again.
-  // REQUIRES: `lock` is locked, and whoever notifies `cv` does so after
-  // changing what the caller waits for under the same mutex.
-  virtual void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
-                         Clock::time_point due) const = 0;
+  // REQUIRES: whoever notifies `cv` does so after changing what the caller
+  // waits for under `mu`.
+  virtual void WaitUntil(CondVar& cv, Mutex& mu, Clock::time_point due) const
+      PERCH_REQUIRES(mu) = 0;
 
   // The steady clock (std::chrono::steady_clock), one for the process.
   static const TimeSource& Steady();

@@ -9,9 +9,19 @@
 //   std::map<K, V> items_ PERCH_GUARDED_BY(mu_);
 //   void Touch() { MutexLock l(mu_); items_.clear(); }
 //
-// Thread-safety: Mutex is a mutex; a MutexLock belongs to one thread.
+// CondVar waits on a Mutex the caller holds (the analysis checks that it
+// does); the caller waits in a loop that looks at its condition, so that the
+// analysis checks the condition's reads too:
+//
+//   MutexLock l(mu_);
+//   while (queue_.empty()) ready_.Wait(mu_);
+//
+// Thread-safety: Mutex is a mutex; a MutexLock belongs to one thread;
+// CondVar is a condition variable.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 #if defined(__clang__)
@@ -42,6 +52,7 @@ class PERCH_CAPABILITY("mutex") Mutex {
   void Unlock() PERCH_RELEASE() { mu_.unlock(); }
 
  private:
+  friend class CondVar;
   std::mutex mu_;
 };
 
@@ -64,6 +75,35 @@ class PERCH_SCOPED_CAPABILITY MutexLock {
  private:
   Mutex& mu_;
   bool locked_ = true;
+};
+
+// std::condition_variable over a Mutex. Every wait may also return
+// spuriously.
+class CondVar {
+ public:
+  CondVar() = default;
+  CondVar(const CondVar&) = delete;
+  CondVar& operator=(const CondVar&) = delete;
+
+  // Lets go of `mu` until notified, then takes it again.
+  void Wait(Mutex& mu) PERCH_REQUIRES(mu) {
+    std::unique_lock<std::mutex> l(mu.mu_, std::adopt_lock);
+    cv_.wait(l);
+    l.release();  // still held: the caller's
+  }
+  // As Wait, or until `due` (steady clock): false if it returned because
+  // `due` had passed.
+  bool WaitUntil(Mutex& mu, std::chrono::steady_clock::time_point due) PERCH_REQUIRES(mu) {
+    std::unique_lock<std::mutex> l(mu.mu_, std::adopt_lock);
+    const bool notified = cv_.wait_until(l, due) == std::cv_status::no_timeout;
+    l.release();
+    return notified;
+  }
+  void NotifyOne() { cv_.notify_one(); }
+  void NotifyAll() { cv_.notify_all(); }
+
+ private:
+  std::condition_variable cv_;
 };
 
 }  // namespace perch::core

@@ -61,31 +61,35 @@ uint64_t PackFiles::ReserveFor(uint64_t quota) {
 
 PackFiles::~PackFiles() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     stopping_ = true;
     TrimLocked();
   }
-  holes_cv_.notify_all();
+  holes_cv_.NotifyAll();
   if (puncher_.joinable()) puncher_.join();
   Punch(/*all=*/true);
 }
 
 void PackFiles::PunchLoop() {
-  std::unique_lock<std::mutex> l(mu_);
-  while (!stopping_) {
-    if (holes_.empty()) {
-      holes_cv_.wait(l);
-    } else if (holes_.front().due > time_.Now()) {
-      // A copy: wait_until reads its deadline again after each wake-up, by
-      // which time another thread's Punch may have popped this hole (ASan
-      // found the read of the freed deque element under the scrub's race test).
-      const auto due = holes_.front().due;
-      time_.WaitUntil(holes_cv_, l, due);
-    } else {
-      l.unlock();
-      Punch(/*all=*/false);
-      l.lock();
+  for (;;) {
+    {
+      core::MutexLock l(mu_);
+      if (stopping_) return;
+      if (holes_.empty()) {
+        holes_cv_.Wait(mu_);
+        continue;
+      }
+      if (holes_.front().due > time_.Now()) {
+        // A copy: wait_until reads its deadline again after each wake-up, by
+        // which time another thread's Punch may have popped this hole (ASan
+        // found the read of the freed deque element under the scrub's race
+        // test).
+        const auto due = holes_.front().due;
+        time_.WaitUntil(holes_cv_, mu_, due);
+        continue;
+      }
     }
+    Punch(/*all=*/false);
   }
 }
 
@@ -111,7 +115,7 @@ Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string
   const uint64_t extent = Extent(header.size() + data.size());
   Placed placed;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     StartLocked();
     if (active_file_.fd == nullptr || (active_end_ > 0 && active_end_ + extent > max_bytes_)) {
       // A new pack (under mu_: appends wait for it, which is once per
@@ -208,7 +212,7 @@ void PackFiles::RemoveLocked(uint64_t pack) {
 void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length,
                      const std::string& object_id) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     StartLocked();
     auto it = pack >= first_ ? live_.find(pack) : live_.end();
     if (it != live_.end() && it->second > 0 && --it->second == 0 && pack != active_) {
@@ -221,7 +225,7 @@ void PackFiles::Drop(uint64_t pack, uint64_t offset, uint64_t length,
   if (grace_.count() == 0) {
     Punch(/*all=*/true);
   } else {
-    holes_cv_.notify_one();
+    holes_cv_.NotifyOne();
   }
 }
 
@@ -237,7 +241,7 @@ void PackFiles::Punch(bool all) {
   std::vector<Hole> due;
   bool stopping = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     const auto now = time_.Now();
     while (!holes_.empty() && (all || holes_.front().due <= now)) {
       due.push_back(std::move(holes_.front()));
@@ -254,7 +258,7 @@ void PackFiles::Punch(bool all) {
   }
   if (!later.empty()) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      core::MutexLock l(mu_);
       // Another grace (at least kRetry, for a grace of 0): appended, since
       // every hole queued before is due no later.
       const auto due_again = time_.Now() + std::max<std::chrono::milliseconds>(grace_, kRetry);
@@ -264,7 +268,7 @@ void PackFiles::Punch(bool all) {
       }
       StartPuncherLocked();
     }
-    holes_cv_.notify_one();
+    holes_cv_.NotifyOne();
   }
   for (const Hole& h : now) {
     auto file = Open(h.pack);
@@ -279,25 +283,29 @@ void PackFiles::Punch(bool all) {
     }
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     punch_passes_++;
   }
-  passes_cv_.notify_all();
+  passes_cv_.NotifyAll();
 }
 
 uint64_t PackFiles::PunchPassesForTest() {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   return punch_passes_;
 }
 
 bool PackFiles::AwaitPunchPassForTest(uint64_t passes) {
-  std::unique_lock<std::mutex> l(mu_);
-  return passes_cv_.wait_for(l, std::chrono::seconds(10), [&] { return punch_passes_ > passes; });
+  const auto until = core::Clock::now() + std::chrono::seconds(10);
+  core::MutexLock l(mu_);
+  while (punch_passes_ <= passes) {
+    if (!passes_cv_.WaitUntil(mu_, until)) return punch_passes_ > passes;
+  }
+  return true;
 }
 
 std::vector<uint64_t> PackFiles::Unnamed(const std::map<uint64_t, uint64_t>& named) {
   std::vector<uint64_t> out;
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   StartLocked();
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {

@@ -34,13 +34,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -48,6 +46,7 @@
 
 #include "daemon/core/block_store.h"
 #include "daemon/core/clock.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/result.h"
 #include "daemon/store/open_block_cache.h"
 
@@ -126,23 +125,23 @@ class PackFiles {
     std::string object_id;  // whose record it was ("": nobody's)
   };
   // Lists the directory once: the first pack number of this process.
-  void StartLocked();
+  void StartLocked() PERCH_REQUIRES(mu_);
   // Allocates the active pack from `from` (a record's offset) to
   // reserve_bytes_ past active_end_, once active_end_ has passed
-  // reserved_end_. Caller holds mu_.
-  void ReserveLocked(uint64_t from);
+  // reserved_end_.
+  void ReserveLocked(uint64_t from) PERCH_REQUIRES(mu_);
   // Frees what the active pack has reserved past its last record (as the
-  // pack is left, and at shutdown). Caller holds mu_.
-  void TrimLocked();
-  // Removes pack `pack` (all its records dropped). Caller holds mu_.
-  void RemoveLocked(uint64_t pack);
+  // pack is left, and at shutdown).
+  void TrimLocked() PERCH_REQUIRES(mu_);
+  // Removes pack `pack` (all its records dropped).
+  void RemoveLocked(uint64_t pack) PERCH_REQUIRES(mu_);
   // Punches the holes due by now (all of them if `all`); one whose record is
   // in use waits another grace, unless the class is being destroyed.
-  void Punch(bool all);
+  void Punch(bool all) PERCH_EXCLUDES(mu_);
   // The puncher thread: waits for holes to fall due.
-  void PunchLoop();
+  void PunchLoop() PERCH_EXCLUDES(mu_);
   // Starts the puncher thread unless it runs (or the class is being destroyed).
-  void StartPuncherLocked();
+  void StartPuncherLocked() PERCH_REQUIRES(mu_);
   // How soon a hole whose record was in use is looked at again, at least.
   static constexpr std::chrono::milliseconds kRetry{50};
 
@@ -154,25 +153,25 @@ class PackFiles {
   const core::TimeSource& time_;
   OpenFileCache<uint64_t, File> open_;
 
-  std::mutex mu_;
-  bool started_ = false;     // Protected by mu_
-  uint64_t first_ = 0;       // Protected by mu_: packs >= this are this process's
-  uint64_t active_ = 0;      // Protected by mu_: 0 before the first append
-  uint64_t active_end_ = 0;  // Protected by mu_
+  core::Mutex mu_;
+  bool started_ PERCH_GUARDED_BY(mu_) = false;
+  uint64_t first_ PERCH_GUARDED_BY(mu_) = 0;   // packs >= this are this process's
+  uint64_t active_ PERCH_GUARDED_BY(mu_) = 0;  // 0 before the first append
+  uint64_t active_end_ PERCH_GUARDED_BY(mu_) = 0;
   // The active pack is allocated, and sized, up to here (0: nothing reserved).
-  uint64_t reserved_end_ = 0;  // Protected by mu_
-  // Protected by mu_: whether to allocate the active pack ahead (decided as
-  // it is made, by its filesystem; false once it said EOPNOTSUPP).
-  bool reserve_works_ = false;
-  File active_file_;  // Protected by mu_
+  uint64_t reserved_end_ PERCH_GUARDED_BY(mu_) = 0;
+  // Whether to allocate the active pack ahead (decided as it is made, by its
+  // filesystem; false once it said EOPNOTSUPP).
+  bool reserve_works_ PERCH_GUARDED_BY(mu_) = false;
+  File active_file_ PERCH_GUARDED_BY(mu_);
   // Records in each pack of this process not yet dropped.
-  std::map<uint64_t, uint64_t> live_;  // Protected by mu_
-  std::deque<Hole> holes_;             // Protected by mu_, in order of `due`
-  bool stopping_ = false;              // Protected by mu_
-  std::condition_variable holes_cv_;   // a hole was queued, or stopping_
-  uint64_t punch_passes_ = 0;          // Protected by mu_
-  std::condition_variable passes_cv_;  // punch_passes_ grew
-  std::thread puncher_;                // started with the first hole (grace > 0)
+  std::map<uint64_t, uint64_t> live_ PERCH_GUARDED_BY(mu_);
+  std::deque<Hole> holes_ PERCH_GUARDED_BY(mu_);  // in order of `due`
+  bool stopping_ PERCH_GUARDED_BY(mu_) = false;
+  core::CondVar holes_cv_;  // a hole was queued, or stopping_
+  uint64_t punch_passes_ PERCH_GUARDED_BY(mu_) = 0;
+  core::CondVar passes_cv_;  // punch_passes_ grew
+  std::thread puncher_;      // started with the first hole (grace > 0)
 };
 
 }  // namespace perch::store

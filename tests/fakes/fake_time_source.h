@@ -12,26 +12,25 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <list>
-#include <mutex>
 #include <vector>
 
 #include "daemon/core/clock.h"
+#include "daemon/core/mutex.h"
 
 namespace perch::testing {
 
 class FakeTimeSource : public core::TimeSource {
  public:
   core::Clock::time_point Now() const override {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     return now_;
   }
 
   void Advance(std::chrono::nanoseconds by) {
     std::vector<Waiter> wake;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      core::MutexLock l(mu_);
       now_ += std::chrono::duration_cast<core::Clock::duration>(by);
       wake.assign(waiters_.begin(), waiters_.end());
     }
@@ -40,33 +39,35 @@ class FakeTimeSource : public core::TimeSource {
     // reaches it asleep, or it looks after the new time. Not under mu_ (a
     // waiter takes its mutex, then mu_).
     for (const Waiter& w : wake) {
-      { std::lock_guard<std::mutex> sync(*w.mu); }
-      w.cv->notify_all();
+      { core::MutexLock sync(*w.mu); }
+      w.cv->NotifyAll();
     }
   }
 
-  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
-                 core::Clock::time_point due) const override {
+  void WaitUntil(core::CondVar& cv, core::Mutex& mu, core::Clock::time_point due) const
+      PERCH_REQUIRES(mu) override {
     std::list<Waiter>::iterator me;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      core::MutexLock l(mu_);
       if (now_ >= due) return;
-      me = waiters_.insert(waiters_.end(), Waiter{&cv, lock.mutex()});
+      me = waiters_.insert(waiters_.end(), Waiter{&cv, &mu});
     }
-    cv.wait(lock);
-    std::lock_guard<std::mutex> l(mu_);
+    cv.Wait(mu);
+    core::MutexLock l(mu_);
     waiters_.erase(me);
   }
 
  private:
   struct Waiter {
-    std::condition_variable* cv;
-    std::mutex* mu;
+    core::CondVar* cv;
+    core::Mutex* mu;
   };
-  mutable std::mutex mu_;
+  // Lock order: a waiter's mutex, then mu_.
+  mutable core::Mutex mu_;
   // Not the epoch: a time some way on, as a steady clock's is.
-  core::Clock::time_point now_ = core::Clock::time_point(std::chrono::hours(1000));
-  mutable std::list<Waiter> waiters_;
+  core::Clock::time_point now_ PERCH_GUARDED_BY(mu_) =
+      core::Clock::time_point(std::chrono::hours(1000));
+  mutable std::list<Waiter> waiters_ PERCH_GUARDED_BY(mu_);
 };
 
 }  // namespace perch::testing
