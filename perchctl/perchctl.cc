@@ -19,6 +19,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,15 +63,25 @@ int Stats(Client& c, bool as_json, double watch) {
 
 volatile std::sig_atomic_t g_interrupted = 0;
 
-int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recursive,
-         bool as_json) {
-  v1::WarmRequest req;
-  for (const auto& p : paths) req.add_paths(Absolute(p));
-  req.set_recursive(recursive);
-  req.set_detach(!wait);
-  grpc::ClientContext ctx;
-  auto reader = c.stub().Warm(&ctx, req);
-  // Ctrl-C cancels the call, and with it the warm.
+// `frac` (0 to 1) of a bar 30 characters wide.
+std::string Bar(double frac) {
+  const int width = 30;
+  const int filled = static_cast<int>(frac * width);
+  return std::string(static_cast<size_t>(filled), '#') +
+         std::string(static_cast<size_t>(width - filled), '.');
+}
+
+// Reads a stream of progress messages (Warm's, Verify's) to its end; `*last`
+// is the last message (unchanged if none came). With `wait` (the caller waits
+// for the end, no --detach) Ctrl-C cancels the call (`ctx`), and unless
+// `as_json` each message is drawn on stderr as `line(message, first message,
+// seconds since the start)`: in place on a terminal, otherwise a line every
+// 5 s and the last. An exit code if the call failed (130 if Ctrl-C cancelled
+// it), nothing if it ended well.
+template <typename Progress, typename Line>
+std::optional<int> Follow(Client& c, grpc::ClientContext& ctx,
+                          grpc::ClientReaderInterface<Progress>& reader, const std::string& what,
+                          bool wait, bool as_json, const Line& line, Progress* last) {
   std::thread watcher;
   std::atomic<bool> done{false};
   if (wait) {
@@ -85,53 +96,63 @@ int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recur
       }
     });
   }
-  v1::WarmProgress p, last;
+  Progress p, first;
   bool any = false;
   const bool tty = ::isatty(2);
-  auto started = std::chrono::steady_clock::now();
-  uint64_t start_bytes = 0;
-  auto last_line = started;  // without a terminal: a line every 5 s and the last one
-  while (reader->Read(&p)) {
-    if (!any) start_bytes = p.bytes_done();
+  const auto started = std::chrono::steady_clock::now();
+  auto last_line = started;
+  while (reader.Read(&p)) {
+    if (!any) first = p;
     any = true;
-    last = p;
+    *last = p;
     if (!wait || as_json) continue;
-    auto now = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
     if (!tty && now - last_line < std::chrono::seconds(5) && !p.finished()) continue;
     last_line = now;
-    double secs = std::chrono::duration<double>(now - started).count();
-    double rate = secs > 0 ? static_cast<double>(p.bytes_done() - start_bytes) / secs : 0;
-    double frac = p.bytes_total()
-                      ? static_cast<double>(p.bytes_done()) / static_cast<double>(p.bytes_total())
-                      : 0;
+    const double secs = std::chrono::duration<double>(now - started).count();
+    std::cerr << (tty ? "\r\x1b[K" : "") << line(p, first, secs) << (tty ? "" : "\n") << std::flush;
+  }
+  done = true;
+  if (watcher.joinable()) watcher.join();
+  grpc::Status st = reader.Finish();
+  if (wait && tty && any && !as_json) std::cerr << "\n";
+  if (st.ok()) return std::nullopt;
+  if (g_interrupted) {
+    std::cerr << "perchctl: " << what << " cancelled\n";
+    return 130;
+  }
+  return c.Fail(st, what);
+}
+
+int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recursive,
+         bool as_json) {
+  v1::WarmRequest req;
+  for (const auto& p : paths) req.add_paths(Absolute(p));
+  req.set_recursive(recursive);
+  req.set_detach(!wait);
+  grpc::ClientContext ctx;
+  auto reader = c.stub().Warm(&ctx, req);
+  v1::WarmProgress last;
+  auto line = [](const v1::WarmProgress& p, const v1::WarmProgress& first, double secs) {
+    const double rate =
+        secs > 0 ? static_cast<double>(p.bytes_done() - first.bytes_done()) / secs : 0;
+    const double frac =
+        p.bytes_total() ? static_cast<double>(p.bytes_done()) / static_cast<double>(p.bytes_total())
+                        : 0;
     std::string eta = "?";
     if (p.listing_done() && rate > 0)
       eta = Duration(static_cast<double>(p.bytes_total() - p.bytes_done()) / rate);
     if (p.finished()) eta = "0 s";
-    const int width = 30;
-    int filled = static_cast<int>(frac * width);
-    std::string bar = std::string(static_cast<size_t>(filled), '#') +
-                      std::string(static_cast<size_t>(width - filled), '.');
-    char line[256];
-    std::snprintf(line, sizeof(line), "[%s] %5.1f%%  %s / %s%s  %s/s  ETA %s  files %s/%s%s",
-                  bar.c_str(), 100 * frac, Size(p.bytes_done()).c_str(),
+    char text[256];
+    std::snprintf(text, sizeof(text), "[%s] %5.1f%%  %s / %s%s  %s/s  ETA %s  files %s/%s%s",
+                  Bar(frac).c_str(), 100 * frac, Size(p.bytes_done()).c_str(),
                   Size(p.bytes_total()).c_str(), p.listing_done() ? "" : "+",
                   Size(static_cast<uint64_t>(rate)).c_str(), eta.c_str(),
                   Count(p.files_done()).c_str(), Count(p.files_total()).c_str(),
                   p.files_failed() ? (", " + Count(p.files_failed()) + " failed").c_str() : "");
-    std::cerr << (tty ? "\r\x1b[K" : "") << line << (tty ? "" : "\n") << std::flush;
-  }
-  done = true;
-  if (watcher.joinable()) watcher.join();
-  grpc::Status st = reader->Finish();
-  if (wait && tty && any && !as_json) std::cerr << "\n";
-  if (!st.ok()) {
-    if (g_interrupted) {
-      std::cerr << "perchctl: warm cancelled\n";
-      return 130;
-    }
-    return c.Fail(st, "warm");
-  }
+    return std::string(text);
+  };
+  if (auto failed = Follow(c, ctx, *reader, "warm", wait, as_json, line, &last)) return *failed;
   if (as_json) {
     std::cout << ProtoJson(last).dump(2) << std::endl;
   } else if (!wait) {
@@ -156,61 +177,23 @@ int Verify(Client& c, const std::string& path, bool detach, bool as_json) {
   req.set_detach(detach);
   grpc::ClientContext ctx;
   auto reader = c.stub().Verify(&ctx, req);
-  std::thread watcher;  // Ctrl-C cancels the call, and with it the check
-  std::atomic<bool> done{false};
-  if (!detach) {
-    std::signal(SIGINT, [](int) { g_interrupted = 1; });
-    watcher = std::thread([&] {
-      while (!done) {
-        if (g_interrupted) {
-          ctx.TryCancel();
-          return;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    });
-  }
-  v1::VerifyProgress p, last;
-  bool any = false;
-  const bool tty = ::isatty(2);
-  const auto started = std::chrono::steady_clock::now();
-  auto last_line = started;
-  while (reader->Read(&p)) {
-    any = true;
-    last = p;
-    if (detach || as_json) continue;
-    auto now = std::chrono::steady_clock::now();
-    if (!tty && now - last_line < std::chrono::seconds(5) && !p.finished()) continue;
-    last_line = now;
-    const double secs = std::chrono::duration<double>(now - started).count();
+  v1::VerifyProgress last;
+  auto line = [](const v1::VerifyProgress& p, const v1::VerifyProgress&, double secs) {
     const double rate = secs > 0 ? static_cast<double>(p.bytes_done()) / secs : 0;
     const double frac = p.bytes_total() ? std::min(1.0, static_cast<double>(p.bytes_done()) /
                                                             static_cast<double>(p.bytes_total()))
                                         : (p.finished() ? 1.0 : 0.0);
-    const int width = 30;
-    const int filled = static_cast<int>(frac * width);
-    const std::string bar = std::string(static_cast<size_t>(filled), '#') +
-                            std::string(static_cast<size_t>(width - filled), '.');
     const uint64_t bad = p.corrupt_blocks() + p.digest_mismatches();
-    char line[256];
-    std::snprintf(line, sizeof(line), "[%s] %5.1f%%  %s / %s%s  %s/s  blocks %s/%s%s", bar.c_str(),
-                  100 * frac, Size(p.bytes_done()).c_str(), Size(p.bytes_total()).c_str(),
-                  p.counted() ? "" : "+", Size(static_cast<uint64_t>(rate)).c_str(),
-                  Count(p.blocks_done()).c_str(), Count(p.blocks_total()).c_str(),
-                  bad ? (", " + Count(bad) + " bad").c_str() : "");
-    std::cerr << (tty ? "\r\x1b[K" : "") << line << (tty ? "" : "\n") << std::flush;
-  }
-  done = true;
-  if (watcher.joinable()) watcher.join();
-  grpc::Status st = reader->Finish();
-  if (!detach && tty && any && !as_json) std::cerr << "\n";
-  if (!st.ok()) {
-    if (g_interrupted) {
-      std::cerr << "perchctl: verify cancelled\n";
-      return 130;
-    }
-    return c.Fail(st, "verify");
-  }
+    char text[256];
+    std::snprintf(text, sizeof(text), "[%s] %5.1f%%  %s / %s%s  %s/s  blocks %s/%s%s",
+                  Bar(frac).c_str(), 100 * frac, Size(p.bytes_done()).c_str(),
+                  Size(p.bytes_total()).c_str(), p.counted() ? "" : "+",
+                  Size(static_cast<uint64_t>(rate)).c_str(), Count(p.blocks_done()).c_str(),
+                  Count(p.blocks_total()).c_str(), bad ? (", " + Count(bad) + " bad").c_str() : "");
+    return std::string(text);
+  };
+  if (auto failed = Follow(c, ctx, *reader, "verify", !detach, as_json, line, &last))
+    return *failed;
   const uint64_t bad = last.corrupt_blocks() + last.digest_mismatches();
   if (as_json) {
     std::cout << ProtoJson(last).dump(2) << std::endl;
