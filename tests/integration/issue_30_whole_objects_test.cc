@@ -14,15 +14,12 @@
 
 #include <chrono>
 #include <filesystem>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "tests/devfed/devfed_harness.h"
-#include "tests/integration/perchd_harness.h"
+#include "tests/integration/corrupt_caches.h"
 #include "tests/integration/stats_json.h"
-#include "tests/integration/test_tree.h"
 
 namespace perch::testing {
 namespace {
@@ -61,43 +58,17 @@ WholeRead ReadToEnd(const fs::path& path) {
   return r;
 }
 
-class WholeObjectsTest : public ::testing::Test {
+class WholeObjectsTest : public CorruptCaches {
  protected:
   void SetUp() override {
-    if (!FuseAvailable()) GTEST_SKIP() << "needs root and /dev/fuse";
-    if (!DevFed::XrootdAvailable()) GTEST_SKIP() << "xrootd is not installed";
-    work_ = std::make_unique<TempDir>("whole-objects");
     std::vector<TreeFile> files;
     for (int i = 0; i < kFiles; ++i) files.push_back({"d/f" + std::to_string(i), kSize});
-    CreateTestTree(work_->path() / "data", files);
-    MakeReadableByXrootd(work_->path() / "data");
-    DevFed::Options opts;
-    opts.exports.push_back({"/c", (work_->path() / "data").string(), false});
-    opts.caches = 2;
-    opts.extra_args = {"--fault-corrupt", "0.2"};
-    fed_ = std::make_unique<DevFed>(opts);
-    ASSERT_EQ(fed_->Start(), "");
-    mnt_ = work_->path() / "mnt";
-    fs::create_directories(mnt_);
-    // One file after another, no prefetch: XRootD 5.5 crashes under
-    // concurrent Want-Digest requests (docs/quirks.md).
-    std::vector<std::string> args = {
-        "--no-prefetch", "--verify-digests", "--block-size",
-        "64K",           "--cache-dir",      (work_->path() / "cache").string(),
-        "--control",     "unix:" + Socket(), fed_->FederationUrl() + "/c",
-        mnt_.string()};
-    ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "perchd.log"), "") << fed_->ErrLog();
+    StartFederation("whole-objects", files);
+    if (IsSkipped() || HasFatalFailure()) return;
+    Mount({"--verify-digests", "--block-size", "64K"});
   }
-  std::string Original(int i) const {
-    return ReadLocalFile(work_->path() / "data" / "d" / ("f" + std::to_string(i)));
-  }
+  std::string Original(int i) const { return Exported("d/f" + std::to_string(i)); }
   fs::path Mounted(int i) const { return mnt_ / "d" / ("f" + std::to_string(i)); }
-  std::string Socket() const { return (work_->path() / "ctl.sock").string(); }
-
-  std::unique_ptr<TempDir> work_;
-  std::unique_ptr<DevFed> fed_;
-  fs::path mnt_;
-  PerchdProcess perchd_;  // stopped (and unmounted) before fed_ and work_ go
 };
 
 TEST_F(WholeObjectsTest, AFileReadToItsEndIsRightOrFailsAndIsRightWhenReadAgain) {
