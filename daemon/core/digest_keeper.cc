@@ -81,10 +81,12 @@ Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader&
 
   // One of max_asks_in_flight slots, until the deadline.
   {
-    std::unique_lock<std::mutex> l(slots_mu_);
-    if (!slot_freed_.wait_until(l, deadline,
-                                [&] { return asks_in_flight_ < options_.max_asks_in_flight; })) {
-      return DeadlineExceededError(path.str() + ": too many digest requests waiting");
+    MutexLock l(slots_mu_);
+    while (asks_in_flight_ >= options_.max_asks_in_flight) {
+      if (!slot_freed_.WaitUntil(slots_mu_, deadline) &&
+          asks_in_flight_ >= options_.max_asks_in_flight) {
+        return DeadlineExceededError(path.str() + ": too many digest requests waiting");
+      }
     }
     asks_in_flight_++;
   }
@@ -92,10 +94,10 @@ Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader&
     DigestKeeper* k;
     ~Slot() {
       {
-        std::lock_guard<std::mutex> l(k->slots_mu_);
+        MutexLock l(k->slots_mu_);
         k->asks_in_flight_--;
       }
-      k->slot_freed_.notify_one();
+      k->slot_freed_.NotifyOne();
     }
   } slot{this};
   // Another caller may have done it while this one waited.

@@ -36,10 +36,8 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -121,9 +119,9 @@ class DigestKeeper {
   DigestKeeperStats stats_;
 
   // The slots of digest requests in flight (a leaf lock, never held with mu_).
-  std::mutex slots_mu_;
-  std::condition_variable slot_freed_;
-  size_t asks_in_flight_ = 0;  // Protected by slots_mu_
+  Mutex slots_mu_;
+  CondVar slot_freed_;
+  size_t asks_in_flight_ PERCH_GUARDED_BY(slots_mu_) = 0;
 
   mutable Mutex mu_;  // a leaf lock
   std::unordered_map<std::string, std::vector<ObjectDigest>> known_ PERCH_GUARDED_BY(mu_);

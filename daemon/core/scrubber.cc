@@ -182,15 +182,15 @@ Scrubber::Scrubber(CacheCatalog& catalog, BlockStore& store, Index& index, Execu
 Scrubber::~Scrubber() = default;
 
 bool Scrubber::Enter(Life& life) {
-  std::lock_guard<std::mutex> l(life.mu);
+  MutexLock l(life.mu);
   if (life.stopping) return false;
   life.running++;
   return true;
 }
 
 void Scrubber::Leave(Life& life) {
-  std::lock_guard<std::mutex> l(life.mu);
-  if (--life.running == 0) life.cv.notify_all();
+  MutexLock l(life.mu);
+  if (--life.running == 0) life.cv.NotifyAll();
 }
 
 std::string Scrubber::Shown(const std::string& catalog_path, const std::string& object_id) const {
@@ -242,7 +242,7 @@ void Scrubber::BackgroundStep() {
   const uint64_t rate = options_.rate_bytes_per_second;
   const uint64_t before = background_->progress.bytes_done;
   const bool more = background_->Step(std::max<uint64_t>(rate / 4, 1), [life = life_] {
-    std::lock_guard<std::mutex> l(life->mu);
+    MutexLock l(life->mu);
     return life->stopping;
   });
   const uint64_t read = background_->progress.bytes_done - before;
@@ -278,9 +278,9 @@ void Scrubber::SaveCursor() {
 
 void Scrubber::Stop() {
   {
-    std::unique_lock<std::mutex> l(life_->mu);
+    MutexLock l(life_->mu);
     life_->stopping = true;
-    life_->cv.wait(l, [&] { return life_->running == 0; });
+    while (life_->running != 0) life_->cv.Wait(life_->mu);
   }
   SaveCursor();
 }
@@ -354,7 +354,7 @@ void ScrubJob::Step() {
   } else {
     more = walk_->Step(scrubber_.options_.job_step_bytes, [this] {
       if (cancelled_) return true;
-      std::lock_guard<std::mutex> l(life_->mu);
+      MutexLock l(life_->mu);
       return life_->stopping;
     });
     MutexLock l(mu_);

@@ -38,12 +38,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -161,10 +159,10 @@ class Scrubber {
   friend class ScrubWalk;
   // Shared with posted steps, which may run after Stop (then they do nothing).
   struct Life {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool stopping = false;  // Protected by mu
-    int running = 0;        // Protected by mu: steps inside the scrubber now
+    Mutex mu;
+    CondVar cv;  // running fell to 0
+    bool stopping PERCH_GUARDED_BY(mu) = false;
+    int running PERCH_GUARDED_BY(mu) = 0;  // steps inside the scrubber now
   };
   // True (and counted as running) unless stopping; pair with Leave.
   static bool Enter(Life& life);

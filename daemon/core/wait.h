@@ -3,11 +3,10 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 
+#include "daemon/core/mutex.h"
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
 
@@ -20,19 +19,21 @@ inline constexpr std::chrono::seconds kAnswerSlack{1};
 template <typename T, typename Call>
 Result<T> WaitFor(Deadline deadline, Call call) {
   struct Slot {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<Result<T>> value;
+    Mutex mu;
+    CondVar cv;
+    std::optional<Result<T>> value PERCH_GUARDED_BY(mu);
   };
   auto slot = std::make_shared<Slot>();
   call([slot](Result<T> r) {
-    std::lock_guard<std::mutex> l(slot->mu);
+    MutexLock l(slot->mu);
     slot->value.emplace(std::move(r));
-    slot->cv.notify_all();
+    slot->cv.NotifyAll();
   });
-  std::unique_lock<std::mutex> l(slot->mu);
-  if (!slot->cv.wait_until(l, deadline + kAnswerSlack, [&] { return slot->value.has_value(); })) {
-    return DeadlineExceededError("no answer before the deadline");
+  MutexLock l(slot->mu);
+  while (!slot->value.has_value()) {
+    if (!slot->cv.WaitUntil(slot->mu, deadline + kAnswerSlack) && !slot->value.has_value()) {
+      return DeadlineExceededError("no answer before the deadline");
+    }
   }
   return std::move(*slot->value);
 }

@@ -253,7 +253,7 @@ void DirectorClient::FinishDiscovery(Result<std::string> result) {
 // ---- director ----
 
 std::shared_ptr<const NamespaceEntry> NamespaceAnswers::Longest(const ObjectPath& fed_path) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   std::shared_ptr<const NamespaceEntry> best;
   auto now = Clock::now();
   for (auto it = by_prefix_.begin(); it != by_prefix_.end();) {
@@ -271,13 +271,13 @@ std::shared_ptr<const NamespaceEntry> NamespaceAnswers::Longest(const ObjectPath
 }
 
 void NamespaceAnswers::Put(std::shared_ptr<const NamespaceEntry> entry) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   if (by_prefix_.size() >= NamespaceDirectory::kMaxPrefixes) by_prefix_.clear();
   by_prefix_[entry->prefix.str()] = std::move(entry);
 }
 
 void NamespaceAnswers::Erase(const std::shared_ptr<const NamespaceEntry>& entry) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   auto it = by_prefix_.find(entry->prefix.str());
   if (it != by_prefix_.end() && it->second == entry) by_prefix_.erase(it);
   auto direct = direct_.find(entry->prefix.str());
@@ -285,13 +285,13 @@ void NamespaceAnswers::Erase(const std::shared_ptr<const NamespaceEntry>& entry)
 }
 
 void NamespaceAnswers::Clear() {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   by_prefix_.clear();
   direct_.clear();
 }
 
 NamespaceAnswers::Direct NamespaceAnswers::GetDirect(const std::string& prefix) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   auto it = direct_.find(prefix);
   if (it == direct_.end()) return {};
   if (Clock::now() >= it->second.expires) {
@@ -303,7 +303,7 @@ NamespaceAnswers::Direct NamespaceAnswers::GetDirect(const std::string& prefix) 
 
 bool NamespaceAnswers::PutDirect(const std::string& prefix, Direct direct,
                                  Clock::time_point expires) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   if (direct_.size() >= NamespaceDirectory::kMaxPrefixes) direct_.clear();
   auto [it, inserted] = direct_.try_emplace(prefix, KeptDirect{direct, expires});
   bool news = inserted || Clock::now() >= it->second.expires;

@@ -23,10 +23,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "daemon/core/mutex.h"
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
 #include "daemon/http/client_context.h"
@@ -91,9 +91,9 @@ class NamespaceAnswers {
     Direct direct;
     core::Clock::time_point expires;
   };
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const NamespaceEntry>> by_prefix_;  // Protected by mu_
-  std::map<std::string, KeptDirect> direct_;                                // Protected by mu_
+  core::Mutex mu_;
+  std::map<std::string, std::shared_ptr<const NamespaceEntry>> by_prefix_ PERCH_GUARDED_BY(mu_);
+  std::map<std::string, KeptDirect> direct_ PERCH_GUARDED_BY(mu_);
 };
 
 class DirectorClient : public std::enable_shared_from_this<DirectorClient> {

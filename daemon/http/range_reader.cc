@@ -439,7 +439,7 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
 }
 
 bool DigestRefusals::MayAsk(const std::string& server, Clock::time_point now) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   auto it = until_.find(server);
   if (it == until_.end()) return true;
   if (now < it->second) return false;
@@ -448,7 +448,7 @@ bool DigestRefusals::MayAsk(const std::string& server, Clock::time_point now) {
 }
 
 void DigestRefusals::Refused(const std::string& server, Clock::time_point now) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   if (until_.size() >= 1024) until_.clear();  // servers named over a long time
   until_[server] = now + kFor;
 }
@@ -538,13 +538,13 @@ void RangeReader::Finish(std::shared_ptr<Op> op, Result<core::Bytes> r) {
 }
 
 void RangeReader::NoteServer(const std::string& fed_path, const std::string& server) {
-  std::lock_guard<std::mutex> l(served_mu_);
+  core::MutexLock l(served_mu_);
   if (served_by_.size() >= 100000) served_by_.clear();
   served_by_[fed_path] = server;
 }
 
 std::string RangeReader::ServedBy(const std::string& fed_path) const {
-  std::lock_guard<std::mutex> l(served_mu_);
+  core::MutexLock l(served_mu_);
   auto it = served_by_.find(fed_path);
   return it == served_by_.end() ? std::string() : it->second;
 }

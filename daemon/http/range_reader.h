@@ -31,10 +31,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include "daemon/core/mutex.h"
 #include "daemon/core/result.h"
 #include "daemon/core/types.h"
 #include "daemon/http/client_context.h"
@@ -57,8 +57,8 @@ class DigestRefusals {
   void Refused(const std::string& server, core::Clock::time_point now);
 
  private:
-  std::mutex mu_;
-  std::map<std::string, core::Clock::time_point> until_;  // Protected by mu_
+  core::Mutex mu_;
+  std::map<std::string, core::Clock::time_point> until_ PERCH_GUARDED_BY(mu_);
 };
 
 class RangeReader : public std::enable_shared_from_this<RangeReader> {
@@ -138,8 +138,8 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   std::function<void(const std::string&, uint64_t)> progress_hook_;  // loop thread
   std::map<std::string, core::Clock::time_point> distrusted_;        // loop thread: until when
 
-  mutable std::mutex served_mu_;
-  std::unordered_map<std::string, std::string> served_by_;  // Protected by served_mu_
+  mutable core::Mutex served_mu_;
+  std::unordered_map<std::string, std::string> served_by_ PERCH_GUARDED_BY(served_mu_);
 };
 
 }  // namespace perch::http

@@ -15,12 +15,12 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "daemon/core/block_store.h"
+#include "daemon/core/mutex.h"
 
 namespace perch::store {
 
@@ -30,7 +30,7 @@ class OpenFileCache {
   explicit OpenFileCache(size_t capacity) : capacity_(capacity) {}
 
   std::optional<Value> Find(const Key& key) {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     auto it = index_.find(key);
     if (it == index_.end()) return std::nullopt;
     lru_.splice(lru_.begin(), lru_, it->second);
@@ -41,7 +41,7 @@ class OpenFileCache {
   void Put(const Key& key, Value value) {
     if (capacity_ == 0) return;
     std::vector<Value> released;  // closed after the lock is dropped (declared first)
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     auto it = index_.find(key);
     if (it != index_.end()) {
       released.push_back(std::move(it->second->second));
@@ -61,7 +61,7 @@ class OpenFileCache {
   // Lets go of `key`'s file(s) (being removed, or failed a check).
   void Erase(const Key& key) {
     std::optional<Value> released;  // declared before the guard: closes after the unlock
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     auto it = index_.find(key);
     if (it == index_.end()) return;
     released = std::move(it->second->second);
@@ -70,7 +70,7 @@ class OpenFileCache {
   }
 
   size_t size() {
-    std::lock_guard<std::mutex> l(mu_);
+    core::MutexLock l(mu_);
     return lru_.size();
   }
 
@@ -78,9 +78,9 @@ class OpenFileCache {
   using Lru = std::list<std::pair<Key, Value>>;  // most recent first
 
   const size_t capacity_;
-  std::mutex mu_;
-  Lru lru_;                                      // Protected by mu_
-  std::map<Key, typename Lru::iterator> index_;  // Protected by mu_
+  core::Mutex mu_;
+  Lru lru_ PERCH_GUARDED_BY(mu_);
+  std::map<Key, typename Lru::iterator> index_ PERCH_GUARDED_BY(mu_);
 };
 
 struct OpenBlock {
