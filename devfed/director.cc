@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <ctime>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
+#include "daemon/core/mutex.h"
 #include "devfed/go_http.h"
 #include "devfed/http_server.h"
 
@@ -137,8 +137,8 @@ struct Call {
 struct Director::Impl {
   std::vector<Namespace> namespaces;  // Constant after construction
   std::unique_ptr<HttpServer> server;
-  std::mutex mu;
-  std::set<std::string> dead_caches;  // Protected by mu
+  core::Mutex mu;
+  std::set<std::string> dead_caches PERCH_GUARDED_BY(mu);
 
   HttpReply Handle(const HttpRequest& req);
   HttpReply Middleware(const Call& c, int fallthrough);
@@ -306,7 +306,7 @@ HttpReply Director::Impl::Redirect(const Call& c, const std::string& path, bool 
   }
   std::vector<std::string> servers;
   if (!to_origin) {
-    std::lock_guard<std::mutex> l(mu);
+    core::MutexLock l(mu);
     for (const std::string& u : ns->cache_urls) {
       if (!dead_caches.count(u)) servers.push_back(u);
     }
@@ -444,7 +444,7 @@ int Director::port() const { return impl_->server->port(); }
 bool Director::DropCache(const std::string& cache_url) {
   for (const Namespace& ns : impl_->namespaces) {
     if (std::find(ns.cache_urls.begin(), ns.cache_urls.end(), cache_url) != ns.cache_urls.end()) {
-      std::lock_guard<std::mutex> l(impl_->mu);
+      core::MutexLock l(impl_->mu);
       impl_->dead_caches.insert(cache_url);
       return true;
     }
@@ -458,8 +458,8 @@ void Director::Stop() { impl_->server->Stop(); }
 
 struct DiscoveryHost::Impl {
   std::unique_ptr<HttpServer> server;
-  std::mutex mu;
-  std::string document;  // Protected by mu
+  core::Mutex mu;
+  std::string document PERCH_GUARDED_BY(mu);
 
   HttpReply Handle(const HttpRequest& req) {
     HttpReply r;
@@ -469,7 +469,7 @@ struct DiscoveryHost::Impl {
     }
     r.headers = {{"Content-Disposition", "attachment; filename=pelican-configuration.json"},
                  {"Content-Type", "application/json"}};
-    std::lock_guard<std::mutex> l(mu);
+    core::MutexLock l(mu);
     r.body = document;
     return r;
   }
@@ -494,7 +494,7 @@ void DiscoveryHost::SetUrls(const std::string& discovery_url, const std::string&
            {"namespace_registration_endpoint", discovery_url},
            {"jwks_uri", discovery_url + "/.well-known/issuer.jwks"},
            {"broker_endpoint", ""}};
-  std::lock_guard<std::mutex> l(impl_->mu);
+  core::MutexLock l(impl_->mu);
   impl_->document = gohttp::JsonMarshal(doc, 2) + "\n";
 }
 

@@ -9,9 +9,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/ssl.hpp>
 #include <list>
-#include <mutex>
 #include <thread>
 
+#include "daemon/core/mutex.h"
 #include "devfed/go_http.h"
 
 namespace perch::devfed {
@@ -29,9 +29,9 @@ struct HttpServer::Impl {
   std::thread accept_thread;
   std::atomic<bool> stopping{false};
   uint16_t port = 0;
-  std::mutex mu;
-  std::list<std::thread> conns;                     // Protected by mu
-  std::list<std::shared_ptr<tcp::socket>> sockets;  // Protected by mu
+  core::Mutex mu;
+  std::list<std::thread> conns PERCH_GUARDED_BY(mu);
+  std::list<std::shared_ptr<tcp::socket>> sockets PERCH_GUARDED_BY(mu);
 
   template <typename Stream>
   void Serve(Stream& stream) {
@@ -113,7 +113,7 @@ HttpServer::HttpServer(Handler handler, int port, const std::string& cert, const
       boost::system::error_code ec;
       impl->acceptor.accept(*sock, ec);
       if (ec || impl->stopping) break;
-      std::lock_guard<std::mutex> l(impl->mu);
+      core::MutexLock l(impl->mu);
       impl->sockets.push_back(sock);
       impl->conns.emplace_back([impl, sock] { impl->ServeConnection(sock); });
     }
@@ -137,7 +137,7 @@ void HttpServer::Stop() {
   if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
   std::list<std::thread> conns;
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
+    core::MutexLock l(impl_->mu);
     for (auto& s : impl_->sockets) s->shutdown(tcp::socket::shutdown_both, ec);
     conns.swap(impl_->conns);
   }

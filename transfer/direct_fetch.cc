@@ -1,13 +1,12 @@
 #include "transfer/direct_fetch.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <unordered_map>
 #include <utility>
 
 #include "daemon/core/limits.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/wait.h"
 
 namespace perch::transfer {
@@ -19,9 +18,9 @@ using namespace std::chrono_literals;
 
 // Completed chunk reads, handed from the loop thread to the writer.
 struct Completions {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::pair<core::ByteRange, Result<core::Bytes>>> done;
+  core::Mutex mu;
+  core::CondVar cv;
+  std::deque<std::pair<core::ByteRange, Result<core::Bytes>>> done PERCH_GUARDED_BY(mu);
 };
 
 }  // namespace
@@ -78,9 +77,9 @@ Result<FetchReport> DirectFetcher::Fetch(const http::FederationUrl& url, const T
                        Result<core::Bytes> bytes =
                            fetched.ok() ? Result<core::Bytes>(std::move(fetched->bytes))
                                         : Result<core::Bytes>(fetched.status());
-                       std::lock_guard<std::mutex> l(completions->mu);
+                       core::MutexLock l(completions->mu);
                        completions->done.emplace_back(r, std::move(bytes));
-                       completions->cv.notify_one();
+                       completions->cv.NotifyOne();
                      });
   };
 
@@ -91,15 +90,17 @@ Result<FetchReport> DirectFetcher::Fetch(const http::FederationUrl& url, const T
       issue({next, len});
       next += len;
     }
-    std::unique_lock<std::mutex> l(completions->mu);
-    if (!completions->cv.wait_for(l, chunk_timeout_ + 30s,
-                                  [&] { return !completions->done.empty(); })) {
-      return core::DeadlineExceededError("no chunk of " + url.path.str() + " arrived in time",
-                                         core::FailureSite::kCache);
+    const core::Deadline wait_until = core::Clock::now() + chunk_timeout_ + 30s;
+    core::MutexLock l(completions->mu);
+    while (completions->done.empty()) {
+      if (!completions->cv.WaitUntil(completions->mu, wait_until) && completions->done.empty()) {
+        return core::DeadlineExceededError("no chunk of " + url.path.str() + " arrived in time",
+                                           core::FailureSite::kCache);
+      }
     }
     auto [range, bytes] = std::move(completions->done.front());
     completions->done.pop_front();
-    l.unlock();
+    l.Unlock();
     --in_flight;
     if (!bytes.ok()) {
       if (bytes.status().retryable() && attempts[range.offset] < kChunkAttempts) {

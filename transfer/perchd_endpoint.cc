@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <charconv>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/wait.h"
 #include "daemon/http/digest.h"
 #include "daemon/http/pelican_headers.h"
@@ -222,11 +221,11 @@ Result<std::vector<core::ObjectDigest>> PerchdEndpoint::AskDigests(const std::st
 
 void PerchdEndpoint::RunAttempt(const std::string& url, const PerchdMount& mount, Attempt& a) {
   struct Sync {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    Status transport;
-    http::HttpHead head;
+    core::Mutex mu;
+    core::CondVar cv;
+    bool done PERCH_GUARDED_BY(mu) = false;
+    Status transport PERCH_GUARDED_BY(mu);
+    http::HttpHead head PERCH_GUARDED_BY(mu);
   };
   auto sync = std::make_shared<Sync>();
   http::HttpRequest req;
@@ -243,19 +242,21 @@ void PerchdEndpoint::RunAttempt(const std::string& url, const PerchdMount& mount
     return ap->Take(head, chunk);
   };
   uint64_t id = loop_.Submit(std::move(req), [sync](Result<http::HttpResponse> r) {
-    std::lock_guard<std::mutex> l(sync->mu);
+    core::MutexLock l(sync->mu);
     if (r.ok()) {
       sync->head = r->head;
     } else {
       sync->transport = r.status();
     }
     sync->done = true;
-    sync->cv.notify_all();
+    sync->cv.NotifyAll();
   });
-  std::unique_lock<std::mutex> l(sync->mu);
-  if (!sync->cv.wait_until(l, deadline + 60s, [&] { return sync->done; })) {
-    loop_.Cancel(id);  // its callback still runs; wait for it
-    sync->cv.wait(l, [&] { return sync->done; });
+  core::MutexLock l(sync->mu);
+  while (!sync->done) {
+    if (!sync->cv.WaitUntil(sync->mu, deadline + 60s) && !sync->done) {
+      loop_.Cancel(id);  // its callback still runs; wait for it
+      while (!sync->done) sync->cv.Wait(sync->mu);
+    }
   }
   a.transport = sync->transport;
   if (!a.head_checked && a.transport.ok()) {  // no body: an error answer or an empty object

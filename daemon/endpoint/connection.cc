@@ -32,7 +32,7 @@ std::string_view Sv(beast::string_view s) { return std::string_view(s.data(), s.
 
 core::ClientCounters& HttpEndpoint::Shared::Counters(const std::string& label) {
   {
-    std::lock_guard<std::mutex> l(mu);
+    core::MutexLock l(mu);
     if (!labels.count(label)) {
       if (labels.size() >= options.max_client_labels) return metrics.clients().Get("other");
       labels.insert(label);

@@ -3,13 +3,12 @@
 // block files or from the bytes a fetch returned. Internal to the endpoint.
 #pragma once
 
-#include <condition_variable>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
+#include "daemon/core/mutex.h"
 #include "daemon/endpoint/http_endpoint.h"
 #include "daemon/peers/connection_slots.h"
 #include "daemon/peers/peer_credentials.h"
@@ -32,12 +31,13 @@ struct HttpEndpoint::Shared {
   core::OpMetrics& metrics;
   const EndpointOptions options;
 
-  std::mutex mu;
-  std::condition_variable idle;  // notified when a slot is released
-  ConnectionSlots slots;         // Protected by mu: connections being served, by owner
-  std::set<int> fds;             // Protected by mu: their sockets (Shutdown cuts them)
-  bool stopping = false;         // Protected by mu
-  std::set<std::string> labels;  // Protected by mu: client labels counted so far
+  core::Mutex mu;
+  core::CondVar idle;  // notified when a slot is released
+  // Connections being served, by owner.
+  ConnectionSlots slots PERCH_GUARDED_BY(mu);
+  std::set<int> fds PERCH_GUARDED_BY(mu);  // their sockets (Shutdown cuts them)
+  bool stopping PERCH_GUARDED_BY(mu) = false;
+  std::set<std::string> labels PERCH_GUARDED_BY(mu);  // client labels counted so far
 
   // The counters of client label `label` (or of "other" once
   // options.max_client_labels labels exist).

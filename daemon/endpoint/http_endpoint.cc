@@ -118,7 +118,7 @@ void HttpEndpoint::AcceptLoop() {
     std::shared_ptr<Shared> s = shared_;
     ConnectionSlots::Admission admission = ConnectionSlots::Admission::kFull;
     {
-      std::lock_guard<std::mutex> l(s->mu);
+      core::MutexLock l(s->mu);
       if (!s->stopping) admission = s->slots.Acquire(owner);
       if (admission == ConnectionSlots::Admission::kAdmitted) s->fds.insert(fd);
     }
@@ -138,11 +138,11 @@ void HttpEndpoint::AcceptLoop() {
     }
     std::thread([s, fd, peer, owner] {
       ServeConnection(*s, fd, peer);
-      std::lock_guard<std::mutex> l(s->mu);
+      core::MutexLock l(s->mu);
       s->fds.erase(fd);
       ::close(fd);
       s->slots.Release(owner);
-      s->idle.notify_all();
+      s->idle.NotifyAll();
     }).detach();
   }
 }
@@ -150,7 +150,7 @@ void HttpEndpoint::AcceptLoop() {
 void HttpEndpoint::Shutdown() {
   if (listen_fd_ < 0) return;
   {
-    std::lock_guard<std::mutex> l(shared_->mu);
+    core::MutexLock l(shared_->mu);
     if (shared_->stopping) return;
     shared_->stopping = true;
     for (int fd : shared_->fds) ::shutdown(fd, SHUT_RDWR);
@@ -165,8 +165,8 @@ void HttpEndpoint::Shutdown() {
 }
 
 void HttpEndpoint::Join() {
-  std::unique_lock<std::mutex> l(shared_->mu);
-  shared_->idle.wait(l, [this] { return shared_->slots.held() == 0; });
+  core::MutexLock l(shared_->mu);
+  while (shared_->slots.held() != 0) shared_->idle.Wait(shared_->mu);
 }
 
 }  // namespace perch::endpoint
