@@ -100,18 +100,18 @@ Result<OpenBlock> FileBlockStore::OpenChecked(const core::BlockKey& key) {
 
 std::shared_ptr<const void> FileBlockStore::Use(const core::BlockKey& key) {
   {
-    std::lock_guard<std::mutex> l(held_->mu);
+    core::MutexLock l(held_->mu);
     held_->blocks[key]++;
   }
   return std::shared_ptr<const void>(nullptr, [holds = held_, key](const void*) {
-    std::lock_guard<std::mutex> l(holds->mu);
+    core::MutexLock l(holds->mu);
     auto it = holds->blocks.find(key);
     if (it != holds->blocks.end() && --it->second == 0) holds->blocks.erase(it);
   });
 }
 
 bool FileBlockStore::InUse(const core::BlockKey& key) {
-  std::lock_guard<std::mutex> l(held_->mu);
+  core::MutexLock l(held_->mu);
   return held_->count.count(key.object_id) > 0 || held_->blocks.count(key) > 0;
 }
 
@@ -324,20 +324,20 @@ FileBlockStore::FileId FileBlockStore::IdOf(const struct stat& st) {
 }
 
 bool FileBlockStore::Verified(const CheckedKey& key, const FileStamp& stamp) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   auto it = verified_.find(key);
   return it != verified_.end() && it->second == stamp;
 }
 
 void FileBlockStore::MarkVerified(const CheckedKey& key, const FileStamp& stamp) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   if (verified_.size() >= (1u << 18))
     verified_.clear();  // bound memory; re-verifying is only slower
   verified_[key] = stamp;
 }
 
 void FileBlockStore::Forget(const CheckedKey& key) {
-  std::lock_guard<std::mutex> l(mu_);
+  core::MutexLock l(mu_);
   verified_.erase(key);
 }
 

@@ -119,6 +119,7 @@ struct stat;
 #include "daemon/core/defaults.h"
 #include "daemon/core/index.h"
 #include "daemon/core/index_keys.h"
+#include "daemon/core/mutex.h"
 #include "daemon/store/object_map.h"
 #include "daemon/store/open_block_cache.h"
 #include "daemon/store/pack_files.h"
@@ -339,16 +340,19 @@ class FileBlockStore : public core::BlockStore {
   std::atomic<uint64_t> trusted_from_{~uint64_t{0}};
   OpenBlockCache open_;
   OpenFileCache<std::string, ObjectFiles> objects_;
-  std::array<std::mutex, 64> object_mu_;  // ObjectMutex's stripes
-  std::mutex mu_;
-  std::unordered_map<CheckedKey, FileStamp, CheckedHash> verified_;  // Protected by mu_
+  // ObjectMutex's stripes. std::mutex, not core::Mutex: they guard files on
+  // disk, not members the analysis could check, and WritePackedMany takes
+  // several at once (a set the analysis cannot follow).
+  std::array<std::mutex, 64> object_mu_;
+  core::Mutex mu_;
+  std::unordered_map<CheckedKey, FileStamp, CheckedHash> verified_ PERCH_GUARDED_BY(mu_);
   // WholeFile's holders by object, and the slices and reads of each block
   // under way (Use); shared with the files' and slices' deleters, which may
   // run after the store is gone. A leaf lock.
   struct Holds {
-    std::mutex mu;
-    std::unordered_map<std::string, int> count;  // Protected by mu
-    std::map<core::BlockKey, int> blocks;        // Protected by mu
+    core::Mutex mu;
+    std::unordered_map<std::string, int> count PERCH_GUARDED_BY(mu);
+    std::map<core::BlockKey, int> blocks PERCH_GUARDED_BY(mu);
   };
   const std::shared_ptr<Holds> held_ = std::make_shared<Holds>();
   core::Index* locations_ = nullptr;  // set once, before use (PackSmallObjects)

@@ -324,11 +324,11 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
   // the file's last holder lets the file go, or on the way out of here.
   // (The holds outlive the store if a file does: a holder may let go last.)
   {
-    std::lock_guard<std::mutex> l(held_->mu);
+    core::MutexLock l(held_->mu);
     held_->count[object_id]++;
   }
   std::shared_ptr<void> hold(nullptr, [holds = held_, object_id](void*) {
-    std::lock_guard<std::mutex> l(holds->mu);
+    core::MutexLock l(holds->mu);
     auto it = holds->count.find(object_id);
     if (it != holds->count.end() && --it->second == 0) holds->count.erase(it);
   });
@@ -385,7 +385,7 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
 }
 
 bool FileBlockStore::Held(const std::string& object_id) {
-  std::lock_guard<std::mutex> l(held_->mu);
+  core::MutexLock l(held_->mu);
   return held_->count.count(object_id) > 0;
 }
 

@@ -90,7 +90,7 @@ void FileBlockStore::PackSmallObjects(core::Index& locations, uint64_t max_bytes
   // (held_, not `this`: the puncher thread stops before the store goes, but
   // the holds are the deleters' too).
   auto in_use = [holds = held_](const std::string& object_id) {
-    std::lock_guard<std::mutex> l(holds->mu);
+    core::MutexLock l(holds->mu);
     return holds->blocks.count(core::BlockKey{object_id, 0}) > 0;
   };
   packs_ = std::make_unique<PackFiles>(PackDir(), max_bytes, grace, PackFiles::kDefaultOpenFiles,
