@@ -9,10 +9,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 
 #include "daemon/control/process_stats.h"
 #include "daemon/control/stats_proto.h"
+#include "daemon/core/mutex.h"
 #include "proto/control_address.h"
 #include "proto/perch.grpc.pb.h"
 
@@ -97,8 +97,8 @@ template <typename Job, typename Progress, typename Message>
 class JobWriter : public grpc::ServerWriteReactor<Message> {
  public:
   struct Link {
-    std::mutex mu;
-    JobWriter* writer = nullptr;  // Protected by mu
+    core::Mutex mu;
+    JobWriter* writer PERCH_GUARDED_BY(mu) = nullptr;
   };
   using UpdateFn = std::function<void(const Progress&)>;
   using StartFn = std::function<core::Result<std::shared_ptr<Job>>(UpdateFn)>;
@@ -112,12 +112,9 @@ class JobWriter : public grpc::ServerWriteReactor<Message> {
       finish_called_ = true;
       return;
     }
+    core::MutexLock l(link_->mu);
     link_->writer = this;
-    std::lock_guard<std::mutex> l(link_->mu);
-    auto update = [link = link_](const Progress& p) {
-      std::lock_guard<std::mutex> l(link->mu);
-      if (link->writer != nullptr) link->writer->OnProgress(p);
-    };
+    auto update = [link = link_](const Progress& p) { Forward(*link, p); };
     auto job = start(detach_ ? UpdateFn() : update);
     if (!job.ok()) {
       link_->writer = nullptr;
@@ -130,7 +127,7 @@ class JobWriter : public grpc::ServerWriteReactor<Message> {
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> l(link_->mu);
+    core::MutexLock l(link_->mu);
     writing_ = false;
     if (!ok) {
       // The client went away: a job nobody waits for ends (unless detached).
@@ -146,30 +143,36 @@ class JobWriter : public grpc::ServerWriteReactor<Message> {
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> l(link_->mu);
+    core::MutexLock l(link_->mu);
     if (job_ && !detach_) job_->Cancel();
     if (!writing_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
 
   void OnDone() override {
     {
-      std::lock_guard<std::mutex> l(link_->mu);
+      core::MutexLock l(link_->mu);
       link_->writer = nullptr;
     }
     delete this;
   }
 
  private:
-  // REQUIRES: link_->mu held.
-  void OnProgress(const Progress& p) {
+  // The job's progress callback: to the writer, if there still is one.
+  // Unchecked: link.mu is the writer's link_->mu, which the analysis cannot
+  // see through link.writer.
+  static void Forward(Link& link, const Progress& p) PERCH_NO_THREAD_SAFETY_ANALYSIS {
+    core::MutexLock l(link.mu);
+    if (link.writer != nullptr) link.writer->OnProgress(p);
+  }
+
+  void OnProgress(const Progress& p) PERCH_REQUIRES(link_->mu) {
     if (finish_called_) return;
     latest_ = p;
     dirty_ = true;
     WriteLatest();
   }
 
-  // REQUIRES: link_->mu held.
-  void WriteLatest() {
+  void WriteLatest() PERCH_REQUIRES(link_->mu) {
     if (writing_ || !dirty_ || finish_called_) return;
     message_.Clear();
     ToProto(latest_, &message_);
@@ -179,8 +182,7 @@ class JobWriter : public grpc::ServerWriteReactor<Message> {
     this->StartWrite(&message_);
   }
 
-  // REQUIRES: link_->mu held.
-  void FinishOnce(const grpc::Status& s) {
+  void FinishOnce(const grpc::Status& s) PERCH_REQUIRES(link_->mu) {
     if (finish_called_) return;
     finish_called_ = true;
     this->Finish(s);
@@ -189,13 +191,12 @@ class JobWriter : public grpc::ServerWriteReactor<Message> {
   std::shared_ptr<Link> link_;
   const bool detach_;
   std::shared_ptr<Job> job_;
-  // Protected by link_->mu:
-  Progress latest_;
-  bool dirty_ = false;
-  bool writing_ = false;
-  bool sent_final_ = false;
-  bool finish_called_ = false;
-  Message message_;
+  Progress latest_ PERCH_GUARDED_BY(link_->mu);
+  bool dirty_ PERCH_GUARDED_BY(link_->mu) = false;
+  bool writing_ PERCH_GUARDED_BY(link_->mu) = false;
+  bool sent_final_ PERCH_GUARDED_BY(link_->mu) = false;
+  bool finish_called_ PERCH_GUARDED_BY(link_->mu) = false;
+  Message message_ PERCH_GUARDED_BY(link_->mu);
 };
 
 using WarmWriter = JobWriter<core::WarmJob, core::WarmProgress, v1::WarmProgress>;
