@@ -263,15 +263,26 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
 
   FakeOrigin& origin = node.origin;
   const std::string data = Data(100 * kMiB);
-  origin.AddFile("/ns/big", data);
+  const ObjectPath big = *ObjectPath::Parse("/ns/big");
+  origin.AddFile(big.str(), data);
+  // The object's id for its version at the origin, as perchd makes it: the
+  // mount confirms that version again when a read spans its version check
+  // interval (5 s here, which a slow run's reads do), and an id of another
+  // version would make that read fail as "changed at the origin".
+  std::optional<Result<FileAttr>> attr;
+  origin.Stat(big, DeadlineAfter(std::chrono::seconds(5)),
+              [&](Result<FileAttr> r) { attr = std::move(r); });
+  ASSERT_TRUE(attr.has_value() && attr->ok());
+  const std::string id = ObjectIdFor("fed", big, **attr);
   BlockReader& reader = node.mount().reader();
-  const ObjectVersion version{data.size(), "v"};
+  const ObjectVersion version{(*attr)->size, (*attr)->etag};
   for (uint64_t off = 0; off < data.size(); off += 128 * 1024) {
     std::optional<Result<Bytes>> got;
-    reader.Read(*ObjectPath::Parse("/ns/big"), version, "big", ByteRange{off, 128 * 1024},
+    reader.Read(big, version, id, ByteRange{off, 128 * 1024},
                 DeadlineAfter(std::chrono::seconds(5)),
                 [&](Result<Bytes> r) { got = std::move(r); });
-    ASSERT_TRUE(got.has_value() && got->ok()) << off;
+    ASSERT_TRUE(got.has_value() && got->ok())
+        << off << " " << (got.has_value() ? got->status().ToString() : "no answer");
     ASSERT_EQ(**got, data.substr(off, 128 * 1024)) << off;
   }
   // Every read succeeded; the first full write capped the quota and made room.
