@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The next version of the perch package, for the upgrade test (issue 31): the package DEB that
-# cpack built, rebuilt as version VERSION with PERCHD as its /usr/sbin/perchd (perchd built again
-# from the same sources, reporting VERSION; tests/integration/CMakeLists.txt, perchd_next) and a
-# changelog entry for it. Everything else (unit, maintainer scripts, conffile, perchctl) is the
+# cpack built, rebuilt as version VERSION with PERCHD as its /usr/sbin/perchd (perchd's objects
+# linked again with another version, reporting VERSION; tests/integration/CMakeLists.txt,
+# perchd_next) and a changelog entry for it. Everything else (unit, maintainer scripts, conffile, perchctl) is the
 # cpack package's, as in a rebuild of the next release.
 #
 #   next_deb.sh DEB PERCHD VERSION OUT
