@@ -9,6 +9,9 @@
 
 namespace perch::testing {
 
+// The block size of core's tests over in-memory stores.
+inline constexpr uint64_t kBlock = 1000;
+
 // `n` pseudo-random bytes, the same for the same seed.
 inline std::string Data(size_t n, unsigned seed) {
   std::mt19937 rng(seed);

@@ -2,32 +2,25 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "tests/fakes/fake_origin.h"
 #include "tests/fakes/mem_block_store.h"
+#include "tests/fakes/test_values.h"
 
 namespace perch::core {
 namespace {
 
+using testing::Data;
 using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::QueuedExecutor;
 
-constexpr uint64_t kBlock = 1000;
-
-std::string Bytes(size_t n, unsigned seed = 3) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using testing::kBlock;
 
 class BlockReaderTest : public ::testing::Test {
  protected:
   BlockReaderTest() : reader_(origin_, store_, disk_, BlockReaderOptions{kBlock}) {
-    data_ = Bytes(3500);
+    data_ = Data(3500, 3);
     origin_.AddFile("/f", data_);
   }
 
@@ -175,7 +168,7 @@ TEST(BlockReaderWriteBehind, BlocksAreWrittenAndRecordedInBatches) {
   QueuedExecutor disk;
   RecordingListener listener;
   BlockReader reader(origin, store, disk, BlockReaderOptions{kBlock}, &listener);
-  const std::string a = Bytes(3000, 1), b = Bytes(500, 2);
+  const std::string a = Data(3000, 1), b = Data(500, 2);
   origin.AddFile("/a", a);
   origin.AddFile("/b", b);
   auto read = [&](const char* path, const std::string& id, const std::string& data) {

@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <set>
 
 #include "daemon/core/block_reader.h"
@@ -22,10 +21,12 @@
 #include "tests/fakes/mem_block_store.h"
 #include "tests/fakes/mem_index.h"
 #include "tests/fakes/stack_fixture.h"
+#include "tests/fakes/test_values.h"
 
 namespace perch::core {
 namespace {
 
+using testing::Data;
 using testing::FakeOrigin;
 using testing::InlineExecutor;
 using testing::MemBlockStore;
@@ -33,13 +34,6 @@ using testing::MemIndex;
 using testing::QueuedExecutor;
 
 constexpr uint64_t kMiB = 1 << 20;
-
-std::string Data(size_t n, unsigned seed = 5) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 const ObjectPath kPath = *ObjectPath::Parse("/ns/f");
 const ObjectVersion kVersion{3000, "e1"};
@@ -159,7 +153,7 @@ TEST(CacheCatalogTest, ReadsProbeTheStoreOnlyForBlocksTheCatalogMayHold) {
   MemBlockStore store;
   InlineExecutor disk;
   FakeOrigin origin;
-  const std::string data = Data(1500);
+  const std::string data = Data(1500, 5);
   origin.AddFile("/ns/f", data);
   const ObjectVersion version{data.size(), ""};
   ASSERT_TRUE(store.Write(BlockKey{"orphan", 0}, data.substr(0, 1000)).ok());
@@ -262,7 +256,7 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
   fs.Fill(160 * kMiB);
 
   FakeOrigin& origin = node.origin;
-  const std::string data = Data(100 * kMiB);
+  const std::string data = Data(100 * kMiB, 5);
   const ObjectPath big = *ObjectPath::Parse("/ns/big");
   origin.AddFile(big.str(), data);
   // The object's id for its version at the origin, as perchd makes it: the
@@ -304,7 +298,7 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
 
 TEST(CacheCatalogTest, AHitOnABlockStillInMemoryCountsThePartReadNotTheBlock) {
   FakeOrigin origin;
-  const std::string data = Data(4000);
+  const std::string data = Data(4000, 5);
   origin.AddFile("/ns/f", data);
   MemBlockStore store;
   QueuedExecutor disk;  // the block write waits: reads in between are served from memory

@@ -28,7 +28,7 @@ using testing::InlineExecutor;
 using testing::MemBlockStore;
 using testing::MemIndex;
 
-constexpr uint64_t kBlock = 1000;
+using testing::kBlock;
 
 // Runs posted tasks only when told, one at a time (a background scrub posts
 // itself again forever).

@@ -19,7 +19,7 @@ using testing::P;
 using testing::StackConfig;
 using testing::StackFixture;
 
-constexpr uint64_t kBlock = 1000;
+using testing::kBlock;
 
 class VersionGuardTest : public ::testing::Test {
  protected:

@@ -27,9 +27,6 @@ namespace {
 using core::BlockKey;
 using core::StatusCode;
 
-constexpr uint64_t kBs = 64 << 10;
-const std::string kId = "0123456789abcdef0123456789abcdef";
-
 // What a reply reads through `slice` now.
 std::string ReadSlice(const core::BlockSlice& slice) {
   std::string out(slice.length(), '\0');
@@ -44,7 +41,7 @@ class SliceInUseTest : public StoreDirTest {
   // hole, which the puncher looks at again a retry later on `time` (time_
   // unless the test wants the puncher racing on real time).
   std::unique_ptr<FileBlockStore> Store(const core::TimeSource* time = nullptr) {
-    auto s = std::make_unique<FileBlockStore>(dir_.string(), kBs);
+    auto s = std::make_unique<FileBlockStore>(dir_.string(), kBlock);
     s->PackSmallObjects(index_, 1 << 20, std::chrono::milliseconds(0), 0,
                         time != nullptr ? *time : time_);
     return s;
@@ -71,28 +68,30 @@ class SliceInUseTest : public StoreDirTest {
 
 TEST_F(SliceInUseTest, ABlockOfAnObjectFileStaysUnderASlice) {
   auto store = Store();
-  const std::string object = testing::Data(3 * kBs, 5);
+  const std::string object = testing::Data(3 * kBlock, 5);
   for (uint64_t b = 0; b < 3; ++b)
-    ASSERT_TRUE(store->Write(BlockKey{kId, b}, std::string_view(object).substr(b * kBs, kBs)).ok());
-  auto slice = store->Slice(BlockKey{kId, 1}, 100, kBs - 100);
+    ASSERT_TRUE(
+        store->Write(BlockKey{kId, b}, std::string_view(object).substr(b * kBlock, kBlock)).ok());
+  auto slice = store->Slice(BlockKey{kId, 1}, 100, kBlock - 100);
   ASSERT_TRUE(slice.ok()) << slice.status().ToString();
   // An eviction while a reply sends the slice: the reply's bytes stay.
   (void)store->Remove(BlockKey{kId, 1});
-  EXPECT_TRUE(ReadSlice(*slice) == object.substr(kBs + 100, kBs - 100))
+  EXPECT_TRUE(ReadSlice(*slice) == object.substr(kBlock + 100, kBlock - 100))
       << "a hole was punched under a slice in use";
   // Let go: the block can go, and does.
   slice = core::InternalError("let go");
   EXPECT_TRUE(store->Remove(BlockKey{kId, 1}).ok());
   EXPECT_EQ(store->Read(BlockKey{kId, 1}, 0, 1).status().code(), StatusCode::kNotFound);
-  EXPECT_TRUE(IsAHole(store->ObjectPathOf(kId), kBs, kBs))
+  EXPECT_TRUE(IsAHole(store->ObjectPathOf(kId), kBlock, kBlock))
       << "an object file's block is punched in Remove";
 }
 
 TEST_F(SliceInUseTest, ARemovalOfABlockInUseIsRefusedAndSaysSo) {
   auto store = Store();
-  const std::string object = testing::Data(2 * kBs, 6);
+  const std::string object = testing::Data(2 * kBlock, 6);
   for (uint64_t b = 0; b < 2; ++b)
-    ASSERT_TRUE(store->Write(BlockKey{kId, b}, std::string_view(object).substr(b * kBs, kBs)).ok());
+    ASSERT_TRUE(
+        store->Write(BlockKey{kId, b}, std::string_view(object).substr(b * kBlock, kBlock)).ok());
   EXPECT_FALSE(store->InUse(BlockKey{kId, 0}));
   {
     auto slice = store->Slice(BlockKey{kId, 0}, 0, 10);
@@ -155,14 +154,15 @@ TEST_F(SliceInUseTest, ARecordWrittenAgainKeepsTheOldCopyForItsSlice) {
 TEST_F(SliceInUseTest, RemovalsRacingSlicesAndReadsNeverYieldAWrongByte) {
   // The steady clock: holes retried while in use are punched during the race.
   auto store = Store(&core::TimeSource::Steady());
-  const std::string object = testing::Data(4 * kBs, 9);  // an object file of 4 blocks
-  std::vector<std::string> smalls;                       // small objects, packed
+  const std::string object = testing::Data(4 * kBlock, 9);  // an object file of 4 blocks
+  std::vector<std::string> smalls;                          // small objects, packed
   for (unsigned i = 0; i < 4; ++i) smalls.push_back(testing::Data(5000 + 7000 * i, 20 + i));
   auto key_of = [&](unsigned k) {
     return k < 4 ? BlockKey{kId, k} : BlockKey{"sm0" + std::to_string(k - 4), 0};
   };
   auto bytes_of = [&](unsigned k) {
-    return k < 4 ? std::string_view(object).substr(k * kBs, kBs) : std::string_view(smalls[k - 4]);
+    return k < 4 ? std::string_view(object).substr(k * kBlock, kBlock)
+                 : std::string_view(smalls[k - 4]);
   };
   for (unsigned k = 0; k < 8; ++k) ASSERT_TRUE(store->Write(key_of(k), bytes_of(k)).ok());
   std::atomic<bool> stop{false};

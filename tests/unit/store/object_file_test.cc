@@ -23,9 +23,6 @@ using core::BlockKey;
 using core::StatusCode;
 using testing::Data;
 
-constexpr uint64_t kBs = 64 << 10;
-const std::string kId = "0123456789abcdef0123456789abcdef";
-
 std::string ReadFd(int fd) {
   std::string out;
   char buf[65536];
@@ -45,30 +42,32 @@ class ObjectFileTest : public StoreDirTest {
     std::ofstream(dir_ / "boot_id") << "boot-1\n";
   }
 
-  FileBlockStore Store(uint64_t bs = kBs) {
+  FileBlockStore Store(uint64_t bs = kBlock) {
     return FileBlockStore(dir_.string(), bs, 16, (dir_ / "boot_id").string());
   }
-  // Writes every block of `object` (blocks of kBs) to `store`.
+  // Writes every block of `object` (blocks of kBlock) to `store`.
   static void WriteAll(FileBlockStore& store, const std::string& object) {
-    for (uint64_t b = 0; b * kBs < object.size(); ++b) {
-      ASSERT_TRUE(store.Write(BlockKey{kId, b}, std::string_view(object).substr(b * kBs, kBs)).ok())
+    for (uint64_t b = 0; b * kBlock < object.size(); ++b) {
+      ASSERT_TRUE(
+          store.Write(BlockKey{kId, b}, std::string_view(object).substr(b * kBlock, kBlock)).ok())
           << b;
     }
   }
-  std::string Block(FileBlockStore& store, uint64_t b, uint64_t len = kBs) {
+  std::string Block(FileBlockStore& store, uint64_t b, uint64_t len = kBlock) {
     auto r = store.Read(BlockKey{kId, b}, 0, len);
     EXPECT_TRUE(r.ok()) << r.status().message();
     return r.ok() ? *r : "";
   }
 
-  const std::string object_ = Data(3 * kBs + 1000, 7);
+  const std::string object_ = Data(3 * kBlock + 1000, 7);
 };
 
 TEST_F(ObjectFileTest, BlocksOfALargeObjectShareOneFileAtTheirOffsets) {
   FileBlockStore store = Store();
   // Out of order, as prefetch and readers write them.
   for (uint64_t b : {2, 0, 3, 1}) {
-    ASSERT_TRUE(store.Write(BlockKey{kId, b}, std::string_view(object_).substr(b * kBs, kBs)).ok());
+    ASSERT_TRUE(
+        store.Write(BlockKey{kId, b}, std::string_view(object_).substr(b * kBlock, kBlock)).ok());
   }
   const std::string data = store.ObjectPathOf(kId);
   EXPECT_EQ(fs::file_size(data), object_.size());
@@ -79,14 +78,14 @@ TEST_F(ObjectFileTest, BlocksOfALargeObjectShareOneFileAtTheirOffsets) {
   // A fresh store (no open files, nothing verified) reads every block back.
   FileBlockStore again = Store();
   for (uint64_t b = 0; b < 4; ++b) {
-    EXPECT_EQ(Block(again, b), object_.substr(b * kBs, kBs)) << b;
+    EXPECT_EQ(Block(again, b), object_.substr(b * kBlock, kBlock)) << b;
   }
   auto part = again.Read(BlockKey{kId, 3}, 500, 10000);
   ASSERT_TRUE(part.ok());
-  EXPECT_EQ(*part, object_.substr(3 * kBs + 500, 500));
+  EXPECT_EQ(*part, object_.substr(3 * kBlock + 500, 500));
   auto slice = again.Slice(BlockKey{kId, 2}, 100, 200);
   ASSERT_TRUE(slice.ok());
-  EXPECT_EQ(slice->file_offset(), 2 * kBs + 100);
+  EXPECT_EQ(slice->file_offset(), 2 * kBlock + 100);
   EXPECT_EQ(slice->length(), 200u);
 }
 
@@ -105,10 +104,12 @@ TEST_F(ObjectFileTest, ASmallObjectStaysOneBlockFile) {
 TEST_F(ObjectFileTest, WholeFileIsTheCompleteObjectOnly) {
   FileBlockStore store = Store();
   for (uint64_t b : {0, 1, 3}) {
-    ASSERT_TRUE(store.Write(BlockKey{kId, b}, std::string_view(object_).substr(b * kBs, kBs)).ok());
+    ASSERT_TRUE(
+        store.Write(BlockKey{kId, b}, std::string_view(object_).substr(b * kBlock, kBlock)).ok());
   }
   EXPECT_EQ(store.WholeFile(kId, object_.size()).status().code(), StatusCode::kNotFound);
-  ASSERT_TRUE(store.Write(BlockKey{kId, 2}, std::string_view(object_).substr(2 * kBs, kBs)).ok());
+  ASSERT_TRUE(
+      store.Write(BlockKey{kId, 2}, std::string_view(object_).substr(2 * kBlock, kBlock)).ok());
   // Another size is another object: not this file.
   EXPECT_FALSE(store.WholeFile(kId, object_.size() + 1).ok());
   // From a store of its own, which goes before the file does.
@@ -120,7 +121,7 @@ TEST_F(ObjectFileTest, WholeFileIsTheCompleteObjectOnly) {
   ASSERT_TRUE(store.Remove(BlockKey{kId, 1}).ok());
   EXPECT_EQ(store.WholeFile(kId, object_.size()).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store.Read(BlockKey{kId, 1}, 0, 10).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(Block(store, 2), object_.substr(2 * kBs, kBs));
+  EXPECT_EQ(Block(store, 2), object_.substr(2 * kBlock, kBlock));
 }
 
 TEST_F(ObjectFileTest, AWholeFileHeldKeepsItsBlocksUntilLetGo) {
@@ -155,7 +156,7 @@ TEST_F(ObjectFileTest, RemovingTheLastBlockRemovesBothFiles) {
   // Removed blocks take their disk space with them (a hole).
   struct stat st {};
   ASSERT_EQ(::stat(data.c_str(), &st), 0);
-  EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, 2 * kBs);
+  EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, 2 * kBlock);
   ASSERT_TRUE(store.Remove(BlockKey{kId, 2}).ok());
   EXPECT_FALSE(fs::exists(data));
   EXPECT_FALSE(fs::exists(data + ".map"));
@@ -167,15 +168,15 @@ TEST_F(ObjectFileTest, ADamagedBlockIsRemovedOnItsFirstCheckedRead) {
     FileBlockStore store = Store();
     WriteAll(store, object_);
   }
-  const std::string data = FileBlockStore(dir_.string(), kBs).ObjectPathOf(kId);
-  Overwrite(data, kBs + 77, "Z");
+  const std::string data = FileBlockStore(dir_.string(), kBlock).ObjectPathOf(kId);
+  Overwrite(data, kBlock + 77, "Z");
   FileBlockStore store = Store();  // never begun: nothing is trusted
   EXPECT_EQ(store.Read(BlockKey{kId, 1}, 0, 10).status().code(), StatusCode::kCorrupt);
   EXPECT_EQ(store.Read(BlockKey{kId, 1}, 0, 10).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(Block(store, 0), object_.substr(0, kBs));
+  EXPECT_EQ(Block(store, 0), object_.substr(0, kBlock));
   EXPECT_EQ(store.WholeFile(kId, object_.size()).status().code(), StatusCode::kNotFound);
   // Fetched again, it is whole again.
-  ASSERT_TRUE(store.Write(BlockKey{kId, 1}, std::string_view(object_).substr(kBs, kBs)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{kId, 1}, std::string_view(object_).substr(kBlock, kBlock)).ok());
   auto whole = store.WholeFile(kId, object_.size());
   ASSERT_TRUE(whole.ok());
   EXPECT_TRUE(ReadFd((*whole)->fd()) == object_);
@@ -191,7 +192,7 @@ TEST_F(ObjectFileTest, ADamagedMapEntryIsAMissNotAServedBlock) {
   FileBlockStore store = Store();
   EXPECT_EQ(store.Read(BlockKey{kId, 2}, 0, 10).status().code(), StatusCode::kCorrupt);
   EXPECT_EQ(store.Read(BlockKey{kId, 2}, 0, 10).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(Block(store, 3, 1000), object_.substr(3 * kBs));
+  EXPECT_EQ(Block(store, 3, 1000), object_.substr(3 * kBlock));
 }
 
 TEST_F(ObjectFileTest, AnotherBlockSizeMakesTheObjectFileAMiss) {
@@ -199,14 +200,15 @@ TEST_F(ObjectFileTest, AnotherBlockSizeMakesTheObjectFileAMiss) {
     FileBlockStore store = Store();
     WriteAll(store, object_);
   }
-  FileBlockStore bigger = Store(2 * kBs);
+  FileBlockStore bigger = Store(2 * kBlock);
   EXPECT_EQ(bigger.Read(BlockKey{kId, 1}, 0, 10).status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(bigger.ObjectPathOf(kId))) << "removed, not misread";
   ASSERT_TRUE(
-      bigger.Write(BlockKey{kId, 1}, std::string_view(object_).substr(2 * kBs, 2 * kBs)).ok());
-  auto r = bigger.Read(BlockKey{kId, 1}, 0, 2 * kBs);
+      bigger.Write(BlockKey{kId, 1}, std::string_view(object_).substr(2 * kBlock, 2 * kBlock))
+          .ok());
+  auto r = bigger.Read(BlockKey{kId, 1}, 0, 2 * kBlock);
   ASSERT_TRUE(r.ok());
-  EXPECT_TRUE(*r == object_.substr(2 * kBs, 2 * kBs));
+  EXPECT_TRUE(*r == object_.substr(2 * kBlock, 2 * kBlock));
 }
 
 TEST_F(ObjectFileTest, ForEachBlockListsObjectBlocksAndRemovesLeftovers) {
@@ -229,8 +231,8 @@ TEST_F(ObjectFileTest, ForEachBlockListsObjectBlocksAndRemovesLeftovers) {
   EXPECT_EQ(scan->blocks, 4u);  // 0, 2, 3 (recorded, not told) and the small one
   EXPECT_EQ(scan->leftovers_removed, 2u);
   EXPECT_EQ(seen.size(), 3u);
-  EXPECT_EQ(seen[(BlockKey{kId, 0})], kBs);
-  EXPECT_EQ(seen[(BlockKey{kId, 2})], kBs);
+  EXPECT_EQ(seen[(BlockKey{kId, 0})], kBlock);
+  EXPECT_EQ(seen[(BlockKey{kId, 2})], kBlock);
   EXPECT_EQ(seen[(BlockKey{"ffff", 0})], 5u);
   EXPECT_FALSE(fs::exists(orphan));
   EXPECT_EQ(store.Read(BlockKey{kId, 1}, 0, 1).status().code(), StatusCode::kNotFound);
@@ -252,9 +254,9 @@ TEST(ObjectMapTest, EntriesRoundTripAndDamageIsSeen) {
     bad[i] ^= 0x10;
     EXPECT_FALSE(DecodeMapEntry(bad).has_value()) << i;
   }
-  EXPECT_EQ(CheckMapHeader(EncodeMapHeader(kBs, kId), kBs, kId), "");
-  EXPECT_NE(CheckMapHeader(EncodeMapHeader(kBs, kId), kBs, "other"), "");
-  EXPECT_NE(CheckMapHeader(EncodeMapHeader(kBs, kId).substr(0, 100), kBs, kId), "");
+  EXPECT_EQ(CheckMapHeader(EncodeMapHeader(kBlock, kId), kBlock, kId), "");
+  EXPECT_NE(CheckMapHeader(EncodeMapHeader(kBlock, kId), kBlock, "other"), "");
+  EXPECT_NE(CheckMapHeader(EncodeMapHeader(kBlock, kId).substr(0, 100), kBlock, kId), "");
 }
 
 }  // namespace

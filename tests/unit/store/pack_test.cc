@@ -27,8 +27,6 @@ namespace fs = std::filesystem;
 using core::BlockKey;
 using core::StatusCode;
 
-constexpr uint64_t kBlock = 64 << 10;
-
 class PackTest : public StoreDirTest {
  protected:
   // A store over dir_ that packs small objects into packs of `max_bytes`,

@@ -13,6 +13,10 @@
 
 namespace perch::store {
 
+// The block size of the store's tests, and an object id.
+inline constexpr uint64_t kBlock = 64 << 10;
+inline const std::string kId = "0123456789abcdef0123456789abcdef";
+
 class StoreDirTest : public ::testing::Test {
  protected:
   void SetUp() override {

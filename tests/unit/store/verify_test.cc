@@ -25,8 +25,6 @@ namespace fs = std::filesystem;
 using core::BlockKey;
 using core::StatusCode;
 
-constexpr uint64_t kBlock = 64 << 10;
-
 // Flips one bit of the byte at `at` of file `path`.
 void FlipByte(const fs::path& path, uint64_t at) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
