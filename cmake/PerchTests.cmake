@@ -21,6 +21,16 @@
 #                  filter to give the rest of TARGET other properties.
 include(GoogleTest)
 
+# perch_unoptimized_test_programs(): the targets defined after it in the calling directory are
+# compiled without optimization in the optimized builds (release, tsan). A test program's own
+# files only drive the code under test, which keeps its -O2 (perch's libraries, tests/fakes, the
+# harness libraries; call this after defining those): a test file of gtest cases compiles in
+# about 35 % less CPU at -O0 (control_test.cc 9.0 -> 5.7 s, filesystem_test.cc 5.0 -> 3.4 s;
+# 2026-11-27, AMD EPYC), and ~90 of them are most of the release build's test code.
+macro(perch_unoptimized_test_programs)
+  add_compile_options($<$<CONFIG:RelWithDebInfo>:-O0>)
+endmacro()
+
 function(perch_integration_tests target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "PROCESSORS;RESOURCE_LOCK;TIMEOUT;TEST_FILTER" "")
   if(arg_UNPARSED_ARGUMENTS)
