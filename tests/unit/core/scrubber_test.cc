@@ -85,7 +85,7 @@ std::string Id(int n) {
   return buf;
 }
 
-std::string Data(uint64_t n, int seed) {
+std::string Pattern(uint64_t n, int seed) {
   std::string s(n, '\0');
   for (uint64_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 31 + seed * 7) & 0xff);
   return s;
@@ -105,7 +105,7 @@ class ScrubberTest : public ::testing::Test {
     for (uint64_t i = 0; i * kBlock < size; ++i) {
       const uint64_t len = std::min(kBlock, size - i * kBlock);
       const BlockKey key{Id(n), i};
-      ASSERT_TRUE(store_.Write(key, Data(len, n)).ok());
+      ASSERT_TRUE(store_.Write(key, Pattern(len, n)).ok());
       catalog_->Stored(key, len, p, ObjectVersion{size, "e"});
     }
   }
@@ -240,9 +240,9 @@ TEST_F(ScrubberTest, WholeObjectsAreCheckedAgainstARecordedDigest) {
   Cache(4, "/d/badblock", 1200);
   store_.Corrupt(BlockKey{Id(4), 1});
   FakeDigests digests;
-  digests.digests[Id(1)] = Data(1000, 1) + Data(1000, 1) + Data(500, 1);
+  digests.digests[Id(1)] = Pattern(1000, 1) + Pattern(1000, 1) + Pattern(500, 1);
   digests.digests[Id(2)] = std::string(1500, 'x');  // not what is cached
-  digests.digests[Id(4)] = Data(1000, 4) + Data(200, 4);
+  digests.digests[Id(4)] = Pattern(1000, 4) + Pattern(200, 4);
   auto s = Make(0, &digests);
   ScrubProgress p = VerifyAll(*s, "/d");
   EXPECT_EQ(p.digests_verified, 1u);
@@ -322,7 +322,7 @@ TEST_F(ScrubberTest, RacingWritesEvictionsAndReadsAreNeverCorruptions) {
         const uint64_t len = b < 2 ? kBlock : 500;
         (void)store_.Remove(key);
         catalog_->Dropped(key);
-        (void)store_.Write(key, Data(len, n));
+        (void)store_.Write(key, Pattern(len, n));
         catalog_->Stored(key, len, *ObjectPath::Parse("/t/f" + std::to_string(n)),
                          ObjectVersion{2500, "e"});
         (void)store_.Read(key, 0, 10);

@@ -1,6 +1,6 @@
 // What the store's tests share: a private temporary directory per test
-// (removed after it), and writing bytes into a file at an offset, the damage
-// a crash or a bad disk leaves.
+// (removed after it), the block size and an object id, and writing or
+// flipping bytes of a file at an offset, the damage a crash or a bad disk leaves.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -34,6 +34,16 @@ inline void Overwrite(const std::string& path, uint64_t at, std::string_view byt
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(static_cast<std::streamoff>(at));
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Flips one bit of the byte at `at` of file `path`.
+inline void FlipByte(const std::filesystem::path& path, uint64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 1));
 }
 
 }  // namespace perch::store

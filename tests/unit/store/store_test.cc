@@ -24,16 +24,7 @@ using core::BlockKey;
 using core::StatusCode;
 
 // `n` bytes, seeded by `n` (tests/fakes/test_values.h's Data).
-std::string Data(size_t n) { return testing::Data(n, static_cast<unsigned>(n)); }
-
-void FlipByte(const std::string& path, uint64_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c;
-  f.get(c);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.put(static_cast<char>(c ^ 1));
-}
+std::string SizedData(size_t n) { return testing::Data(n, static_cast<unsigned>(n)); }
 
 class StoreTest : public StoreDirTest {
  protected:
@@ -48,7 +39,7 @@ TEST_F(StoreTest, RoundTripAtManyOffsets) {
   FileBlockStore store(dir_.string());
   for (size_t n : {size_t{0}, size_t{1}, size_t{4097}, size_t{4} << 20}) {
     BlockKey key{"ab12cd" + std::to_string(n), 0};  // a block file, and at 4 MiB an object file
-    std::string data = Data(n);
+    std::string data = SizedData(n);
     ASSERT_TRUE(store.Write(key, data).ok());
     auto all = store.Read(key, 0, n + 10);
     ASSERT_TRUE(all.ok()) << all.status().ToString();
@@ -74,7 +65,7 @@ TEST_F(StoreTest, RoundTripAtManyOffsets) {
 
 TEST_F(StoreTest, SliceLocatesTheBytesInTheBlockFile) {
   FileBlockStore store(dir_.string());
-  std::string data = Data(100000);
+  std::string data = SizedData(100000);
   ASSERT_TRUE(store.Write(BlockKey{"cc", 0}, data).ok());
   auto slice = store.Slice(BlockKey{"cc", 0}, 4096, 1000);
   ASSERT_TRUE(slice.ok()) << slice.status().ToString();
@@ -104,7 +95,7 @@ TEST_F(StoreTest, CorruptionIsDetectedAndTheFileRemoved) {
   };
   for (const Case& c : cases) {
     BlockKey key{"ffee", 0};
-    ASSERT_TRUE(FileBlockStore(dir_.string()).Write(key, Data(10000)).ok());
+    ASSERT_TRUE(FileBlockStore(dir_.string()).Write(key, SizedData(10000)).ok());
     // Damaged while no perchd ran (a process counts what it wrote itself as checked).
     FileBlockStore store(dir_.string());
     c.damage(store.PathOf(key));
@@ -120,7 +111,7 @@ TEST_F(StoreTest, CorruptionIsDetectedAndTheFileRemoved) {
 // A block of an earlier process is checked (CRC32C over many read pieces)
 // and served; a flip in its last piece is caught.
 TEST_F(StoreTest, ABlockOfAnEarlierProcessIsCheckedWholeAndServed) {
-  const std::string data = Data((4 << 20) + 123);
+  const std::string data = SizedData((4 << 20) + 123);
   BlockKey key{"ffef", 0};
   constexpr uint64_t kBig = 8 << 20;  // one block file, not an object file
   ASSERT_TRUE(FileBlockStore(dir_.string(), kBig).Write(key, data).ok());
@@ -138,7 +129,7 @@ TEST_F(StoreTest, ABlockOfAnEarlierProcessIsCheckedWholeAndServed) {
 
 TEST_F(StoreTest, ABlockUnderAnotherKeysNameIsRejected) {
   FileBlockStore store(dir_.string());
-  ASSERT_TRUE(store.Write(BlockKey{"aa01", 0}, Data(100)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{"aa01", 0}, SizedData(100)).ok());
   fs::create_directories(fs::path(store.PathOf(BlockKey{"aa02", 0})).parent_path());
   fs::rename(store.PathOf(BlockKey{"aa01", 0}), store.PathOf(BlockKey{"aa02", 0}));
   auto r = store.Read(BlockKey{"aa02", 0}, 0, 10);
@@ -151,8 +142,8 @@ TEST_F(StoreTest, FullDiskIsNoSpaceAndLeavesNothing) {
     GTEST_SKIP() << "cannot mount tmpfs";
   mounted_ = true;
   FileBlockStore store(dir_.string());
-  ASSERT_TRUE(store.Write(BlockKey{"bb", 0}, Data(100 << 10)).ok());
-  auto s = store.Write(BlockKey{"bb", 1}, Data(400 << 10));
+  ASSERT_TRUE(store.Write(BlockKey{"bb", 0}, SizedData(100 << 10)).ok());
+  auto s = store.Write(BlockKey{"bb", 1}, SizedData(400 << 10));
   EXPECT_EQ(s.code(), StatusCode::kNoSpace) << s.ToString();
   size_t files = 0;
   for (auto& e : fs::recursive_directory_iterator(dir_)) files += e.is_regular_file();
@@ -207,8 +198,8 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   std::string before_tmp;
   {
     FileBlockStore before(root.string());
-    ASSERT_TRUE(before.Write(BlockKey{"aa11", 0}, Data(5000)).ok());
-    ASSERT_TRUE(before.Write(BlockKey{"aa12", 0}, Data(300)).ok());
+    ASSERT_TRUE(before.Write(BlockKey{"aa11", 0}, SizedData(5000)).ok());
+    ASSERT_TRUE(before.Write(BlockKey{"aa12", 0}, SizedData(300)).ok());
     before_tmp = before.TempPrefix();
   }
   FileBlockStore probe(root.string());
@@ -243,7 +234,7 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   EXPECT_FALSE(fs::exists(shard / "aa11.7"));
   EXPECT_FALSE(fs::exists(store.PathOf(BlockKey{"aa12", 0})));
   EXPECT_TRUE(fs::exists(mine));
-  EXPECT_EQ(*store.Read(BlockKey{"aa11", 0}, 0, 5000), Data(5000));
+  EXPECT_EQ(*store.Read(BlockKey{"aa11", 0}, 0, 5000), SizedData(5000));
 }
 
 // Issue 14: blocks the index records are listed by their names alone (the
@@ -252,9 +243,9 @@ TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
 TEST_F(StoreTest, ForEachBlockOpensOnlyBlocksTheIndexDoesNotRecord) {
   fs::path root = dir_ / "cache";
   FileBlockStore store(root.string());
-  ASSERT_TRUE(store.Write(BlockKey{"bb11", 0}, Data(100)).ok());
-  ASSERT_TRUE(store.Write(BlockKey{"bb12", 0}, Data(200)).ok());
-  ASSERT_TRUE(store.Write(BlockKey{"cc22", 0}, Data(300)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{"bb11", 0}, SizedData(100)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{"bb12", 0}, SizedData(200)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{"cc22", 0}, SizedData(300)).ok());
   // Recorded but damaged: not opened by the walk (a read finds it corrupt).
   fs::resize_file(store.PathOf(BlockKey{"cc22", 0}), 10);
   // Not a block's name: never asked about, checked and removed.
@@ -284,7 +275,7 @@ TEST_F(StoreTest, BlockDirectoriesAndFilesArePrivate) {
   ASSERT_TRUE(lock.ok());
   EXPECT_EQ(fs::status(root).permissions() & fs::perms::all, fs::perms::owner_all);
   FileBlockStore store(root.string());
-  ASSERT_TRUE(store.Write(BlockKey{"cc", 0}, Data(10)).ok());
+  ASSERT_TRUE(store.Write(BlockKey{"cc", 0}, SizedData(10)).ok());
   fs::path file = store.PathOf(BlockKey{"cc", 0});
   EXPECT_EQ(fs::status(file).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);

@@ -25,16 +25,6 @@ namespace fs = std::filesystem;
 using core::BlockKey;
 using core::StatusCode;
 
-// Flips one bit of the byte at `at` of file `path`.
-void FlipByte(const fs::path& path, uint64_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c = 0;
-  f.get(c);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.put(static_cast<char>(c ^ 1));
-}
-
 class VerifyTest : public StoreDirTest {
  protected:
   // A store that packs small objects and whose blocks are all trusted (a
