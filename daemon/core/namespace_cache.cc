@@ -97,6 +97,15 @@ int64_t NamespaceCache::TtlOf(const FileAttr& a) const {
   return ttl;
 }
 
+// An expiry read back from the index, bounded: a record this node wrote says now + a TTL. Past
+// now + `ttl` it was damaged or written under a clock since set back; it then lives `ttl` from
+// now, so a damaged record is never trusted for longer than a fresh one, and the arithmetic on
+// it (expires - ttl, fetched + max_age) cannot overflow. REQUIRES: 0 <= ttl <= 2^40 s (config).
+int64_t NamespaceCache::StoredExpiry(uint64_t stored, int64_t ttl) {
+  const int64_t latest = Now() + ttl;
+  return stored > static_cast<uint64_t>(latest) ? latest : static_cast<int64_t>(stored);
+}
+
 bool NamespaceCache::FreshInListing(const FileAttr& a, int64_t fetched, int64_t now) {
   return a.is_dir || a.max_age < 0 || fetched + std::max(a.max_age, kMinFreshness) > now;
 }
@@ -132,7 +141,7 @@ std::optional<NamespaceCache::AttrEntry> NamespaceCache::FindAttr(const ObjectPa
     return std::nullopt;
   }
   e.exists = exists != 0;
-  e.expires = static_cast<int64_t>(expires);
+  e.expires = StoredExpiry(expires, options_.file_ttl.count());
   MutexLock l(mu_);
   attrs_[path.str()] = e;
   return e;
@@ -163,7 +172,7 @@ std::shared_ptr<const NamespaceCache::ListEntry> NamespaceCache::FindList(const 
   auto e = std::make_shared<ListEntry>();
   uint64_t expires = 0, n = 0;
   if (!r.GetU64(&expires) || !r.GetU64(&n)) return nullptr;
-  e->expires = static_cast<int64_t>(expires);
+  e->expires = StoredExpiry(expires, options_.dir_ttl.count());
   e->fetched = e->expires - options_.dir_ttl.count();
   for (uint64_t i = 0; i < n; ++i) {
     DirEntry d;

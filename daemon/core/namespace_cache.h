@@ -100,6 +100,8 @@ class NamespaceCache {
   // Whether a listing fetched at `fetched` still answers for its entry `a`
   // at `now` (it does unless `a`'s freshness lifetime ran out).
   static bool FreshInListing(const FileAttr& a, int64_t fetched, int64_t now);
+  // An expiry `stored` in the index, bounded by now + `ttl` (the .cc says why).
+  static int64_t StoredExpiry(uint64_t stored, int64_t ttl);
   // Gives `path`'s entry in its directory's listing in memory the answer
   // `now` (attributes, or removed for kNotFound).
   void UpdateListed(const ObjectPath& path, const Result<FileAttr>& now);

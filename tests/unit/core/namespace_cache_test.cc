@@ -11,6 +11,8 @@
 #include <chrono>
 #include <thread>
 
+#include "daemon/core/codec.h"
+#include "daemon/core/index_keys.h"
 #include "tests/fakes/fake_origin.h"
 #include "tests/fakes/mem_index.h"
 #include "tests/fakes/test_values.h"
@@ -120,6 +122,44 @@ TEST_F(NamespaceCacheTest, ARestartKnowsTheNamespaceWithoutTheNetwork) {
   EXPECT_EQ(list->size(), 3u);
   EXPECT_EQ(origin_.stats + origin_.lists, asked);  // fresh entries: nothing asked
   EXPECT_FALSE(again.offline());
+}
+
+// A damaged index record whose expiry is far in the future (or past 2^63, which as a signed
+// time made `expires - dir_ttl` overflow: found by the index_record fuzzer) is trusted no longer
+// than a fresh answer: the listing and the file are asked of the origin again once their TTL
+// from now has run out, never answered from the damaged record for ever.
+TEST_F(NamespaceCacheTest, ADamagedExpiryLivesNoLongerThanItsTtl) {
+  for (uint64_t damaged : {uint64_t{1} << 63, ~uint64_t{0}, uint64_t{1} << 62}) {
+    MemIndex index;
+    NamespaceOptions expire_at_once;
+    expire_at_once.file_ttl = expire_at_once.dir_ttl = std::chrono::seconds(0);
+    {
+      NamespaceCache names(origin_, index, NamespaceOptions{});
+      ASSERT_TRUE(names.ReadDir(P("/d"), Soon()).ok());
+      ASSERT_TRUE(names.GetAttr(P("/d/a.txt"), Soon()).ok());
+    }
+    std::string expiry;
+    codec::PutU64(&expiry, damaged);
+    // The listing's record begins with its expiry; the attributes' with exists, then expiry.
+    for (auto [key, at] : {std::pair{index_keys::Listing("", P("/d")), size_t{0}},
+                           std::pair{index_keys::Attr("", P("/d/a.txt")), expiry.size()}}) {
+      auto v = index.Get(key);
+      ASSERT_TRUE(v.ok() && v->has_value()) << key;
+      std::string record = **v;
+      record.replace(at, expiry.size(), expiry);
+      ASSERT_TRUE(index.Apply({{key, record}}).ok());
+    }
+    NamespaceCache again(origin_, index, expire_at_once);
+    const int lists = origin_.lists, stats = origin_.stats;
+    auto list = again.ReadDir(P("/d"), Soon());
+    ASSERT_TRUE(list.ok()) << list.status().ToString();
+    EXPECT_EQ(list->size(), 3u);
+    EXPECT_EQ(origin_.lists, lists + 1) << damaged;
+    auto a = again.GetAttr(P("/d/a.txt"), Soon());
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ(a->size, 5u);
+    EXPECT_EQ(origin_.stats, stats + 1) << damaged;
+  }
 }
 
 TEST_F(NamespaceCacheTest, StaleEntriesServeWhileTheOriginIsDown) {
