@@ -106,10 +106,11 @@ FailoverPlan::Step FailoverPlan::Next(const std::string& what, Clock::time_point
           {}};
 }
 
-FailureClass FailoverPlan::Fail(const Status& failure, long http_status) {
+FailureClass FailoverPlan::Fail(const Status& failure, long http_status, bool asked_digest) {
   attempts_++;
   last_error_ = failure;
   if (http_status == 404) not_found_++;
+  if (http_status == 404 && asked_digest) digest_not_found_++;
   if (http_status == 401 || http_status == 403) denied_++;
   return Classify(failure);
 }

@@ -9,7 +9,10 @@
 //   missing byte, and sort this server last for a while;
 // - the *object's* answer (404, 401/403): try the next server too (a cache may
 //   lag behind the origin), but do not blame the server; when every server
-//   said 404 the object is missing, when any said 401/403 it is refused;
+//   said 404 the object is missing, when any said 401/403 it is refused. A 404
+//   to a request carrying Want-Digest is not taken for the object's answer
+//   before the origin was asked too: XRootD 5.5 answers one under concurrent
+//   Want-Digest requests for a file it has (docs/quirks.md);
 // - cancellation and the read's deadline end the read at once.
 //
 // When every server failed for its own reasons, the last resort is the
@@ -108,16 +111,18 @@ class FailoverPlan {
   void TakeDirect() { direct_taken_ = true; }
 
   // True while Next() may still say kDirect: allowed, not taken, and no
-  // server has answered 404 or 401/403 for this read (the object's answer).
+  // server has answered 404 (but to Want-Digest) or 401/403 for this read
+  // (the object's answer).
   bool DirectPending() const {
-    return direct_allowed_ && !direct_taken_ && not_found_ == 0 && denied_ == 0;
+    return direct_allowed_ && !direct_taken_ && not_found_ == digest_not_found_ && denied_ == 0;
   }
 
   // What to do next for the read of `what` that must end by `deadline`.
   Step Next(const std::string& what, core::Clock::time_point now, core::Deadline deadline);
 
-  // Records the failure of the attempt Next() last returned; returns its class.
-  FailureClass Fail(const core::Status& failure, long http_status);
+  // Records the failure of the attempt Next() last returned; returns its
+  // class. `asked_digest`: the request carried Want-Digest.
+  FailureClass Fail(const core::Status& failure, long http_status, bool asked_digest = false);
 
   // The last server sent part of what was asked and stopped cleanly (a
   // shorter 206): Next() tries it again from where it stopped.
@@ -146,6 +151,7 @@ class FailoverPlan {
   size_t next_ = 0;
   int refreshes_ = 0;
   int attempts_ = 0, not_found_ = 0, denied_ = 0;
+  int digest_not_found_ = 0;  // those of not_found_ answered to a request carrying Want-Digest
   bool direct_allowed_ = false, direct_taken_ = false;
   core::Status last_error_;
 };

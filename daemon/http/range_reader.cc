@@ -33,7 +33,10 @@ struct RangeReader::Op {
 
   std::shared_ptr<const NamespaceEntry> ns;
   std::shared_ptr<const NamespaceEntry> direct;  // the origins, once the read went to them
-  std::set<std::string> failed;                  // servers that failed this read by their fault
+  // The read went to the origins first (Start): the named servers come after
+  // them if they fail it, whatever their answer.
+  bool named_after_direct = false;
+  std::set<std::string> failed;  // servers that failed this read by their fault
   FailoverPlan plan;
   std::string buffer;  // bytes of `range` received so far, in order
   std::vector<std::string> auth;
@@ -109,14 +112,18 @@ void RangeReader::Start(std::shared_ptr<Op> op) {
           // Every named server failed recently, or one sent a copy that
           // failed its digest: the origins first, the named servers after
           // them only if the origins fail too.
+          op->named_after_direct = true;
           if (self->UseDirect(op, kept.entry)) return;
+          op->named_after_direct = false;
         }
         if (!kept.entry && distrusted && op->plan.DirectPending()) {
           // The origins are not known yet: asked for once.
           self->director_->ResolveDirect(
               op->ns, op->fed_path, op->deadline,
               [self, op](Result<std::shared_ptr<const NamespaceEntry>> direct) {
+                op->named_after_direct = true;
                 if (direct.ok() && self->UseDirect(op, *direct)) return;
+                op->named_after_direct = false;
                 op->plan.Begin(self->health_.Order(op->ns->server_bases, Clock::now()));
                 self->Attempt(op);
               });
@@ -165,6 +172,21 @@ bool RangeReader::UseDirect(const std::shared_ptr<Op>& op,
   return true;
 }
 
+bool RangeReader::UseNamed(Op& op) {
+  std::vector<size_t> order;
+  for (size_t i : health_.Order(op.ns->server_bases, Clock::now())) {
+    if (!op.failed.count(op.ns->server_bases[i])) order.push_back(i);
+  }
+  if (order.empty()) return false;
+  auto auth =
+      auth_->Headers(op.ns->require_token, op.ns->prefix.str(), op.ns->issuers, op.fed_path.str());
+  if (!auth.ok()) return false;
+  op.auth = *auth;
+  op.direct = nullptr;
+  op.plan.Begin(std::move(order));
+  return true;
+}
+
 bool RangeReader::DirectMayHelp(const Op& op) {
   if (op.direct || !op.plan.DirectPending()) return false;
   NamespaceAnswers::Direct kept = director_->KeptDirect(*op.ns);
@@ -175,6 +197,13 @@ bool RangeReader::DirectMayHelp(const Op& op) {
 }
 
 void RangeReader::Attempt(std::shared_ptr<Op> op) {
+  if (op->named_after_direct && !op->plan.HasNext()) {
+    // The origins this read went to first failed it, a 404 included (XRootD
+    // answers one to Want-Digest for a file it has): the named servers, which
+    // may hold a good copy, before the read gives up.
+    op->named_after_direct = false;
+    UseNamed(*op);
+  }
   auto step = op->plan.Next("read of " + op->fed_path.str(), Clock::now(), op->deadline);
   if (step.kind == FailoverPlan::Step::kDirect) {
     // Every server failed: ask for the origins (kept per namespace). A
@@ -303,11 +332,11 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
 
 // A server that has not begun to answer within the first-byte time is left
 // for the next one (only when there is a next one: the last server is waited
-// for until the deadline, unless the origins of a direct read are still
-// ahead). The abandoned transfer ends as kCancelled, which AttemptDone then
-// counts as the server's failure.
+// for until the deadline, unless the origins of a direct read, or the named
+// servers after the origins, are still ahead). The abandoned transfer ends as
+// kCancelled, which AttemptDone then counts as the server's failure.
 void RangeReader::WatchFirstByte(std::shared_ptr<Op> op) {
-  if (!op->plan.HasNext() && !DirectMayHelp(*op)) return;
+  if (!op->plan.HasNext() && !DirectMayHelp(*op) && !op->named_after_direct) return;
   auto self = shared_from_this();
   uint64_t seq = op->attempt_seq;
   ctx_->loop.PostAfter(first_byte_.Timeout(), [self, op, seq] {
@@ -427,7 +456,7 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
                       FailureSite::kOrigin, /*retryable=*/false));
     return;
   }
-  if (op->plan.Fail(failure, http_status) == FailureClass::kServer) {
+  if (op->plan.Fail(failure, http_status, op->asked_digest) == FailureClass::kServer) {
     health_.Penalize(op->server, Clock::now());
     op->failed.insert(op->server);
     spdlog::warn("read of {}: {} failed ({}); {} bytes kept, trying the next server",

@@ -4,7 +4,8 @@
 // origin is the last resort: the servers the director names for
 // `?directread` (DirectorClient::ResolveDirect), tried within the same
 // deadline; while every named server is penalised and those origins are
-// known, reads go to the origins first.
+// known, reads go to the origins first, and to the named servers after them
+// when the origins fail the read (a 404 too: see failover.h).
 //
 // An answer with `Cache-Control: no-store` or `private` makes the range
 // uncacheable (FetchedBytes::may_store false): the block reader serves it and
@@ -114,6 +115,9 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   // Goes on with `direct`'s servers (those this read has not seen fail);
   // false, with nothing started, when there are none.
   bool UseDirect(const std::shared_ptr<Op>& op, std::shared_ptr<const NamespaceEntry> direct);
+  // Goes back from the origins to the named servers (those this read has not
+  // seen fail); false, with the plan unchanged, when there are none.
+  bool UseNamed(Op& op);
   // Whether the direct read may still bring a server this read has not tried.
   bool DirectMayHelp(const Op& op);
   bool AcceptHead(Op& op, const HttpHead& head, uint64_t last);

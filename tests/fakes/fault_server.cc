@@ -344,6 +344,7 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
   if (behaviour == "404") return reply(404, "injected not found");
   if (behaviour == "403") return reply(403, "injected denial");
   if (behaviour == "nodigest" && want_digest) return reply(405, "");
+  if (behaviour == "digest404" && want_digest) return reply(404, "injected not found");
   uint64_t first = 0, last = object.empty() ? 0 : object.size() - 1;
   std::string range(req[bhttp::field::range]);
   if (range.rfind("bytes=", 0) == 0) {

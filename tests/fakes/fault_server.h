@@ -21,7 +21,9 @@
 // (Content-Range total off by one), norange (200 with the whole object),
 // refuse (no such server: the port is closed), corrupt (one byte of the body
 // flipped, under the true digest), nodigest (405 to a request carrying
-// Want-Digest, as XRootD without checksums answers).
+// Want-Digest, as XRootD without checksums answers), digest404 (404 to a
+// request carrying Want-Digest, as XRootD 5.5 answers some under concurrent
+// ones for a file it has; served otherwise).
 //
 // A request carrying Want-Digest gets the whole object's adler32, as XRootD's
 // origins answer it on any Range GET.

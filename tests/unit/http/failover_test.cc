@@ -183,6 +183,43 @@ TEST(FailoverPlanTest, NoOriginWhenRefusedOrWhenTheObjectAnswered) {
   EXPECT_EQ(taken.Next("r", now, deadline).kind, FailoverPlan::Step::kRefresh);
 }
 
+// XRootD 5.5 answers some requests carrying Want-Digest with 404 for a file
+// it has (docs/quirks.md): such a 404 leaves the origin to be asked; only
+// when it says 404 too is the object missing.
+TEST(FailoverPlanTest, A404ToWantDigestIsNotTheObjectsAnswerBeforeTheOrigin) {
+  auto now = Clock::now();
+  auto deadline = now + std::chrono::seconds(10);
+  FailoverPlan plan;
+  plan.AllowDirect(true);
+  plan.Begin({0, 1});
+  plan.Next("r", now, deadline);
+  plan.Fail(core::CorruptError("the body does not match the object's digest"), 0, true);
+  plan.Next("r", now, deadline);
+  EXPECT_EQ(plan.Fail(core::NotFoundError("HTTP 404"), 404, /*asked_digest=*/true),
+            FailureClass::kObject);
+  EXPECT_TRUE(plan.DirectPending());
+  ASSERT_EQ(plan.Next("r", now, deadline).kind, FailoverPlan::Step::kDirect);
+  plan.Begin({0});  // the origins: 404 too
+  ASSERT_EQ(plan.Next("r", now, deadline).kind, FailoverPlan::Step::kTry);
+  plan.Fail(core::NotFoundError("HTTP 404"), 404, true);
+  auto last = plan.Next("r", now, deadline);
+  ASSERT_EQ(last.kind, FailoverPlan::Step::kFail);
+  EXPECT_EQ(last.status.code(), StatusCode::kUnavailable);  // one server failed for its own reasons
+
+  FailoverPlan all;  // every server and the origin said 404 to Want-Digest
+  all.AllowDirect(true);
+  all.Begin({0});
+  all.Next("r", now, deadline);
+  all.Fail(core::NotFoundError("HTTP 404"), 404, true);
+  ASSERT_EQ(all.Next("r", now, deadline).kind, FailoverPlan::Step::kDirect);
+  all.Begin({0});
+  all.Next("r", now, deadline);
+  all.Fail(core::NotFoundError("HTTP 404"), 404, true);
+  auto missing = all.Next("r", now, deadline);
+  ASSERT_EQ(missing.kind, FailoverPlan::Step::kFail);
+  EXPECT_EQ(missing.status.code(), StatusCode::kNotFound);
+}
+
 TEST(FailoverPlanTest, ClassifiesCancellation) {
   EXPECT_EQ(Classify(core::Status(StatusCode::kCancelled, "x")), FailureClass::kCancelled);
   EXPECT_EQ(Classify(core::CorruptError("bad Content-Range")), FailureClass::kServer);
