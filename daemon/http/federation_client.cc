@@ -115,6 +115,12 @@ void FederationClient::Digests(const ObjectPath& path, const core::ObjectVersion
     reader->Read(
         fed, version, core::ByteRange{0, 1}, deadline,
         [fed, done = std::move(done)](Result<core::FetchedBytes> r) {
+          if (!r.ok() && r.status().code() == core::StatusCode::kNotFound) {
+            return done(core::UnavailableError("no digest of " + fed.str() +
+                                                   ": the request was answered 404 (" +
+                                                   r.status().message() + ")",
+                                               r.status().where()));
+          }
           if (!r.ok()) return done(r.status());
           if (r->digests.empty()) {
             return done(core::NotFoundError("no server stated a digest of " + fed.str()));

@@ -79,7 +79,10 @@ class FederationClient : public core::Origin {
   // A one-byte Range GET carrying Want-Digest down the same server list as a
   // read: XRootD states the whole object's digest on any Range GET
   // (docs/quirks.md). A server that refused Want-Digest lately is asked
-  // without it; an answer without a digest is kNotFound.
+  // without it; an answer without a digest is kNotFound. A request answered
+  // 404 by every server is kUnavailable, not kNotFound: XRootD answers 404 to
+  // Want-Digest for files it has, and kNotFound would say no server offers a
+  // digest (Mount::VerifyComplete then takes the copy as checked).
   void Digests(const core::ObjectPath& path, const core::ObjectVersion& version,
                core::Deadline deadline,
                std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done) override;

@@ -247,6 +247,33 @@ TEST_F(FaultsTest, WhenTheOriginFailsADistrustedReadTheNamedServersServeIt) {
   EXPECT_EQ(server_.Hits("ok"), 2);
 }
 
+// The digest of an object (Origin::Digests, what Mount::VerifyComplete checks
+// a whole cached copy against): a 404 from a cache leaves the origin to state
+// it, and a 404 from every server is no answer rather than kNotFound ("no
+// server offers a digest"), which would have the copy taken for checked.
+TEST_F(FaultsTest, ADigestRequestAnswered404IsNotNoDigestOffered) {
+  auto digests = [&] {
+    std::promise<Result<std::vector<core::ObjectDigest>>> p;
+    client_->Digests(*core::ObjectPath::Parse("/obj"), core::ObjectVersion{object_.size(), ""},
+                     core::DeadlineAfter(std::chrono::seconds(20)),
+                     [&](Result<std::vector<core::ObjectDigest>> r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  };
+  server_.SetLinks({"digest404"});
+  server_.SetDirectReads("ok");
+  auto r = digests();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->empty());
+  EXPECT_EQ(server_.DigestAsks("digest404"), 1);
+  EXPECT_EQ(server_.DigestAsks("ok"), 1);
+
+  server_.SetDirectReads("digest404");
+  client_->InvalidateForTest();
+  r = digests();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+}
+
 TEST_F(FaultsTest, ARefusedDirectReadIsAskedOnceAndTheReadEndsAtItsDeadline) {
   FederationClientOptions opts;
   client_ = std::make_unique<FederationClient>(
