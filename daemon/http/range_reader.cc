@@ -153,37 +153,27 @@ bool RangeReader::Distrusted(const std::string& fed_path, Clock::time_point now)
   return false;
 }
 
-bool RangeReader::UseDirect(const std::shared_ptr<Op>& op,
-                            std::shared_ptr<const NamespaceEntry> direct) {
+bool RangeReader::BeginOn(Op& op, const NamespaceEntry& servers) {
   std::vector<size_t> order;
-  for (size_t i : health_.Order(direct->server_bases, Clock::now())) {
-    if (!op->failed.count(direct->server_bases[i])) order.push_back(i);
+  for (size_t i : health_.Order(servers.server_bases, Clock::now())) {
+    if (!op.failed.count(servers.server_bases[i])) order.push_back(i);
   }
   if (order.empty()) return false;
-  auto auth = auth_->Headers(direct->require_token, direct->prefix.str(), direct->issuers,
-                             op->fed_path.str());
+  auto auth = auth_->Headers(servers.require_token, servers.prefix.str(), servers.issuers,
+                             op.fed_path.str());
   if (!auth.ok()) return false;
-  op->auth = *auth;
-  op->direct = std::move(direct);
-  op->plan.TakeDirect();
-  op->plan.Begin(std::move(order));
-  ctx_->counters.origin_fallbacks++;
-  Attempt(op);
+  op.auth = *auth;
+  op.plan.Begin(std::move(order));
   return true;
 }
 
-bool RangeReader::UseNamed(Op& op) {
-  std::vector<size_t> order;
-  for (size_t i : health_.Order(op.ns->server_bases, Clock::now())) {
-    if (!op.failed.count(op.ns->server_bases[i])) order.push_back(i);
-  }
-  if (order.empty()) return false;
-  auto auth =
-      auth_->Headers(op.ns->require_token, op.ns->prefix.str(), op.ns->issuers, op.fed_path.str());
-  if (!auth.ok()) return false;
-  op.auth = *auth;
-  op.direct = nullptr;
-  op.plan.Begin(std::move(order));
+bool RangeReader::UseDirect(const std::shared_ptr<Op>& op,
+                            std::shared_ptr<const NamespaceEntry> direct) {
+  if (!BeginOn(*op, *direct)) return false;
+  op->direct = std::move(direct);
+  op->plan.TakeDirect();
+  ctx_->counters.origin_fallbacks++;
+  Attempt(op);
   return true;
 }
 
@@ -202,7 +192,7 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
     // answers one to Want-Digest for a file it has): the named servers, which
     // may hold a good copy, before the read gives up.
     op->named_after_direct = false;
-    UseNamed(*op);
+    if (BeginOn(*op, *op->ns)) op->direct = nullptr;
   }
   auto step = op->plan.Next("read of " + op->fed_path.str(), Clock::now(), op->deadline);
   if (step.kind == FailoverPlan::Step::kDirect) {

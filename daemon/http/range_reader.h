@@ -112,12 +112,14 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   struct Op;
   void Start(std::shared_ptr<Op> op);
   void Attempt(std::shared_ptr<Op> op);
-  // Goes on with `direct`'s servers (those this read has not seen fail);
-  // false, with nothing started, when there are none.
+  // Plans the read over `servers`' servers that it has not seen fail, with
+  // their credentials; false, with the plan unchanged, when there are none
+  // (or no credential for them). Used for the origins and, after them, to go
+  // back to the named servers.
+  bool BeginOn(Op& op, const NamespaceEntry& servers);
+  // Goes on with `direct`'s servers (BeginOn) and attempts the first; false,
+  // with nothing started, when there are none.
   bool UseDirect(const std::shared_ptr<Op>& op, std::shared_ptr<const NamespaceEntry> direct);
-  // Goes back from the origins to the named servers (those this read has not
-  // seen fail); false, with the plan unchanged, when there are none.
-  bool UseNamed(Op& op);
   // Whether the direct read may still bring a server this read has not tried.
   bool DirectMayHelp(const Op& op);
   bool AcceptHead(Op& op, const HttpHead& head, uint64_t last);
