@@ -74,9 +74,12 @@
     "the kernel reads complete cached large objects itself")                                     \
   X(Size, uint64_t, fuse_read_ahead, "fuse_read_ahead", "", 1ULL << 20, "",                      \
     "the mount's kernel read-ahead, at most 256M (root only; 0 keeps the kernel's 128K)")        \
-  X(Flag, bool, verify_digests, "verify_digests", "--verify-digests", false, "",                 \
-    "check objects against their server's digest, small ones as fetched, larger ones whole "     \
-    "(off: XRootD 5.5 crashes under concurrent Want-Digest requests, docs/quirks.md)")                                          \
+  X(Flag, bool, verify_digests, "verify_digests", "--no-verify-digests", true, "",               \
+    "check every object against a digest another server (or its origin) states: small ones as "  \
+    "fetched, larger ones whole before their last byte is served")                               \
+  X(Count, uint64_t, digest_requests_per_origin, "digest_requests_per_origin", "", 3, "",        \
+    "digest requests (Want-Digest) in flight at once per origin, its caches' relays included "   \
+    "(below XRootD's xrootd.chksum max, docs/quirks.md)")                                        \
   X(Size, uint64_t, scrub_rate, "scrub_rate", "--scrub-rate", 4ULL << 20, "",                    \
     "the background scrub reads cached blocks again at this many bytes a second and drops bad "  \
     "ones (0: off)")                                                                             \

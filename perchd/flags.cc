@@ -49,6 +49,11 @@ std::variant<CommandLine, int> ParseCommandLine(int argc, const char* const* arg
             : app.add_option(std::string(k.flag), values[i], help)->type_name(TypeName(k.kind));
   }
   CommandLine line;
+  // The default since digests are checked without it (issue 41): kept so
+  // that command lines written before still start.
+  bool verify_digests = false;
+  app.add_flag("--verify-digests", verify_digests,
+               "check every object against its digest (the default; see --no-verify-digests)");
   app.add_flag("--takeover", line.takeover,
                "take the mounts over from the perchd serving the same cache directory, without "
                "unmounting (restart, upgrade)");
@@ -78,6 +83,7 @@ std::variant<CommandLine, int> ParseCommandLine(int argc, const char* const* arg
       k.set(cfg, k.is_switch() ? (k.SwitchValue() ? "true" : "false") : values[i],
             std::string(k.LongFlag()));
     }
+    if (verify_digests) cfg.verify_digests = true;
     if (MountsOf(cfg).empty()) {
       throw ConfigError(
           "FEDERATION_URL and MOUNTPOINT (or [[mount]] tables in --config) are required (see "

@@ -117,6 +117,7 @@ core::Status AddMount(const DaemonConfig& cfg, const std::vector<http::CurlLoop*
   client_opts.namespace_token_files.insert(cfg.namespace_tokens.begin(),
                                            cfg.namespace_tokens.end());
   client_opts.verify_digests = cfg.verify_digests;
+  client_opts.digest_requests_per_origin = cfg.digest_requests_per_origin;
   f.client = std::make_unique<http::FederationClient>(loops, f.url, client_opts);
   core::MountSpec spec;
   spec.federation_id = f.url.ToString();
@@ -202,6 +203,8 @@ core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& fed
     n.resumes += c.resumes;
     n.digests_verified += c.digests_verified;
     n.digest_mismatches += c.digest_mismatches;
+    n.digests_unverified += c.digests_unverified;
+    n.digest_asks += c.digest_asks;
     n.origin_fallbacks += c.origin_fallbacks;
   }
   return n;

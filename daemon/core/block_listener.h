@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "daemon/core/block_store.h"
+#include "daemon/core/object_digest.h"
 #include "daemon/core/status.h"
 #include "daemon/core/types.h"
 
@@ -43,6 +45,12 @@ class BlockListener {
   // disk is full). Runs on the disk executor; may evict before returning.
   virtual void StoreFailed(const BlockKey& key, uint64_t length, const Status& why) {
     (void)key, (void)length, (void)why;
+  }
+  // The bytes fetched of object `object_id` (an object of one block) matched
+  // `digests`, stated by a server other than the one that sent them
+  // (FetchedBytes::vouched).
+  virtual void Vouched(const std::string& object_id, const std::vector<ObjectDigest>& digests) {
+    (void)object_id, (void)digests;
   }
   // True if block `key` is known to be in the store (prefetch skips it).
   virtual bool Contains(const BlockKey& key) const = 0;

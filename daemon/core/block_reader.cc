@@ -289,7 +289,13 @@ size_t BlockReader::DropObject(const ObjectVersion& version, const std::string& 
   size_t dropped = 0;
   for (uint64_t i = 0; i < BlockCount(version.size, options_.block_size); i++) {
     BlockKey key{object_id, i};
-    if (InUse(key)) continue;
+    {
+      MutexLock l(mu_);
+      unwritten_.erase(key);  // a copy waiting for its write is not written (DrainWrites)
+    }
+    // The store keeps a block a reply still uses until that use ends (it
+    // refuses to punch it, or punches it later); the listener forgets it
+    // now, so that no read takes it from the store: the next one fetches it.
     store_.Remove(key).IgnoreError();
     if (listener_) listener_->Dropped(key);
     dropped++;
@@ -397,6 +403,9 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path,
   std::shared_ptr<const Bytes> copy;
   const bool keep = r.ok() && r->may_store;
   if (r.ok()) copy = std::make_shared<const Bytes>(std::move(r->bytes));
+  if (r.ok() && !r->vouched.empty() && listener_ != nullptr) {
+    listener_->Vouched(key.object_id, r->vouched);
+  }
   if (r.ok() && !keep) stats_.uncacheable_blocks++;
   bool schedule = false;
   {
@@ -438,6 +447,13 @@ void BlockReader::DrainWrites() {
     // Blocks that come while these are written start a batch of their own
     // (on another disk thread if one is free).
     drain_scheduled_ = false;
+    // A block dropped while it waited (DropObject) is not written.
+    std::vector<PendingWrite> live;
+    live.reserve(batch.size());
+    for (PendingWrite& w : batch) {
+      if (Unwritten(w)) live.push_back(std::move(w));
+    }
+    batch.swap(live);
   }
   if (batch.empty()) return;
   std::vector<BlockStore::BlockWrite> writes;
@@ -467,8 +483,26 @@ void BlockReader::DrainWrites() {
   // One index batch for all of them; each block stays in memory until its
   // record is written (MayContain says "not in the store" until then).
   if (listener_ != nullptr && !stored.empty()) listener_->StoredMany(stored);
-  MutexLock l(mu_);
-  for (const PendingWrite& w : batch) unwritten_.erase(w.key);
+  std::vector<BlockKey> dropped;
+  {
+    MutexLock l(mu_);
+    for (const PendingWrite& w : batch) {
+      if (Unwritten(w)) {
+        unwritten_.erase(w.key);
+      } else if (unwritten_.count(w.key) == 0) {
+        dropped.push_back(w.key);  // dropped while it was written: it goes again
+      }
+    }
+  }
+  for (const BlockKey& key : dropped) {
+    store_.Remove(key).IgnoreError();
+    if (listener_) listener_->Dropped(key);
+  }
+}
+
+bool BlockReader::Unwritten(const PendingWrite& w) {
+  auto it = unwritten_.find(w.key);
+  return it != unwritten_.end() && it->second == w.data;
 }
 
 void BlockReader::FlushWrites() {

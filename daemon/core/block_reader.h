@@ -167,9 +167,11 @@ class BlockReader {
   // object, nothing to fetch. False without a listener.
   bool AllCached(const ObjectVersion& version, const std::string& object_id);
 
-  // Drops every stored block of object `object_id` at `version` that is not
-  // in use (InUse), so that the next read fetches it again: its bytes failed
-  // the object's digest. Returns the number of blocks dropped.
+  // Drops every block of object `object_id` at `version`, stored or waiting
+  // for its write, so that the next read fetches it again: its bytes failed
+  // the object's digest. A block a reply still uses leaves the store when
+  // that use ends (BlockStore::Remove), but no read takes it from there.
+  // Returns the number of blocks dropped.
   size_t DropObject(const ObjectVersion& version, const std::string& object_id);
 
   const BlockReaderStats& stats() const { return stats_; }
@@ -232,6 +234,8 @@ class BlockReader {
   };
   // Writes the blocks waiting now, then records them in one batch.
   void DrainWrites();
+  // Whether `w`'s copy is still the one waiting for its write (not dropped).
+  bool Unwritten(const PendingWrite& w) PERCH_REQUIRES(mu_);
   struct Inflight {
     std::vector<BlockCallback> waiters;
     Priority priority = Priority::kDemand;

@@ -161,6 +161,7 @@ bool CacheCatalog::Forget(const BlockKey& key, std::vector<Index::Write>* batch)
       if (by_path_built_) by_path_.erase(obj);
       batch->push_back({index_keys::Object(key.object_id), std::nullopt});
     }
+    batch->push_back({index_keys::Digest(key.object_id), std::nullopt});
     const Id id = obj->first;
     objects_.erase(id);
     ids_.Release(id);

@@ -37,6 +37,9 @@ class Mount::Listener : public BlockListener {
   }
   bool Contains(const BlockKey& key) const override { return catalog_.Contains(key); }
   bool MayContain(const BlockKey& key) const override { return catalog_.MayContain(key); }
+  void Vouched(const std::string& object_id, const std::vector<ObjectDigest>& digests) override {
+    mount_.digests_.Vouched(object_id, digests);
+  }
 
  private:
   CacheCatalog& catalog_;
@@ -216,12 +219,19 @@ Status Mount::VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::
     }
     watching_ = verified_.size() + verifying_.size();
   }
-  if (checked.code() == StatusCode::kCorrupt) return checked;
-  if (!checked.ok()) {
-    spdlog::debug("{}: not checked against its digest: {}", EscapeForLog(p.str()),
-                  EscapeForLog(checked.ToString()));
+  if (checked.code() == StatusCode::kNotFound) {
+    // No server but those that sent its bytes states a digest: served,
+    // counted, and said once per mount.
+    digests_.CountUnverified();
+    if (!said_unverified_.exchange(true)) {
+      spdlog::warn("{}: {}; such objects of {} are served unchecked (digests_unverified)",
+                   EscapeForLog(p.str()), EscapeForLog(checked.message()), spec_.federation_id);
+    }
+    return Status::Ok();
   }
-  return Status::Ok();
+  // A mismatch, or no answer in time: never served unchecked while a server
+  // may vouch for it (the next read asks again).
+  return checked;
 }
 
 void Mount::CopyChanged(const std::string& object_id) {
@@ -268,7 +278,7 @@ CacheStack::CacheStack(Index& index, BlockStore& store, Executor& disk, Executor
                  return false;
                }),
       scheduler_(options_.scheduler),
-      digests_(options_.digest_hasher, options_.digest_keeper),
+      digests_(options_.digest_hasher, options_.digest_keeper, &index_),
       known_digests_(NewKnownDigests(digests_, options_.digest_hasher)) {
   ScrubOptions scrub = options_.scrub;
   scrub.block_size = options_.reader.block_size;

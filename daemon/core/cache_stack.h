@@ -149,11 +149,11 @@ class Mount {
   // when it is an object of more than one block held whole, once per version
   // (DigestKeeper::Get with OnMismatch::kFail; the verdict is remembered).
   // kCorrupt when the bytes do not match: they are dropped, counted and
-  // logged, and the next read fetches them again. Ok otherwise, including
-  // when there is nothing to check against or with: checking off, an object
-  // of one block (checked at its fetch), an object not all cached, no server
-  // offering a digest (remembered for this copy, as a copy that passed), or
-  // no answer by `deadline` (served unchecked, asked again next time).
+  // logged, and the next read fetches them again. Ok when there is nothing
+  // to check against or with: checking off, an object of one block (checked
+  // at its fetch), an object not all cached, or no server but its senders
+  // stating a digest (counted as unverified, remembered for this copy). No
+  // answer by `deadline` is that error: never served unchecked.
   Status VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::string& object_id,
                         Deadline deadline);
 
@@ -192,6 +192,7 @@ class Mount {
   std::unordered_set<std::string> verified_ PERCH_GUARDED_BY(verified_mu_);
   std::unordered_map<std::string, bool> verifying_ PERCH_GUARDED_BY(verified_mu_);
   std::atomic<size_t> watching_{0};  // verified_.size() + verifying_.size()
+  std::atomic<bool> said_unverified_{false};
   std::unique_ptr<Listener> listener_;
   std::unique_ptr<NamespaceCache> names_;
   std::unique_ptr<VersionGuard> guard_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "daemon/core/index_keys.h"
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
 #include "daemon/core/wait.h"
@@ -17,16 +18,73 @@ const ObjectDigest* CheapestDigest(const std::vector<ObjectDigest>& digests) {
   return crc32c != digests.end() ? &*crc32c : &digests.front();
 }
 
-DigestKeeper::DigestKeeper(DigestHasherFactory hasher, DigestKeeperOptions options)
-    : hasher_(std::move(hasher)), options_(options) {}
+namespace {
 
-std::vector<ObjectDigest> DigestKeeper::Known(const std::string& object_id) const {
-  MutexLock l(mu_);
-  auto it = known_.find(object_id);
-  return it == known_.end() ? std::vector<ObjectDigest>{} : it->second;
+// An index record's value: per digest, its algorithm, a NUL, the raw
+// digest's length in one byte and the raw digest.
+std::string EncodeDigests(const std::vector<ObjectDigest>& digests) {
+  std::string out;
+  for (const ObjectDigest& d : digests) {
+    out.append(d.algorithm).push_back('\0');
+    out.push_back(static_cast<char>(d.raw.size()));
+    out.append(d.raw);
+  }
+  return out;
 }
 
-void DigestKeeper::Remember(const std::string& object_id, std::vector<ObjectDigest> digests) {
+// The digests of a record; empty when it is damaged (the digest is then
+// asked again) or names no algorithm perch computes.
+std::vector<ObjectDigest> DecodeDigests(std::string_view v) {
+  std::vector<ObjectDigest> out;
+  while (!v.empty() && out.size() < 8) {
+    size_t nul = v.find('\0');
+    if (nul == std::string_view::npos || nul + 2 > v.size()) return {};
+    std::string algorithm(v.substr(0, nul));
+    size_t len = static_cast<unsigned char>(v[nul + 1]);
+    if (nul + 2 + len > v.size() || DigestLength(algorithm) != len) return {};
+    out.push_back({std::move(algorithm), std::string(v.substr(nul + 2, len))});
+    v.remove_prefix(nul + 2 + len);
+  }
+  return v.empty() ? out : std::vector<ObjectDigest>{};
+}
+
+}  // namespace
+
+DigestKeeper::DigestKeeper(DigestHasherFactory hasher, DigestKeeperOptions options, Index* index)
+    : hasher_(std::move(hasher)), options_(options), index_(index) {}
+
+std::vector<ObjectDigest> DigestKeeper::Known(const std::string& object_id) const {
+  {
+    MutexLock l(mu_);
+    auto it = known_.find(object_id);
+    if (it != known_.end()) return it->second;
+  }
+  if (index_ == nullptr) return {};
+  auto record = index_->Get(index_keys::Digest(object_id));
+  if (!record.ok() || !record->has_value()) return {};
+  std::vector<ObjectDigest> digests = DecodeDigests(**record);
+  if (!digests.empty()) Keep(object_id, digests);
+  return digests;
+}
+
+void DigestKeeper::Vouched(const std::string& object_id, std::vector<ObjectDigest> digests) {
+  if (digests.empty()) return;
+  stats_.vouched++;
+  Remember(object_id, std::move(digests), /*persist=*/true);
+}
+
+void DigestKeeper::Remember(const std::string& object_id, std::vector<ObjectDigest> digests,
+                            bool persist) {
+  if (persist && index_ != nullptr) {
+    Status s = index_->Apply({{index_keys::Digest(object_id), EncodeDigests(digests)}});
+    if (!s.ok()) {
+      spdlog::debug("digest of {} not kept in the index: {}", object_id, s.ToString());
+    }
+  }
+  Keep(object_id, std::move(digests));
+}
+
+void DigestKeeper::Keep(const std::string& object_id, std::vector<ObjectDigest> digests) const {
   MutexLock l(mu_);
   if (known_.emplace(object_id, std::move(digests)).second) order_.push_back(object_id);
   while (known_.size() > options_.max_remembered && !order_.empty()) {
@@ -58,8 +116,9 @@ Status DigestKeeper::Feed(BlockReader& reader, const ObjectPath& path, const Obj
 Result<std::vector<ObjectDigest>> DigestKeeper::Digest(BlockReader& reader, const ObjectPath& path,
                                                        const ObjectVersion& version,
                                                        const std::string& object_id,
+                                                       const std::vector<std::string>& algorithms,
                                                        Deadline deadline) {
-  std::unique_ptr<DigestHasher> hasher = hasher_(DigestAlgorithms());
+  std::unique_ptr<DigestHasher> hasher = hasher_(algorithms);
   if (Status s = Feed(reader, path, version, object_id, deadline, *hasher); !s.ok()) return s;
   return hasher->Finish();
 }
@@ -75,47 +134,30 @@ Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader&
   if (attr.size == 0) {
     // No bytes to be wrong: the digests of nothing are those of the object.
     auto empty = hasher_(DigestAlgorithms())->Finish();
-    Remember(object_id, empty);
+    Remember(object_id, empty, /*persist=*/false);
     return empty;
   }
-
-  // One of max_asks_in_flight slots, until the deadline.
-  {
-    MutexLock l(slots_mu_);
-    while (asks_in_flight_ >= options_.max_asks_in_flight) {
-      if (!slot_freed_.WaitUntil(slots_mu_, deadline) &&
-          asks_in_flight_ >= options_.max_asks_in_flight) {
-        return DeadlineExceededError(path.str() + ": too many digest requests waiting");
-      }
-    }
-    asks_in_flight_++;
-  }
-  struct Slot {
-    DigestKeeper* k;
-    ~Slot() {
-      {
-        MutexLock l(k->slots_mu_);
-        k->asks_in_flight_--;
-      }
-      k->slot_freed_.NotifyOne();
-    }
-  } slot{this};
-  // Another caller may have done it while this one waited.
-  if (auto known = Known(object_id); !known.empty()) return known;
 
   stats_.asks++;
   auto claims = WaitFor<std::vector<ObjectDigest>>(
       deadline, [&](auto cb) { origin.Digests(path, version, deadline, cb); });
   if (!claims.ok()) return claims.status();
+  const std::vector<std::string> algorithms = AlgorithmsFor(*claims);
+  if (algorithms.empty()) {
+    return NotFoundError(path.str() + ": the server's digest is of no algorithm perch computes");
+  }
 
   for (int attempt = 0;; attempt++) {
-    auto computed = Digest(reader, path, version, object_id, deadline);
+    auto computed = Digest(reader, path, version, object_id, algorithms, deadline);
     if (!computed.ok()) return computed.status();
-    switch (MatchDigests(*claims, *computed)) {
-      case DigestMatch::kMatch:
+    ObjectDigest matched;
+    switch (MatchDigests(*claims, *computed, &matched)) {
+      case DigestMatch::kMatch: {
         stats_.verified++;
-        Remember(object_id, *computed);
-        return computed;
+        std::vector<ObjectDigest> kept{std::move(matched)};
+        Remember(object_id, kept, /*persist=*/true);
+        return kept;
+      }
       case DigestMatch::kNone:
         return NotFoundError(path.str() +
                              ": the server's digest is of no algorithm perch computes");

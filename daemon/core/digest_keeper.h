@@ -2,20 +2,19 @@
 // HTTP endpoint's `Digest` header, the mount's `user.perch.digest.*`
 // extended attributes), one set per object version, shared by every mount.
 //
-// Where a digest comes from. perch asks a server the director named for the
-// object's digest (Origin::Digests: one Range GET of one byte carrying
-// Want-Digest) and takes that answer only as a claim: an XRootD 5.5 cache
-// relays its origin's default digest under whatever name was asked, so the
-// name may be wrong, and the bytes perch holds may differ from the origin's
-// (a cache with a bad disk). perch therefore reads the whole object through
-// its cache (fetching the blocks it lacks, as XRootD itself reads a file to
-// digest it), computes every algorithm it knows over those bytes, and keeps
-// the result only if one of them equals the server's claim. It then hands out
-// what it computed, under each algorithm's true name: the bytes are the
-// origin's, so their crc32c is the origin's crc32c even where the server
-// could only say adler32. Nothing is handed out for an object whose claim is
-// of no algorithm perch computes, nor when no server offers a digest
-// (kNotFound): a digest is never made up from bytes nobody vouched for.
+// Where a digest comes from. A digest vouches for bytes only when a server
+// other than the one that sent them states it (or the origin does): for an
+// object of one block the federation client checks its bytes so as they
+// arrive and tells what they matched (FetchedBytes::vouched → Vouched); for
+// a larger object perch asks for the digest (Origin::Digests: a server that
+// did not send this process the bytes, else the origin), takes the answer
+// only as a claim (an XRootD 5.5 cache relays its origin's default digest
+// under whatever name was asked), reads the whole object through its cache
+// (fetching the blocks it lacks, as XRootD itself reads a file to digest
+// it), computes the algorithms of the claim's length only, and keeps the
+// digest that equalled the claim, under its true name. perch hands out
+// only such digests: never one computed over bytes no server vouched for,
+// nor one of an algorithm no server stated.
 //
 // When the bytes do not match: they are dropped from the cache and fetched
 // once more; if they still do not match, kCorrupt (the caller answers with an
@@ -23,13 +22,12 @@
 // those bytes already (the check of a completed object at a reader's last
 // read) asks for kFail: dropped, kCorrupt at once, nothing fetched.
 //
-// Cost: nothing on the read path. A digest asked costs one small request to a
-// server and one pass over the object's bytes, once per object version: the
-// result is kept in memory (at most `max_remembered` objects, oldest dropped
-// first) and asked again after a restart. At most `max_asks_in_flight`
-// digest requests are out at once on the node: XRootD 5.5.3 crashes under a
-// burst of concurrent Want-Digest requests (docs/quirks.md); a server that
-// refuses them is remembered by the federation client (DigestRefusals).
+// Cost: nothing on the read path. A digest is found once per object version
+// and kept with the object: in memory (at most `max_remembered` objects,
+// oldest dropped first) and in the index (index_keys::kDigest, dropped with
+// the object's last block), so that a restart, or a federation gone offline,
+// asks for nothing. The federation client bounds the digest requests per
+// origin (http/digest_slots.h).
 //
 // Thread-safety: safe from any thread; Get blocks its caller (a FUSE worker,
 // an endpoint connection) up to the deadline.
@@ -43,6 +41,7 @@
 #include <vector>
 
 #include "daemon/core/block_reader.h"
+#include "daemon/core/index.h"
 #include "daemon/core/mutex.h"
 #include "daemon/core/object_digest.h"
 #include "daemon/core/origin.h"
@@ -51,13 +50,14 @@
 namespace perch::core {
 
 struct DigestKeeperOptions {
-  size_t max_asks_in_flight = 4;  // node-wide
-  size_t max_remembered = 16384;  // object versions whose digests are kept
+  size_t max_remembered = 16384;  // object versions whose digests are kept in memory
 };
 
 struct DigestKeeperStats {
   std::atomic<uint64_t> asks{0};        // digest requests to servers
   std::atomic<uint64_t> verified{0};    // object versions whose bytes matched the claim
+  std::atomic<uint64_t> unverified{0};  // copies served with no server stating a digest
+  std::atomic<uint64_t> vouched{0};     // objects of one block checked as fetched (Vouched)
   std::atomic<uint64_t> mismatches{0};  // cached copies that did not (dropped, fetched again)
 };
 
@@ -75,8 +75,10 @@ enum class OnMismatch {
 class DigestKeeper {
  public:
   // `hasher` computes digests (the daemon passes http's); may be empty, and
-  // then no digest is ever handed out.
-  explicit DigestKeeper(DigestHasherFactory hasher, DigestKeeperOptions options = {});
+  // then no digest is ever handed out. `index`, if given, keeps them across
+  // restarts.
+  explicit DigestKeeper(DigestHasherFactory hasher, DigestKeeperOptions options = {},
+                        Index* index = nullptr);
   DigestKeeper(const DigestKeeper&) = delete;
   DigestKeeper& operator=(const DigestKeeper&) = delete;
 
@@ -93,6 +95,13 @@ class DigestKeeper {
   // The digests already known of `object_id` (empty if none); no request.
   std::vector<ObjectDigest> Known(const std::string& object_id) const;
 
+  // The bytes of object `object_id` matched `digests`, stated by a server
+  // other than the one that sent them (FetchedBytes::vouched): kept.
+  void Vouched(const std::string& object_id, std::vector<ObjectDigest> digests);
+
+  // A copy of `object_id` was served with no server stating a digest.
+  void CountUnverified() { stats_.unverified++; }
+
   // Checks the copy of object `object_id` the cache holds now (`path` at
   // `attr`, read with `reader`) against the object's digest: Get with
   // OnMismatch::kFail when none is known yet (a request to a server), else
@@ -108,24 +117,26 @@ class DigestKeeper {
   // The bytes of the whole object through the cache, in order, into `hasher`.
   static Status Feed(BlockReader& reader, const ObjectPath& path, const ObjectVersion& version,
                      const std::string& object_id, Deadline deadline, DigestHasher& hasher);
-  // The bytes of the whole object through the cache, digested.
+  // The bytes of the whole object through the cache, digested under
+  // `algorithms`.
   Result<std::vector<ObjectDigest>> Digest(BlockReader& reader, const ObjectPath& path,
                                            const ObjectVersion& version,
-                                           const std::string& object_id, Deadline deadline);
-  void Remember(const std::string& object_id, std::vector<ObjectDigest> digests);
+                                           const std::string& object_id,
+                                           const std::vector<std::string>& algorithms,
+                                           Deadline deadline);
+  // Kept in memory; `persist`: in the index too.
+  void Remember(const std::string& object_id, std::vector<ObjectDigest> digests, bool persist);
+  // Kept in memory (a cache of the index: Known may fill it).
+  void Keep(const std::string& object_id, std::vector<ObjectDigest> digests) const;
 
   const DigestHasherFactory hasher_;
   const DigestKeeperOptions options_;
+  Index* const index_;
   DigestKeeperStats stats_;
 
-  // The slots of digest requests in flight (a leaf lock, never held with mu_).
-  Mutex slots_mu_;
-  CondVar slot_freed_;
-  size_t asks_in_flight_ PERCH_GUARDED_BY(slots_mu_) = 0;
-
   mutable Mutex mu_;  // a leaf lock
-  std::unordered_map<std::string, std::vector<ObjectDigest>> known_ PERCH_GUARDED_BY(mu_);
-  std::deque<std::string> order_ PERCH_GUARDED_BY(mu_);  // known_'s keys, oldest first
+  mutable std::unordered_map<std::string, std::vector<ObjectDigest>> known_ PERCH_GUARDED_BY(mu_);
+  mutable std::deque<std::string> order_ PERCH_GUARDED_BY(mu_);  // known_'s keys, oldest first
 };
 
 }  // namespace perch::core

@@ -7,7 +7,8 @@
 //
 // Writers: the catalog (cache_catalog.h) owns kBlock, kObject and kPin; the
 // namespace cache (namespace_cache.h) kAttr and kListing; the scrubber
-// kScrubCursor; the block store kPackRecord, which names where the store put
+// kScrubCursor; the digest keeper kDigest (the catalog drops it with the
+// object's last block); the block store kPackRecord, which names where the store put
 // a small object's bytes and is read by nothing else (block_store.h).
 #pragma once
 
@@ -33,6 +34,9 @@ inline constexpr std::string_view kAttr = "na";
 inline constexpr std::string_view kListing = "nl";
 // "sp/<object id>": the pack record holding a small object's block.
 inline constexpr std::string_view kPackRecord = "sp/";
+// "dg/<object id>": the object version's digest, as a server other than
+// the one that sent its bytes stated it and its bytes matched (DigestKeeper).
+inline constexpr std::string_view kDigest = "dg/";
 // The background scrub's position, one record.
 inline constexpr std::string_view kScrubCursor = "scrub/cursor";
 
@@ -57,6 +61,9 @@ inline std::string Attr(std::string_view key_prefix, const ObjectPath& path) {
 }
 inline std::string Listing(std::string_view key_prefix, const ObjectPath& path) {
   return std::string(kListing).append(key_prefix).append(path.str());
+}
+inline std::string Digest(std::string_view object_id) {
+  return std::string(kDigest).append(object_id);
 }
 inline std::string PackRecord(std::string_view object_id) {
   return std::string(kPackRecord).append(object_id);

@@ -145,7 +145,7 @@ StatsSnapshot NodeControl::Stats() const {
   StatsSnapshot s;
   const DigestKeeperStats& d = stack_.digests().stats();
   s.digest_asks = d.asks.load();
-  s.digests_handed_out = d.verified.load();
+  s.digests_handed_out = d.verified.load() + d.vouched.load();
   s.digest_cache_mismatches = d.mismatches.load();
   for (Mount* m : stack_.mounts()) {
     const BlockReaderStats& r = m->reader().stats();
@@ -191,6 +191,11 @@ StatsSnapshot NodeControl::Stats() const {
   s.evictions = catalog.evictions();
   s.evicted_bytes = catalog.evicted_bytes();
   if (network_) s.network = network_();
+  // Objects of one block are checked as fetched (the federation client's
+  // counts), larger ones once held whole (DigestKeeper's).
+  s.network.digests_verified += d.verified.load();
+  s.network.digests_unverified += d.unverified.load();
+  if (network_) s.digest_asks = s.network.digest_asks;
   s.errors = ops_.errors().Take();
   ops_.clients().ForEach([&s](const std::string& name, const ClientCounters& c) {
     s.http_clients.push_back(ClientStats{name, c.requests.load(), c.bytes.load(), c.errors.load()});

@@ -45,6 +45,8 @@ struct NetworkStats {
   uint64_t resumes = 0;
   uint64_t digests_verified = 0;
   uint64_t digest_mismatches = 0;
+  uint64_t digests_unverified = 0;
+  uint64_t digest_asks = 0;
   uint64_t origin_fallbacks = 0;
 };
 
@@ -172,6 +174,7 @@ struct StatsSnapshot {
     fn("digest_asks", s.digest_asks);
     fn("digests_handed_out", s.digests_handed_out);
     fn("digest_cache_mismatches", s.digest_cache_mismatches);
+    fn("digests_unverified", s.network.digests_unverified);
   }
 };
 

@@ -73,6 +73,19 @@ const std::vector<std::string>& DigestAlgorithms() {
   return kAll;
 }
 
+std::vector<std::string> AlgorithmsFor(const std::vector<ObjectDigest>& claims) {
+  std::vector<std::string> out;
+  for (const std::string& a : DigestAlgorithms()) {
+    for (const ObjectDigest& c : claims) {
+      if (c.raw.size() == DigestLength(a)) {
+        out.push_back(a);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 bool IsDigestAlgorithm(std::string_view algorithm) { return DigestLength(algorithm) != 0; }
 
 size_t DigestLength(std::string_view algorithm) {

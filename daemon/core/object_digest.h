@@ -33,6 +33,13 @@ bool IsDigestAlgorithm(std::string_view algorithm);
 // The length of `algorithm`'s raw digest; 0 for one perch does not know.
 size_t DigestLength(std::string_view algorithm);
 
+// What must be computed to check `claims` (MatchDigests): every algorithm
+// of a claim's length (a claim's name may be wrong), in DigestAlgorithms()
+// order; nothing for claims of no length perch computes. The checksums of
+// 4 bytes cost little; md5 and the shas are computed only for a claim of
+// their length.
+std::vector<std::string> AlgorithmsFor(const std::vector<ObjectDigest>& claims);
+
 // "crc32c=0a1b2c3d", "md5=XrY7u+Ae7tCTyyK7j1rNww==": the value as above.
 std::string DigestText(const ObjectDigest& digest);
 // DigestText's value part alone.

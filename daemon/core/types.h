@@ -101,11 +101,15 @@ using Bytes = std::string;
 struct FetchedBytes {
   Bytes bytes;
   bool may_store = true;
-  // The whole object's digests the answer stated, when they were asked
-  // (Origin::Digests): a server's claims, not checked against these bytes.
-  std::vector<ObjectDigest> digests;
+  // For the bytes of a whole object: the digest they matched, stated by a
+  // server other than the one that sent them (or by the origin), under its
+  // true algorithm; empty when they were not checked.
+  std::vector<ObjectDigest> vouched;
   // The answer's freshness lifetime (FileAttr::max_age), -1 when none.
   int64_t max_age = -1;
+  // A whole object no server but its sender states a digest of: delivered
+  // unchecked by another source.
+  bool unverified = false;
 };
 
 }  // namespace perch::core

@@ -23,8 +23,11 @@ struct FederationClientOptions {
   // Whether an opaque token found by discovery may be sent (token.h): only a
   // client that runs as the job itself (perch-transfer) says so; perchd never.
   OpaqueTokens opaque_tokens = OpaqueTokens::kRefuse;
-  // Whole objects are asked for their digest and checked (range_reader.h).
-  bool verify_digests = false;
+  // Whole objects are checked against a digest that vouches for them
+  // (range_reader.h), with at most this many digest requests out per origin
+  // (digest_slots.h).
+  bool verify_digests = true;
+  size_t digest_requests_per_origin = 3;
   std::chrono::seconds namespace_ttl{300};         // director answers, per namespace prefix
   std::chrono::seconds discovery_ttl{1800};        // discovery document
   std::chrono::seconds discovery_failure_ttl{15};  // a failed discovery is remembered this long
@@ -50,19 +53,21 @@ struct FederationCounters {
   std::atomic<uint64_t> director_queries{0};
   std::atomic<uint64_t> propfinds{0};
   std::atomic<uint64_t> range_gets{0};
-  std::atomic<uint64_t> body_bytes{0};         // every body byte of a range GET that arrived
-  std::atomic<uint64_t> bytes_delivered{0};    // bytes handed to callers
-  std::atomic<uint64_t> failovers{0};          // moves to the next server after a failure
-  std::atomic<uint64_t> resumes{0};            // attempts that started past the range's first byte
-  std::atomic<uint64_t> digests_verified{0};   // whole objects that matched the server's digest
-  std::atomic<uint64_t> digest_mismatches{0};  // bodies that did not: fetched again elsewhere
-  std::atomic<uint64_t> origin_fallbacks{0};   // reads sent to the origins (?directread)
+  std::atomic<uint64_t> body_bytes{0};          // every body byte of a range GET that arrived
+  std::atomic<uint64_t> bytes_delivered{0};     // bytes handed to callers
+  std::atomic<uint64_t> failovers{0};           // moves to the next server after a failure
+  std::atomic<uint64_t> resumes{0};             // attempts that started past the range's first byte
+  std::atomic<uint64_t> digests_verified{0};    // whole objects that matched the server's digest
+  std::atomic<uint64_t> digest_mismatches{0};   // bodies that did not: fetched again elsewhere
+  std::atomic<uint64_t> digests_unverified{0};  // whole objects no other server vouched for
+  std::atomic<uint64_t> digest_asks{0};         // digest requests sent
+  std::atomic<uint64_t> origin_fallbacks{0};    // reads sent to the origins (?directread)
 
   // The counters at one moment; summed over a FederationClient's shards.
   struct Values {
     uint64_t discovery_queries = 0, director_queries = 0, propfinds = 0, range_gets = 0,
              body_bytes = 0, bytes_delivered = 0, failovers = 0, resumes = 0, digests_verified = 0,
-             digest_mismatches = 0, origin_fallbacks = 0;
+             digest_mismatches = 0, digests_unverified = 0, digest_asks = 0, origin_fallbacks = 0;
     Values& operator+=(const Values& o) {
       discovery_queries += o.discovery_queries;
       director_queries += o.director_queries;
@@ -74,15 +79,20 @@ struct FederationCounters {
       resumes += o.resumes;
       digests_verified += o.digests_verified;
       digest_mismatches += o.digest_mismatches;
+      digests_unverified += o.digests_unverified;
+      digest_asks += o.digest_asks;
       origin_fallbacks += o.origin_fallbacks;
       return *this;
     }
   };
   Values Take() const {
-    return Values{discovery_queries.load(), director_queries.load(), propfinds.load(),
-                  range_gets.load(),        body_bytes.load(),       bytes_delivered.load(),
-                  failovers.load(),         resumes.load(),          digests_verified.load(),
-                  digest_mismatches.load(), origin_fallbacks.load()};
+    return Values{discovery_queries.load(),  director_queries.load(),
+                  propfinds.load(),          range_gets.load(),
+                  body_bytes.load(),         bytes_delivered.load(),
+                  failovers.load(),          resumes.load(),
+                  digests_verified.load(),   digest_mismatches.load(),
+                  digests_unverified.load(), digest_asks.load(),
+                  origin_fallbacks.load()};
   }
 };
 

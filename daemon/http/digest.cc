@@ -157,6 +157,33 @@ std::vector<core::ObjectDigest> Readings(const InstanceDigest& digest) {
   return out;
 }
 
+core::DigestMatch VerifyAgainst(const std::vector<core::ObjectDigest>& claims,
+                                std::string_view bytes, core::ObjectDigest* matched) {
+  // Each algorithm computed at most once, the claims' own names first.
+  std::vector<core::ObjectDigest> computed;
+  auto digest_of = [&](const std::string& algorithm) -> const std::string& {
+    for (const core::ObjectDigest& c : computed) {
+      if (c.algorithm == algorithm) return c.raw;
+    }
+    computed.push_back({algorithm, Compute(algorithm, bytes)});
+    return computed.back().raw;
+  };
+  bool checkable = false;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const core::ObjectDigest& claim : claims) {
+      for (const std::string& algorithm : AlgorithmsOfLength(claim.raw.size())) {
+        if ((pass == 0) != (algorithm == claim.algorithm)) continue;
+        checkable = true;
+        if (digest_of(algorithm) == claim.raw) {
+          if (matched != nullptr) *matched = {algorithm, claim.raw};
+          return core::DigestMatch::kMatch;
+        }
+      }
+    }
+  }
+  return checkable ? core::DigestMatch::kMismatch : core::DigestMatch::kNone;
+}
+
 namespace {
 
 // One running digest per algorithm: ISA-L's checksums carry their state in

@@ -51,6 +51,14 @@ DigestCheck CheckDigest(const InstanceDigest& digest, std::string_view bytes);
 // digest perch computes (4, 16, 20 or 32 bytes). Empty if neither has.
 std::vector<core::ObjectDigest> Readings(const InstanceDigest& digest);
 
+// Whether `bytes` are the object the raw `claims` (Readings) describe,
+// computing only what the claims need: each claim's named algorithm first,
+// the others of its length only when that fails (an XRootD 5.5 cache's
+// label may be wrong), each at most once. `matched` gets the digest that
+// equalled a claim, under its true algorithm.
+core::DigestMatch VerifyAgainst(const std::vector<core::ObjectDigest>& claims,
+                                std::string_view bytes, core::ObjectDigest* matched = nullptr);
+
 // A hasher of core::DigestAlgorithms() (ISA-L for the checksums, OpenSSL for
 // md5, sha and sha-256); algorithms it does not know are left out.
 std::unique_ptr<core::DigestHasher> NewDigestHasher(const std::vector<std::string>& algorithms);

@@ -20,6 +20,7 @@ FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, Federati
   PERCH_CHECK(!loops.empty());
   auto answers = std::make_shared<NamespaceAnswers>();  // one shard's answer serves every shard
   auto refusals = std::make_shared<DigestRefusals>();   // a server refuses digests to all shards
+  auto slots = std::make_shared<DigestSlots>(options.digest_requests_per_origin);  // per origin
   for (CurlLoop* loop : loops) {
     Shard shard{loop, std::make_shared<ClientContext>(*loop, url, options), nullptr, nullptr,
                 nullptr};
@@ -27,7 +28,7 @@ FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, Federati
     auto auth = std::make_shared<NamespaceAuth>(
         TokenFinder(options.token_file, options.opaque_tokens), url_.token_name, options.token_ttl,
         options.namespace_token_files);
-    shard.reader = std::make_shared<RangeReader>(shard.ctx, shard.director, auth, refusals);
+    shard.reader = std::make_shared<RangeReader>(shard.ctx, shard.director, auth, refusals, slots);
     shard.lister = std::make_shared<Lister>(shard.ctx, shard.director, auth, shard.reader);
     shards_.push_back(std::move(shard));
   }
@@ -112,22 +113,7 @@ void FederationClient::Digests(const ObjectPath& path, const core::ObjectVersion
     return;
   }
   s.loop->Post([reader = s.reader, fed, version, deadline, done = std::move(done)]() mutable {
-    reader->Read(
-        fed, version, core::ByteRange{0, 1}, deadline,
-        [fed, done = std::move(done)](Result<core::FetchedBytes> r) {
-          if (!r.ok() && r.status().code() == core::StatusCode::kNotFound) {
-            return done(core::UnavailableError("no digest of " + fed.str() +
-                                                   ": the request was answered 404 (" +
-                                                   r.status().message() + ")",
-                                               r.status().where()));
-          }
-          if (!r.ok()) return done(r.status());
-          if (r->digests.empty()) {
-            return done(core::NotFoundError("no server stated a digest of " + fed.str()));
-          }
-          done(std::move(r->digests));
-        },
-        /*want_digest=*/true);
+    reader->Vouch(fed, version, deadline, std::move(done));
   });
 }
 

@@ -76,13 +76,10 @@ class FederationClient : public core::Origin {
   void ReadRange(const core::ObjectPath& path, const core::ObjectVersion& version,
                  core::ByteRange range, core::Deadline deadline,
                  std::function<void(core::Result<core::FetchedBytes>)> done) override;
-  // A one-byte Range GET carrying Want-Digest down the same server list as a
-  // read: XRootD states the whole object's digest on any Range GET
-  // (docs/quirks.md). A server that refused Want-Digest lately is asked
-  // without it; an answer without a digest is kNotFound. A request answered
-  // 404 by every server is kUnavailable, not kNotFound: XRootD answers 404 to
-  // Want-Digest for files it has, and kNotFound would say no server offers a
-  // digest (Mount::VerifyComplete then takes the copy as checked).
+  // The object's digest as a server that did not send this process its
+  // bytes states it (RangeReader::Vouch: the other named servers, then the
+  // origins; the origins first for a copy of unknown senders), within the
+  // bound of digest requests per origin. kNotFound when none states one.
   void Digests(const core::ObjectPath& path, const core::ObjectVersion& version,
                core::Deadline deadline,
                std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done) override;

@@ -10,6 +10,7 @@
 #include "daemon/core/limits.h"
 #include "daemon/core/log_escape.h"
 #include "daemon/http/pelican_headers.h"
+#include "daemon/http/range_reader_op.h"
 
 namespace perch::http {
 
@@ -20,54 +21,15 @@ using core::Result;
 using core::Status;
 using core::StatusCode;
 
-struct RangeReader::Op {
-  ObjectPath fed_path;
-  core::ObjectVersion version;
-  core::ByteRange range;
-  core::Deadline deadline;
-  std::function<void(Result<core::FetchedBytes>)> done;
-  bool no_store = false;  // an answer said Cache-Control: no-store or private
-  int64_t max_age = -1;   // the least freshness lifetime an answer gave (Cache-Control)
-  std::function<void(Result<core::FileAttr>)> head_done;  // set for a probe (Head())
-  HttpHead probe;  // a probe's answer head, kept when the transfer is cut short
-
-  std::shared_ptr<const NamespaceEntry> ns;
-  std::shared_ptr<const NamespaceEntry> direct;  // the origins, once the read went to them
-  // The read went to the origins first (Start): the named servers come after
-  // them if they fail it, whatever their answer.
-  bool named_after_direct = false;
-  std::set<std::string> failed;  // servers that failed this read by their fault
-  FailoverPlan plan;
-  std::string buffer;  // bytes of `range` received so far, in order
-  std::vector<std::string> auth;
-  std::map<std::string, std::string> etag_by_server;
-  // The object's digests the last answer carried (asked for a read of a whole
-  // object: its body is checked against them before it is delivered).
-  std::vector<InstanceDigest> digests;
-  bool asked_digest = false;  // this attempt's request carried Want-Digest
-  bool want_digest = false;   // the caller wants the object's digest (Origin::Digests)
-  // Per attempt.
-  uint64_t attempt_seq = 0;  // tells a timer which attempt it was set for
-  uint64_t transfer = 0;     // the CurlLoop's id, for Cancel
-  Clock::time_point started;
-  bool first_byte_late = false;  // abandoned: no answer within the first-byte time
-  bool asked_fresh = false;      // the director was asked about this very path
-  std::string url;
-  std::string server;
-  uint64_t attempt_start = 0;
-  bool head_checked = false;
-  Status head_error;
-  std::string error_body;
-};
-
 void RangeReader::Read(const ObjectPath& fed_path, const core::ObjectVersion& version,
                        core::ByteRange range, core::Deadline deadline,
-                       std::function<void(Result<core::FetchedBytes>)> done, bool want_digest) {
+                       std::function<void(Result<core::FetchedBytes>)> done) {
   auto op = std::make_shared<Op>();
   op->fed_path = fed_path;
   op->version = version;
   op->range = range;
-  op->want_digest = want_digest;
+  op->verify = ctx_->options.verify_digests && version.size > 0 && range.offset == 0 &&
+               range.length == version.size;
   op->deadline = deadline;
   op->done = std::move(done);
   op->buffer.reserve(range.length);
@@ -100,6 +62,10 @@ void RangeReader::Start(std::shared_ptr<Op> op) {
           return;
         }
         op->auth = *auth;
+        if (op->vouch_done) {  // Vouch(): no body to read
+          if (!self->StartVouch(op, "")) self->VouchExhausted(op);
+          return;
+        }
         NamespaceAnswers::Direct kept = self->director_->KeptDirect(*op->ns);
         op->plan.AllowDirect(kept.refusal.ok());
         auto now = Clock::now();
@@ -246,13 +212,12 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
   }
   const NamespaceEntry& serving = op->direct ? *op->direct : *op->ns;
   op->server = serving.server_bases[step.server];
+  op->server_index = step.server;
   op->url = serving.ServerUrl(step.server, op->fed_path);
   op->attempt_start = op->range.offset + op->buffer.size();
   op->head_checked = false;
   op->head_error = Status();
   op->error_body.clear();
-  op->digests.clear();
-  op->asked_digest = false;
   op->attempt_seq++;
   op->started = Clock::now();
   op->first_byte_late = false;
@@ -286,11 +251,9 @@ void RangeReader::Attempt(std::shared_ptr<Op> op) {
 
   req.headers.push_back("Range: bytes=" + std::to_string(op->attempt_start) + "-" +
                         std::to_string(last));
-  const bool whole = op->range.offset == 0 && op->range.length == op->version.size;
-  if ((op->want_digest || (ctx_->options.verify_digests && whole)) &&
-      digest_refusals_->MayAsk(op->server, Clock::now())) {
-    req.headers.push_back(kWantDigest);  // a whole object is checked before it is delivered
-    op->asked_digest = true;
+  if (op->verify && !op->vouching &&
+      (op->vouch.digests.empty() || (op->vouch.source == op->server && !op->vouch.origin))) {
+    StartVouch(op, op->server);  // beside the body: the check adds no round trip
   }
   req.low_speed_bytes = ctx_->options.low_speed_bytes;
   req.low_speed_time = ctx_->options.low_speed_time;
@@ -342,9 +305,6 @@ bool RangeReader::AcceptHead(Op& op, const HttpHead& head, uint64_t last) {
   if (auto cc = CacheControlOf(head.GetAll("cache-control"))) {
     if (cc->no_store) op.no_store = true;  // any part of the range said so: none of it is kept
     if (cc->max_age && (op.max_age < 0 || *cc->max_age < op.max_age)) op.max_age = *cc->max_age;
-  }
-  if (auto digest = head.Get("digest"); digest && op.asked_digest) {
-    op.digests = ParseDigestHeader(*digest);  // checked once the body is whole (2xx only)
   }
   if (head.status == 206) {
     std::string content_range = head.Get("content-range").value_or("");
@@ -402,12 +362,13 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
     failure = r.status();
   } else if (r->head.status == 206 || r->head.status == 200) {
     if (op->buffer.size() == op->range.length) {
-      failure = CheckAgainstDigest(*op);
-      if (failure.ok()) {
+      if (!op->verify) {
         Finish(op, std::move(op->buffer));
         return;
       }
-      op->buffer.clear();  // nothing of a wrong body is kept: the next server sends it all
+      op->body_ready = true;
+      if (!op->vouching) Decide(op);  // else when the digest comes
+      return;
     } else if (op->buffer.size() > op->attempt_start - op->range.offset) {
       op->plan.Continue();  // the server sent a shorter range than asked: go on from it
       Attempt(op);
@@ -415,18 +376,6 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
     } else {
       failure = core::CorruptError(op->server + ": empty body for a range request");
     }
-  } else if (op->asked_digest && RefusesDigests(r->head.status)) {
-    // XRootD answers a request carrying Want-Digest with 405 (no checksums
-    // configured) or 500 (an algorithm it lacks) rather than ignoring it: ask
-    // the same server again without, and not ask it for digests for a while.
-    digest_refusals_->Refused(op->server, Clock::now());
-    spdlog::info(
-        "{} refused Want-Digest (HTTP {}): its answers are not checked against a digest "
-        "for {} min",
-        core::EscapeForLog(op->server), r->head.status, DigestRefusals::kFor.count());
-    op->plan.Continue();
-    Attempt(op);
-    return;
   } else {
     http_status = r->head.status;
     failure = StatusFromHttp(http_status, "GET " + op->url, FailureSite::kCache, op->error_body);
@@ -446,7 +395,11 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
                       FailureSite::kOrigin, /*retryable=*/false));
     return;
   }
-  if (op->plan.Fail(failure, http_status, op->asked_digest) == FailureClass::kServer) {
+  Failed(std::move(op), std::move(failure), http_status);
+}
+
+void RangeReader::Failed(std::shared_ptr<Op> op, Status failure, long http_status) {
+  if (op->plan.Fail(failure, http_status) == FailureClass::kServer) {
     health_.Penalize(op->server, Clock::now());
     op->failed.insert(op->server);
     spdlog::warn("read of {}: {} failed ({}); {} bytes kept, trying the next server",
@@ -475,24 +428,6 @@ void DigestRefusals::Refused(const std::string& server, Clock::time_point now) {
 bool RangeReader::RefusesDigests(long http_status) {
   return http_status == 400 || http_status == 403 || http_status == 405 || http_status == 500 ||
          http_status == 501;
-}
-
-Status RangeReader::CheckAgainstDigest(const Op& op) {
-  if (op.range.offset != 0 || op.range.length != op.version.size) return Status();  // a part
-  for (const InstanceDigest& d : op.digests) {
-    switch (CheckDigest(d, op.buffer)) {
-      case DigestCheck::kMatch:
-        ctx_->counters.digests_verified++;
-        return Status();
-      case DigestCheck::kMismatch:
-        ctx_->counters.digest_mismatches++;
-        return core::CorruptError(op.server + ": the body does not match the object's digest (" +
-                                  ToString(d) + ")");
-      case DigestCheck::kUnchecked:
-        break;  // perch cannot compute it: the next one, if any
-    }
-  }
-  return Status();
 }
 
 // Interprets a probe's answer; false when it is an error status for the
@@ -530,6 +465,12 @@ bool RangeReader::ProbeDone(std::shared_ptr<Op> op, const HttpHead& head) {
 }
 
 void RangeReader::Finish(std::shared_ptr<Op> op, Result<core::Bytes> r) {
+  if (op->vouch_done) {  // Vouch() ends here only with an error
+    auto done = std::move(op->vouch_done);
+    op->vouch_done = nullptr;
+    done(r.ok() ? core::InternalError("a digest request ended with bytes") : r.status());
+    return;
+  }
   if (op->head_done) {
     auto done = std::move(op->head_done);
     op->head_done = nullptr;
@@ -547,25 +488,30 @@ void RangeReader::Finish(std::shared_ptr<Op> op, Result<core::Bytes> r) {
     done(r.status());
     return;
   }
-  core::FetchedBytes fetched{*std::move(r), !op->no_store, {}, op->max_age};
-  if (op->want_digest) {
-    for (const InstanceDigest& d : op->digests) {
-      for (core::ObjectDigest& claim : Readings(d)) fetched.digests.push_back(std::move(claim));
-    }
-  }
+  core::FetchedBytes fetched{*std::move(r), !op->no_store, std::move(op->vouched), op->max_age,
+                             op->unverified};
   done(std::move(fetched));
 }
 
 void RangeReader::NoteServer(const std::string& fed_path, const std::string& server) {
   core::MutexLock l(served_mu_);
   if (served_by_.size() >= 100000) served_by_.clear();
-  served_by_[fed_path] = server;
+  std::vector<std::string>& senders = served_by_[fed_path];
+  senders.erase(std::remove(senders.begin(), senders.end(), server), senders.end());
+  if (senders.size() >= kMaxSenders) senders.erase(senders.begin());
+  senders.push_back(server);
 }
 
 std::string RangeReader::ServedBy(const std::string& fed_path) const {
   core::MutexLock l(served_mu_);
   auto it = served_by_.find(fed_path);
-  return it == served_by_.end() ? std::string() : it->second;
+  return it == served_by_.end() || it->second.empty() ? std::string() : it->second.back();
+}
+
+std::vector<std::string> RangeReader::SentBy(const std::string& fed_path) const {
+  core::MutexLock l(served_mu_);
+  auto it = served_by_.find(fed_path);
+  return it == served_by_.end() ? std::vector<std::string>{} : it->second;
 }
 
 }  // namespace perch::http

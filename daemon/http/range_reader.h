@@ -16,13 +16,21 @@
 // of the version being read, and a server's ETag must not change between its
 // answers (XRootD's ETag is per host, so ETags are compared per server only).
 //
-// With verify_digests, a read of a whole object (an object of one block) asks for the object's
-// digest (Want-Digest, digest.h) and delivers the body only if it matches:
-// a body that does not is a failure of that server (counted as a digest
-// mismatch) and the next server sends the object again. A server that
-// refuses Want-Digest (XRootD: 405 without checksums, 500 for an algorithm it
-// lacks) is asked again at once without it, and not asked for digests for
-// DigestRefusals::kFor. Parts of larger objects are not checked here (yet).
+// With verify_digests (the default), a read of a whole object (every object
+// of one block) is delivered only once its bytes match a digest that vouches
+// for them: one stated by a server other than the one that sent them (another
+// server the director named, else the namespace's origin, where `?directread`
+// is allowed), or by the origin that sent them. The request for it (a
+// one-byte Range GET carrying Want-Digest) goes out beside the body's, so it
+// adds no round trip, within DigestSlots' bound per origin. A body that does
+// not match is its server's failure (a digest mismatch: the next server
+// sends the object again, checked against the same digest); a server whose
+// answer states no digest, an unparsable one or one of no algorithm perch
+// computes (or refuses Want-Digest) vouches for nothing, and the next one is
+// asked. Only when no server of the namespace but the sender states a digest
+// is a body delivered unchecked by another source (FetchedBytes::unverified;
+// the sender's own claim must still match). The digest the body matched
+// comes back in FetchedBytes::vouched, under its true algorithm.
 //
 // Thread-safety: Read runs on the CurlLoop's thread (callbacks too); ServedBy
 // is safe from any thread.
@@ -32,6 +40,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -40,6 +49,7 @@
 #include "daemon/core/types.h"
 #include "daemon/http/client_context.h"
 #include "daemon/http/digest.h"
+#include "daemon/http/digest_slots.h"
 #include "daemon/http/director_client.h"
 #include "daemon/http/failover.h"
 #include "daemon/http/token.h"
@@ -66,21 +76,31 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
  public:
   RangeReader(std::shared_ptr<ClientContext> ctx, std::shared_ptr<DirectorClient> director,
               std::shared_ptr<NamespaceAuth> auth,
-              std::shared_ptr<DigestRefusals> refusals = std::make_shared<DigestRefusals>())
+              std::shared_ptr<DigestRefusals> refusals = std::make_shared<DigestRefusals>(),
+              std::shared_ptr<DigestSlots> slots = nullptr)
       : ctx_(std::move(ctx)),
         director_(std::move(director)),
         auth_(std::move(auth)),
         digest_refusals_(std::move(refusals)),
+        digest_slots_(
+            slots ? std::move(slots)
+                  : std::make_shared<DigestSlots>(ctx_->options.digest_requests_per_origin)),
         health_(ctx_->options.server_penalty),
         first_byte_(ctx_->options.first_byte_min, ctx_->options.first_byte_max) {}
 
-  // Yields exactly `range` (non-empty, within the object) of `fed_path`.
-  // With `want_digest` the request asks for the object's digest (unless the
-  // server refused lately) and the answer's claims come in
-  // FetchedBytes::digests (Origin::Digests).
+  // Yields exactly `range` (non-empty, within the object) of `fed_path`,
+  // a whole object checked as above.
   void Read(const core::ObjectPath& fed_path, const core::ObjectVersion& version,
             core::ByteRange range, core::Deadline deadline,
-            std::function<void(core::Result<core::FetchedBytes>)> done, bool want_digest = false);
+            std::function<void(core::Result<core::FetchedBytes>)> done);
+
+  // The digest of the whole object `fed_path` at `version` as a server that
+  // did not send this process its bytes states it (Origin::Digests): the
+  // named servers that did not (ServedBy), then the origins; the raw
+  // readings of the first usable answer. kNotFound when none states one.
+  void Vouch(const core::ObjectPath& fed_path, const core::ObjectVersion& version,
+             core::Deadline deadline,
+             std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done);
 
   // The attributes of `fed_path` from a one-byte Range GET down the same
   // server list (for namespaces that offer no listings): a file's size from
@@ -103,6 +123,10 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
 
   // The server that last delivered bytes of `fed_path`; "" if none. Any thread.
   std::string ServedBy(const std::string& fed_path) const;
+  // Every server that delivered bytes of `fed_path` lately (at most
+  // kMaxSenders, the latest last). Any thread.
+  std::vector<std::string> SentBy(const std::string& fed_path) const;
+  static constexpr size_t kMaxSenders = 4;
 
   void SetProgressHook(std::function<void(const std::string& url, uint64_t bytes)> hook) {
     progress_hook_ = std::move(hook);
@@ -126,26 +150,45 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   bool ProbeDone(std::shared_ptr<Op> op, const HttpHead& head);
   void WatchFirstByte(std::shared_ptr<Op> op);
   void AttemptDone(std::shared_ptr<Op> op, core::Result<HttpResponse> r);
+  // The attempt failed with `failure`: the next server (or the plan's end).
+  void Failed(std::shared_ptr<Op> op, core::Status failure, long http_status);
   void Finish(std::shared_ptr<Op> op, core::Result<core::Bytes> r);
+
+  // The whole-object check (range_reader_vouch.cc). StartVouch asks the next
+  // server that may vouch for the bytes `sender` sends (false: none is
+  // left); Decide judges a whole body once no request is out.
+  bool StartVouch(const std::shared_ptr<Op>& op, const std::string& sender);
+  void AskVoucher(const std::shared_ptr<Op>& op, std::shared_ptr<const NamespaceEntry> entry,
+                  size_t index, bool origin);
+  void SendVouch(const std::shared_ptr<Op>& op, std::shared_ptr<const NamespaceEntry> entry,
+                 size_t index, bool origin, uint64_t seq);
+  void VouchAnswered(const std::shared_ptr<Op>& op, uint64_t seq, const std::string& server,
+                     bool origin, std::vector<core::ObjectDigest> claims);
+  void VouchExhausted(const std::shared_ptr<Op>& op);
+  void Decide(const std::shared_ptr<Op>& op);
+  void BodyMismatch(const std::shared_ptr<Op>& op);
+  void Unverified(const std::shared_ptr<Op>& op, const std::string& why);
+  // Whether `server` is one of the namespace's origins, as far as `op` knows.
+  static bool IsOrigin(const Op& op, const std::string& server);
   void NoteServer(const std::string& fed_path, const std::string& server);
   // Whether an answer with `http_status` to a request carrying Want-Digest
   // may be XRootD refusing the digest rather than the read.
   static bool RefusesDigests(long http_status);
   bool Distrusted(const std::string& fed_path, core::Clock::time_point now);
-  // An error if the body of `op` does not match a digest its answer carried.
-  core::Status CheckAgainstDigest(const Op& op);
 
   std::shared_ptr<ClientContext> ctx_;
   std::shared_ptr<DirectorClient> director_;
   std::shared_ptr<NamespaceAuth> auth_;
   std::shared_ptr<DigestRefusals> digest_refusals_;
-  ServerHealth health_;                                              // loop thread
-  FirstByteTimer first_byte_;                                        // loop thread
+  std::shared_ptr<DigestSlots> digest_slots_;
+  std::set<std::string> unverified_said_;  // loop thread: namespaces told of unchecked reads
+  ServerHealth health_;                    // loop thread
+  FirstByteTimer first_byte_;              // loop thread
   std::function<void(const std::string&, uint64_t)> progress_hook_;  // loop thread
   std::map<std::string, core::Clock::time_point> distrusted_;        // loop thread: until when
 
   mutable core::Mutex served_mu_;
-  std::unordered_map<std::string, std::string> served_by_ PERCH_GUARDED_BY(served_mu_);
+  std::unordered_map<std::string, std::vector<std::string>> served_by_ PERCH_GUARDED_BY(served_mu_);
 };
 
 }  // namespace perch::http

@@ -24,10 +24,11 @@ struct FaultServer::Impl {
   std::thread accept_thread;
   std::atomic<bool> stopping{false};
   mutable std::mutex mu;
-  std::map<std::string, std::string> objects;                         // Protected by mu
-  std::vector<std::string> links{"ok"};                               // Protected by mu
-  std::map<std::string, int> hits;                                    // Protected by mu
-  std::map<std::string, int> digest_asks;                             // Protected by mu
+  std::map<std::string, std::string> objects;  // Protected by mu
+  std::vector<std::string> links{"ok"};        // Protected by mu
+  std::map<std::string, int> hits;             // Protected by mu
+  std::map<std::string, int> digest_asks;      // Protected by mu
+  std::atomic<int> digests_in_flight{0}, max_digests_in_flight{0};
   int override_status = 0;                                            // Protected by mu
   int override_times = 0;                                             // Protected by mu
   std::vector<std::pair<std::string, std::string>> override_headers;  // Protected by mu
@@ -199,6 +200,8 @@ int FaultServer::DigestAsks(const std::string& behaviour) const {
   return it == impl_->digest_asks.end() ? 0 : it->second;
 }
 
+int FaultServer::MaxDigestsInFlight() const { return impl_->max_digests_in_flight.load(); }
+
 int FaultServer::Hits(const std::string& behaviour) const {
   std::lock_guard<std::mutex> l(impl_->mu);
   auto it = impl_->hits.find(behaviour);
@@ -340,10 +343,33 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
     if (it == objects.end()) return reply(404, "not found");
     object = it->second;
   }
+  // Requests carrying Want-Digest being answered at once (XRootD's checksum jobs).
+  struct InFlight {
+    Impl* impl;
+    bool on;
+    InFlight(Impl* i, bool digest) : impl(i), on(digest) {
+      if (!on) return;
+      int now = ++impl->digests_in_flight;
+      int seen = impl->max_digests_in_flight.load();
+      while (now > seen && !impl->max_digests_in_flight.compare_exchange_weak(seen, now)) {
+      }
+    }
+    ~InFlight() {
+      if (on) --impl->digests_in_flight;
+    }
+  } in_flight(this, want_digest);
+  if (behaviour == "slowdigest" && want_digest) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // computes the digest
+  }
   if (behaviour == "500") return reply(500, "injected failure");
   if (behaviour == "404") return reply(404, "injected not found");
   if (behaviour == "403") return reply(403, "injected denial");
   if (behaviour == "nodigest" && want_digest) return reply(405, "");
+  // A hostile cache: one byte of the object wrong in every answer, and a
+  // digest that is none, junk, or that of its own wrong bytes.
+  const bool lies = behaviour.rfind("lies", 0) == 0;
+  if (lies && !object.empty()) object[object.size() / 3] ^= 0x04;  // not corrupt's byte
+  if (behaviour == "lies-405" && want_digest) return reply(405, "");
   if (behaviour == "digest404" && want_digest) return reply(404, "injected not found");
   uint64_t first = 0, last = object.empty() ? 0 : object.size() - 1;
   std::string range(req[bhttp::field::range]);
@@ -385,7 +411,10 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
   }
   std::vector<std::pair<std::string, std::string>> headers{{"Content-Range", cr},
                                                            {"ETag", "\"17\""}};
-  if (want_digest) {
+  if (want_digest && behaviour == "lies-junk") {
+    headers.emplace_back(
+        "Digest", "adler32=zzzzzzzz, sha-512=AAAA, foo=bar, md5=" + std::string(60 << 10, 'A'));
+  } else if (want_digest && behaviour != "lies-none") {
     char hex[9];
     std::snprintf(
         hex, sizeof hex, "%08x",

@@ -23,10 +23,16 @@
 // flipped, under the true digest), nodigest (405 to a request carrying
 // Want-Digest, as XRootD without checksums answers), digest404 (404 to a
 // request carrying Want-Digest, as XRootD 5.5 answers some under concurrent
-// ones for a file it has; served otherwise).
+// ones for a file it has; served otherwise). Hostile caches, whose copy has
+// one byte of the object flipped in every answer: lies (states the digest
+// of its own wrong bytes), lies-405 (refuses Want-Digest), lies-none (states
+// no digest), lies-junk (states unparsable ones: adler32=zzzzzzzz,
+// sha-512=AAAA, foo=bar and a 60 KB md5: Beast takes no longer field). slowdigest takes 50 ms to answer
+// a request carrying Want-Digest (a checksum job); any other name serves
+// as ok does, from a server of its own ("ok2").
 //
-// A request carrying Want-Digest gets the whole object's adler32, as XRootD's
-// origins answer it on any Range GET.
+// A request carrying Want-Digest gets the whole object's adler32 (of the
+// bytes that server serves), as XRootD's origins answer it on any Range GET.
 //
 // Thread-safety: setters may be called while serving; state is under a mutex.
 #pragma once
@@ -98,6 +104,8 @@ class FaultServer {
   // How many requests each behaviour's server got; how many of them carried Want-Digest.
   int Hits(const std::string& behaviour) const;
   int DigestAsks(const std::string& behaviour) const;
+  // The most requests carrying Want-Digest answered at once, by all servers.
+  int MaxDigestsInFlight() const;
   int DirectorHits() const { return director_hits_.load(); }
 
  private:

@@ -40,12 +40,9 @@ class CorruptCaches : public ::testing::Test {
     std::filesystem::create_directories(mnt_);
   }
 
-  // Mounts /c with perchd (`extra` flags added), one file after another and
-  // no prefetch: XRootD 5.5 crashes under concurrent Want-Digest requests
-  // (docs/quirks.md), which is why verification is opt-in.
+  // Mounts /c with perchd's defaults and `extra` flags.
   void Mount(const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"--no-prefetch", "--cache-dir",
-                                     (work_->path() / "cache").string(), "--control",
+    std::vector<std::string> args = {"--cache-dir", (work_->path() / "cache").string(), "--control",
                                      "unix:" + Socket()};
     args.insert(args.end(), extra.begin(), extra.end());
     args.push_back(fed_->FederationUrl() + "/c");

@@ -1,11 +1,11 @@
 // Issue #30's acceptance, end to end: perch-devfed with two real XCache
 // servers in front of a real XRootD origin, and a proxy that flips one byte
 // in a fifth of the caches' response bodies (--fault-corrupt 0.2, never the
-// origin's). 200 files read cold through the real perchd mount with
-// --verify-digests are all byte-exact; the mismatches are counted and every
-// object was checked against its digest. Without verification (the default)
-// the same federation hands the mount wrong bytes: the test shows it, so
-// that it cannot pass by corrupting nothing.
+// origin's). 200 files read cold through the real perchd mount with its
+// defaults are all byte-exact; the mismatches are counted and every object
+// was checked against its digest. With --no-verify-digests the same
+// federation hands the mount wrong bytes: the test shows it, so that it
+// cannot pass by corrupting nothing.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -36,8 +36,9 @@ class CorruptCachesTest : public CorruptCaches {
   }
 
   void Mount(bool verify) {
-    CorruptCaches::Mount(verify ? std::vector<std::string>{"--verify-digests"}
-                                : std::vector<std::string>{});
+    // No prefetch: the reads come one after another, in the test's order.
+    CorruptCaches::Mount(verify ? std::vector<std::string>{"--no-prefetch"}
+                                : std::vector<std::string>{"--no-prefetch", "--no-verify-digests"});
   }
   // Every file read through the mount: those whose read failed (an error
   // from open or read) and those read whole whose bytes differ from the
@@ -94,8 +95,10 @@ TEST_F(CorruptCachesTest, TwoHundredColdFilesAreByteExactAndTheMismatchesCounted
   EXPECT_EQ(reads.wrong, 0) << "wrong bytes handed to a reader\n" << Warnings();
   EXPECT_EQ(reads.failed, 0) << reads.failures << Warnings();
   nlohmann::json s = PerchctlJson(Socket(), {"stats", "--json"});
-  // A fifth of first answers is corrupt: about 40 mismatches; at least a few.
-  EXPECT_GE(s["digest_mismatches"], 5u) << s.dump();
+  // A fifth of the caches' answers is corrupt; a cache that sent a wrong
+  // body sorts last for server_penalty (30 s), so once both have, the origin
+  // serves: at least one mismatch, often a few.
+  EXPECT_GE(s["digest_mismatches"], 1u) << s.dump();
   EXPECT_EQ(s["digests_verified"], static_cast<unsigned>(kFiles)) << s.dump();
 }
 

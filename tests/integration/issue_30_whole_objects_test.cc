@@ -65,7 +65,7 @@ class WholeObjectsTest : public CorruptCaches {
     for (int i = 0; i < kFiles; ++i) files.push_back({"d/f" + std::to_string(i), kSize});
     StartFederation("whole-objects", files);
     if (IsSkipped() || HasFatalFailure()) return;
-    Mount({"--verify-digests", "--block-size", "64K"});
+    Mount({"--no-prefetch", "--verify-digests", "--block-size", "64K"});
   }
   std::string Original(int i) const { return Exported("d/f" + std::to_string(i)); }
   fs::path Mounted(int i) const { return mnt_ / "d" / ("f" + std::to_string(i)); }

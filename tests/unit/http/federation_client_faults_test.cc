@@ -9,6 +9,7 @@
 
 #include "daemon/http/federation_client.h"
 #include "tests/fakes/fault_server.h"
+#include "tests/unit/http/faults_fixture.h"
 
 namespace perch::http {
 namespace {
@@ -16,44 +17,6 @@ namespace {
 using core::Result;
 using core::StatusCode;
 using testing::FaultServer;
-
-std::string RandomBytes(size_t n) {
-  std::mt19937 rng(1);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-class FaultsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    object_ = RandomBytes(1 << 20);
-    server_.AddObject("obj", object_);
-    FederationClientOptions opts;
-    opts.low_speed_time = std::chrono::seconds(1);
-    opts.low_speed_bytes = 1000;
-    opts.director_backoff = std::chrono::milliseconds(50);
-    client_ = std::make_unique<FederationClient>(
-        loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
-  }
-
-  Result<core::Bytes> Read(uint64_t off, uint64_t len,
-                           std::chrono::seconds timeout = std::chrono::seconds(20)) {
-    std::promise<Result<core::Bytes>> p;
-    client_->ReadRange(*core::ObjectPath::Parse("/obj"), core::ObjectVersion{object_.size(), ""},
-                       core::ByteRange{off, len}, core::DeadlineAfter(timeout),
-                       [&](Result<core::FetchedBytes> r) {
-                         p.set_value(r.ok() ? Result<core::Bytes>(std::move(r->bytes))
-                                            : Result<core::Bytes>(r.status()));
-                       });
-    return p.get_future().get();
-  }
-
-  FaultServer server_;
-  CurlLoop loop_{CurlLoop::Options{}};
-  std::unique_ptr<FederationClient> client_;
-  std::string object_;
-};
 
 TEST_F(FaultsTest, EachServerFailureFailsOverToTheNext) {
   server_.SetLinks({"500", "badrange", "wrongsize", "norange", "refuse", "ok"});
@@ -185,93 +148,6 @@ TEST_F(FaultsTest, ADistrustedObjectIsReadFromItsOriginFirst) {
   EXPECT_EQ(server_.DirectReadHits(), 1);
   EXPECT_EQ(client_->counters().origin_fallbacks, 3u);
   EXPECT_EQ(client_->counters().failovers, 0u);
-}
-
-// XRootD 5.5 answers some requests carrying Want-Digest with 404 for a file
-// it has when they come at once (docs/quirks.md): under load, a cache of
-// perch-devfed's corrupting federation did so while the other sent a body
-// that failed its digest, and the read ended with EIO although the origin
-// held the object (CorruptCachesTest). Such a 404 is not the object's answer
-// until the origin was asked too.
-TEST_F(FaultsTest, A404ToWantDigestLeavesTheOriginToServeTheRead) {
-  FederationClientOptions opts;
-  opts.verify_digests = true;  // a read of the whole object carries Want-Digest
-  client_ = std::make_unique<FederationClient>(
-      loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
-  server_.SetLinks({"corrupt", "digest404"});
-  server_.SetDirectReads("ok");
-  auto r = Read(0, object_.size());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE(*r == object_);
-  EXPECT_EQ(server_.DigestAsks("digest404"), 1);
-  EXPECT_EQ(server_.DirectReadHits(), 1);
-  EXPECT_EQ(client_->counters().digest_mismatches, 1u);
-  EXPECT_EQ(client_->counters().digests_verified, 1u);
-
-  // Every server, the origin too, says 404: the object is missing.
-  server_.SetLinks({"digest404"});
-  server_.SetDirectReads("digest404");
-  client_->InvalidateForTest();
-  r = Read(0, object_.size());
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
-}
-
-// A read that goes to the origin first (its cached copy failed the digest,
-// or every named server failed lately) goes on to the named servers when the
-// origin fails it, with a 404 too: before, the origin's 404 to Want-Digest
-// ended it as "not found" with a good cache never asked.
-TEST_F(FaultsTest, WhenTheOriginFailsADistrustedReadTheNamedServersServeIt) {
-  FederationClientOptions opts;
-  opts.verify_digests = true;
-  client_ = std::make_unique<FederationClient>(
-      loop_, *ParseFederationUrl(server_.BaseUrl() + "/ns"), opts);
-  server_.SetLinks({"ok"});
-  server_.SetDirectReads("digest404");
-  client_->Distrust(*core::ObjectPath::Parse("/obj"));
-  auto r = Read(0, object_.size());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE(*r == object_);
-  EXPECT_EQ(server_.DigestAsks("digest404"), 1);  // the origin first
-  EXPECT_EQ(server_.Hits("ok"), 1);               // then the cache
-  EXPECT_EQ(client_->counters().digests_verified, 1u);
-
-  // An origin that fails for its own reasons: the same.
-  server_.SetDirectReads("500");
-  client_->InvalidateForTest();
-  client_->Distrust(*core::ObjectPath::Parse("/obj"));
-  r = Read(0, object_.size());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE(*r == object_);
-  EXPECT_EQ(server_.Hits("500"), 2);  // asked again without Want-Digest (a refusal?)
-  EXPECT_EQ(server_.Hits("ok"), 2);
-}
-
-// The digest of an object (Origin::Digests, what Mount::VerifyComplete checks
-// a whole cached copy against): a 404 from a cache leaves the origin to state
-// it, and a 404 from every server is no answer rather than kNotFound ("no
-// server offers a digest"), which would have the copy taken for checked.
-TEST_F(FaultsTest, ADigestRequestAnswered404IsNotNoDigestOffered) {
-  auto digests = [&] {
-    std::promise<Result<std::vector<core::ObjectDigest>>> p;
-    client_->Digests(*core::ObjectPath::Parse("/obj"), core::ObjectVersion{object_.size(), ""},
-                     core::DeadlineAfter(std::chrono::seconds(20)),
-                     [&](Result<std::vector<core::ObjectDigest>> r) { p.set_value(std::move(r)); });
-    return p.get_future().get();
-  };
-  server_.SetLinks({"digest404"});
-  server_.SetDirectReads("ok");
-  auto r = digests();
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_FALSE(r->empty());
-  EXPECT_EQ(server_.DigestAsks("digest404"), 1);
-  EXPECT_EQ(server_.DigestAsks("ok"), 1);
-
-  server_.SetDirectReads("digest404");
-  client_->InvalidateForTest();
-  r = digests();
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
 }
 
 TEST_F(FaultsTest, ARefusedDirectReadIsAskedOnceAndTheReadEndsAtItsDeadline) {
