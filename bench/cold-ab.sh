@@ -15,8 +15,10 @@
 # several, separated by spaces, give each build one pass per reader in each round.
 # Needs root (FUSE, drop_caches). Run after building the builds to compare:
 #   BINS="/tmp/before/bin build/bin" bench/cold-ab.sh
-# Env: BINS (directories with perchd, perchctl, perch-devfed; default
-# build/bin), ROUNDS (3), SMALL_FILES (2000), READERS (32), CACHE_ROOT (where
+# or one build with two sets of perchd flags (after a colon, commas for spaces):
+#   BINS="build/bin build/bin:--no-verify-digests" bench/cold-ab.sh
+# Env: BINS (directories with perchd, perchctl, perch-devfed, each with
+# perchd flags after a colon; default build/bin), ROUNDS (3), SMALL_FILES (2000), READERS (32), CACHE_ROOT (where
 # the caches go: default the work directory on this disk; a tmpfs takes the
 # filesystem out), FRESH (1: the cache directory is removed and made again
 # before each pass, as bench/cost.sh does, so that a filesystem's cost after
@@ -62,10 +64,13 @@ for r in $(seq "${ROUNDS:-3}"); do
   x0=$(bench_cpu_ticks "${ORIGIN_PIDS[@]}")
   read -r w u s < <(bench_run_cpu curl -s --no-progress-meter --parallel --parallel-max "$READERS" -K "$WORK/curl.cfg")
   line "curl, origin" "$w" "$(echo "$u + $s" | bc -l)" $(($(bench_cpu_ticks "${ORIGIN_PIDS[@]}") - x0))
-  for b in $BINS; do
+  for entry in $BINS; do
+    b=${entry%%:*}
+    flags=""
+    [[ $entry == *:* ]] && flags=${entry#*:}
     for kind in "${KINDS[@]}"; do
       BIN=$b
-      name=$b
+      name=$entry
       ((${#KINDS[@]} > 1)) && name="$b, $kind"
       bench_reader "$kind" SMALL_READER
       cache=${CACHE_ROOT:-$WORK}/cache-$r-$RANDOM
@@ -73,7 +78,8 @@ for r in $(seq "${ROUNDS:-3}"); do
         cache=${CACHE_ROOT:-$WORK}/cache
         rm -rf "$cache"
       fi
-      bench_mount "$cache" "$M"
+      # shellcheck disable=SC2086  # flags: perchd flags, commas for spaces
+      bench_mount "$cache" "$M" ${flags//,/ }
       drop
       p0=$(bench_cpu_ticks "$PERCHD_PID")
       x0=$(bench_cpu_ticks "${ORIGIN_PIDS[@]}")

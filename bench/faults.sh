@@ -15,9 +15,10 @@
 #   stop      the same with SIGSTOP (a hung cache: connections open, no answer)
 #   kill2     no faults; both caches SIGKILLed when 40 % are read (the origin
 #             stays: perch-devfed's director names it once no cache is left)
-#   digests   no faults; perchd with --verify-digests (what asking costs)
+#   digests   no faults; perchd with --no-verify-digests (against base, with
+#             the defaults: what checking every object costs)
 #   corrupt1  1 % of the caches' bodies have one byte flipped (--fault-corrupt),
-#             perchd with --verify-digests: 0 wrong reads is the target
+#             perchd with its defaults (digests checked): 0 wrong reads is the target
 #   corrupt20 the same with 20 %
 #   curl      FAULT % cut, each file fetched by curl through the director
 #             (-L) with --retry-all-errors: a client that restarts, not resumes
@@ -278,9 +279,9 @@ for SEED in $SEEDS; do
       kill) run_perch kill "$SEED" "$AT" KILL $NOFAULT ;;
       stop) run_perch stop "$SEED" "$AT" STOP $NOFAULT ;;
       kill2) run_perch kill2 "$SEED" "$AT" KILL2 $NOFAULT ;;
-      digests) CASE_PERCHD_ARGS=--verify-digests run_perch digests "$SEED" 0 - $NOFAULT ;;
-      corrupt1) CASE_PERCHD_ARGS=--verify-digests run_perch corrupt1 "$SEED" 0 - --fault-corrupt 0.01 ;;
-      corrupt20) CASE_PERCHD_ARGS=--verify-digests run_perch corrupt20 "$SEED" 0 - --fault-corrupt 0.2 ;;
+      digests) CASE_PERCHD_ARGS=--no-verify-digests run_perch digests "$SEED" 0 - $NOFAULT ;;
+      corrupt1) run_perch corrupt1 "$SEED" 0 - --fault-corrupt 0.01 ;;
+      corrupt20) run_perch corrupt20 "$SEED" 0 - --fault-corrupt 0.2 ;;
       curl) run_curl "$SEED" ;;
       *) echo "unknown case $c" >&2; exit 2 ;;
     esac

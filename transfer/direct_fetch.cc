@@ -130,7 +130,7 @@ Result<FetchReport> DirectFetcher::Fetch(const http::FederationUrl& url, const T
   // one request; none offered (or no answer) leaves the file unchecked.
   core::Deadline digest_deadline = core::DeadlineAfter(60s);
   auto digests = core::WaitFor<std::vector<core::ObjectDigest>>(digest_deadline, [&](auto done) {
-    client.Digests(url.path, version, digest_deadline, std::move(done));
+    client.Digests(url.path, version, {}, digest_deadline, std::move(done));
   });
   if (digests.ok()) report.digests = *std::move(digests);
   return report;

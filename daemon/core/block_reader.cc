@@ -194,7 +194,7 @@ void BlockReader::ReadParts(const ObjectPath& path, const ObjectVersion& version
       return;
     }
   }
-  for (uint64_t b = first; b <= last; ++b) {
+  for (uint64_t b = first; b <= last && cls.counted; ++b) {
     if (!hits[b - first]) continue;
     auto [block_len, from, to] = part(b);
     CountHit(path, to - from);
@@ -321,7 +321,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     if (done) {
       // Served from memory without a fetch: a hit, of the part the reader
       // wants (counting the whole block inflated bytes_from_cache).
-      CountHit(path, part_len);
+      if (cls.counted) CountHit(path, part_len);
       done(std::move(fresh));
     }
     return;
@@ -332,7 +332,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
   if (listener_ != nullptr && listener_->Contains(key)) {
     if (!done) return;  // a prefetch: nothing to do
     if (auto stored = StoreRead(key, 0, block_len); stored.ok() && stored->size() == block_len) {
-      CountHit(path, part_len);
+      if (cls.counted) CountHit(path, part_len);
       done(std::make_shared<const Bytes>(*std::move(stored)));
       return;
     }

@@ -65,6 +65,9 @@ struct BlockReaderOptions {
 struct FetchClass {
   Priority priority = Priority::kDemand;
   std::string flow;
+  // False for the cache's own reads (a digest check of a copy): its hits
+  // are not a reader's, neither counted nor an access for eviction.
+  bool counted = true;
 };
 
 struct BlockReaderStats {

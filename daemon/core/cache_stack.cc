@@ -176,7 +176,7 @@ Result<std::string> Mount::Xattr(const ObjectPath& p, const FileAttr& a, std::st
 Result<std::vector<ObjectDigest>> Mount::Digests(const ObjectPath& p, const FileAttr& a,
                                                  const std::vector<std::string>& wanted) {
   auto all = digests_.Get(*spec_.origin, *reader_, p, a, fs_->ObjectId(p, a),
-                          DeadlineAfter(spec_.op_timeout));
+                          DeadlineAfter(spec_.op_timeout), OnMismatch::kFetchAgain, wanted);
   if (!all.ok() || wanted.empty()) return all;
   std::vector<ObjectDigest> out;
   for (const std::string& w : wanted) {
@@ -219,9 +219,14 @@ Status Mount::VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::
     }
     watching_ = verified_.size() + verifying_.size();
   }
-  if (checked.code() == StatusCode::kNotFound) {
-    // No server but those that sent its bytes states a digest: served,
-    // counted, and said once per mount.
+  const bool unreachable =
+      checked.code() == StatusCode::kUnavailable || checked.code() == StatusCode::kDeadlineExceeded;
+  const bool federation_gone = offline() || checked.where() == FailureSite::kDirector;
+  if (checked.code() == StatusCode::kNotFound || (unreachable && federation_gone)) {
+    // No server but those that sent its bytes states a digest, or the
+    // federation does not answer at all (offline, or its director down): no
+    // source can check it,
+    // so it is served, counted, and said once per mount.
     digests_.CountUnverified();
     if (!said_unverified_.exchange(true)) {
       spdlog::warn("{}: {}; such objects of {} are served unchecked (digests_unverified)",
@@ -229,8 +234,9 @@ Status Mount::VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::
     }
     return Status::Ok();
   }
-  // A mismatch, or no answer in time: never served unchecked while a server
-  // may vouch for it (the next read asks again).
+  // A mismatch, or no answer in time while the federation answers: never
+  // served unchecked while a server may vouch for it (the next read asks
+  // again).
   return checked;
 }
 

@@ -152,8 +152,10 @@ class Mount {
   // logged, and the next read fetches them again. Ok when there is nothing
   // to check against or with: checking off, an object of one block (checked
   // at its fetch), an object not all cached, or no server but its senders
-  // stating a digest (counted as unverified, remembered for this copy). No
-  // answer by `deadline` is that error: never served unchecked.
+  // stating a digest (counted as unverified, remembered for this copy), or
+  // the federation not answering at all (offline, its director down). No
+  // answer by `deadline` while
+  // the federation answers is that error: never served unchecked.
   Status VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::string& object_id,
                         Deadline deadline);
 

@@ -86,7 +86,9 @@ void DigestKeeper::Remember(const std::string& object_id, std::vector<ObjectDige
 
 void DigestKeeper::Keep(const std::string& object_id, std::vector<ObjectDigest> digests) const {
   MutexLock l(mu_);
-  if (known_.emplace(object_id, std::move(digests)).second) order_.push_back(object_id);
+  auto [it, inserted] = known_.try_emplace(object_id);
+  it->second = std::move(digests);
+  if (inserted) order_.push_back(object_id);
   while (known_.size() > options_.max_remembered && !order_.empty()) {
     known_.erase(order_.front());
     order_.pop_front();
@@ -99,7 +101,8 @@ Status DigestKeeper::Feed(BlockReader& reader, const ObjectPath& path, const Obj
   for (uint64_t offset = 0; offset < version.size; offset += block) {
     uint64_t length = std::min(block, version.size - offset);
     auto bytes = WaitFor<Bytes>(deadline, [&](auto cb) {
-      reader.Read(path, version, object_id, ByteRange{offset, length}, deadline, cb);
+      reader.Read(path, version, object_id, ByteRange{offset, length}, deadline, cb,
+                  FetchClass{Priority::kDemand, "", /*counted=*/false});
     });
     if (!bytes.ok()) return bytes.status();
     if (bytes->size() != length) {
@@ -126,9 +129,17 @@ Result<std::vector<ObjectDigest>> DigestKeeper::Digest(BlockReader& reader, cons
 Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader& reader,
                                                     const ObjectPath& path, const FileAttr& attr,
                                                     const std::string& object_id, Deadline deadline,
-                                                    OnMismatch on_mismatch) {
+                                                    OnMismatch on_mismatch,
+                                                    const std::vector<std::string>& wanted) {
   if (attr.is_dir) return InvalidArgumentError(path.str() + " is a directory: no digest");
-  if (auto known = Known(object_id); !known.empty()) return known;
+  std::vector<ObjectDigest> known = Known(object_id);
+  auto has_wanted = [&] {
+    if (wanted.empty()) return !known.empty();
+    return std::any_of(known.begin(), known.end(), [&](const ObjectDigest& d) {
+      return std::find(wanted.begin(), wanted.end(), d.algorithm) != wanted.end();
+    });
+  };
+  if (has_wanted()) return known;
   if (!hasher_) return NotFoundError("no digests: perch computes none here", FailureSite::kLocal);
   const ObjectVersion version{attr.size, attr.etag};
   if (attr.size == 0) {
@@ -137,27 +148,50 @@ Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader&
     Remember(object_id, empty, /*persist=*/false);
     return empty;
   }
+  // perch's list in one request; or each algorithm wanted in turn (XRootD
+  // answers the first one a request names), at most three, until one is known.
+  std::vector<std::vector<std::string>> asks;
+  if (wanted.empty()) asks.push_back({});
+  for (const std::string& a : wanted) {
+    if (IsDigestAlgorithm(a) && asks.size() < 3) asks.push_back({a});
+  }
+  Status last = NotFoundError(path.str() + ": no server states a digest perch computes");
+  for (const std::vector<std::string>& ask : asks) {
+    Result<ObjectDigest> got =
+        Ask(origin, reader, path, version, object_id, ask, deadline, on_mismatch);
+    if (!got.ok()) {
+      if (got.status().code() == StatusCode::kCorrupt) return got.status();
+      last = got.status();
+      continue;
+    }
+    if (std::find(known.begin(), known.end(), *got) == known.end()) known.push_back(*got);
+    Remember(object_id, known, /*persist=*/true);
+    if (has_wanted()) break;
+  }
+  if (known.empty()) return last;
+  return known;  // what is known, if not what was wanted: the caller picks
+}
 
+Result<ObjectDigest> DigestKeeper::Ask(Origin& origin, BlockReader& reader, const ObjectPath& path,
+                                       const ObjectVersion& version, const std::string& object_id,
+                                       const std::vector<std::string>& ask, Deadline deadline,
+                                       OnMismatch on_mismatch) {
   stats_.asks++;
   auto claims = WaitFor<std::vector<ObjectDigest>>(
-      deadline, [&](auto cb) { origin.Digests(path, version, deadline, cb); });
+      deadline, [&](auto cb) { origin.Digests(path, version, ask, deadline, cb); });
   if (!claims.ok()) return claims.status();
   const std::vector<std::string> algorithms = AlgorithmsFor(*claims);
   if (algorithms.empty()) {
     return NotFoundError(path.str() + ": the server's digest is of no algorithm perch computes");
   }
-
   for (int attempt = 0;; attempt++) {
     auto computed = Digest(reader, path, version, object_id, algorithms, deadline);
     if (!computed.ok()) return computed.status();
     ObjectDigest matched;
     switch (MatchDigests(*claims, *computed, &matched)) {
-      case DigestMatch::kMatch: {
+      case DigestMatch::kMatch:
         stats_.verified++;
-        std::vector<ObjectDigest> kept{std::move(matched)};
-        Remember(object_id, kept, /*persist=*/true);
-        return kept;
-      }
+        return matched;
       case DigestMatch::kNone:
         return NotFoundError(path.str() +
                              ": the server's digest is of no algorithm perch computes");

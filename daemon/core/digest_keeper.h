@@ -82,15 +82,19 @@ class DigestKeeper {
   DigestKeeper(const DigestKeeper&) = delete;
   DigestKeeper& operator=(const DigestKeeper&) = delete;
 
-  // Every digest perch computes of object `object_id` (`path` at `attr`,
-  // read with `reader` from `origin`), checked as above, in
-  // DigestAlgorithms() order. kNotFound when no server offers a digest perch
-  // can check; kCorrupt when the bytes do not match it; the read's error
-  // (kUnavailable, kDeadlineExceeded, ...) otherwise.
+  // The digests known of object `object_id` (`path` at `attr`, read with
+  // `reader` from `origin`), each one a server stated and the bytes matched
+  // (as above). When none of `wanted` (algorithm names; empty: any) is known
+  // yet, servers are asked for them, one request per algorithm (at most
+  // three), and what they state is checked and kept. kNotFound when no
+  // server states a digest perch can check; kCorrupt when the bytes do not
+  // match one; the read's error (kUnavailable, kDeadlineExceeded, ...)
+  // otherwise.
   Result<std::vector<ObjectDigest>> Get(Origin& origin, BlockReader& reader, const ObjectPath& path,
                                         const FileAttr& attr, const std::string& object_id,
                                         Deadline deadline,
-                                        OnMismatch on_mismatch = OnMismatch::kFetchAgain);
+                                        OnMismatch on_mismatch = OnMismatch::kFetchAgain,
+                                        const std::vector<std::string>& wanted = {});
 
   // The digests already known of `object_id` (empty if none); no request.
   std::vector<ObjectDigest> Known(const std::string& object_id) const;
@@ -124,6 +128,13 @@ class DigestKeeper {
                                            const std::string& object_id,
                                            const std::vector<std::string>& algorithms,
                                            Deadline deadline);
+  // One request for the digest (Want-Digest naming `ask`; empty: perch's
+  // list) and the check of the cached bytes against it: the digest they
+  // matched, under its true algorithm.
+  Result<ObjectDigest> Ask(Origin& origin, BlockReader& reader, const ObjectPath& path,
+                           const ObjectVersion& version, const std::string& object_id,
+                           const std::vector<std::string>& ask, Deadline deadline,
+                           OnMismatch on_mismatch);
   // Kept in memory; `persist`: in the index too.
   void Remember(const std::string& object_id, std::vector<ObjectDigest> digests, bool persist);
   // Kept in memory (a cache of the index: Known may fill it).

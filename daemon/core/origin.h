@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "daemon/core/object_digest.h"
@@ -42,14 +43,16 @@ class Origin {
                          Deadline deadline, std::function<void(Result<FetchedBytes>)> done) = 0;
 
   // Yields the digests of the whole object `path` at `version` as one server
-  // states them (RFC 3230 Want-Digest; one request, never one per block).
+  // states them (RFC 3230 Want-Digest; one request, never one per block),
+  // asked for `algorithms` (DigestAlgorithms() names; empty: perch's list).
   // They are claims: a value that reads both as hex and as base64 yields both
   // readings, and a server's name for a digest may be wrong (docs/quirks.md),
   // so check them against the bytes (MatchDigests). kNotFound when no server
   // offered one (this default: an origin that never does).
-  virtual void Digests(const ObjectPath& path, const ObjectVersion& version, Deadline deadline,
+  virtual void Digests(const ObjectPath& path, const ObjectVersion& version,
+                       const std::vector<std::string>& algorithms, Deadline deadline,
                        std::function<void(Result<std::vector<ObjectDigest>>)> done) {
-    (void)version, (void)deadline;
+    (void)version, (void)algorithms, (void)deadline;
     done(NotFoundError(path.str() + ": no digests from this origin"));
   }
 

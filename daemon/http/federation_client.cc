@@ -102,7 +102,7 @@ void FederationClient::Distrust(const ObjectPath& path) {
 }
 
 void FederationClient::Digests(const ObjectPath& path, const core::ObjectVersion& version,
-                               Deadline deadline,
+                               const std::vector<std::string>& algorithms, Deadline deadline,
                                std::function<void(Result<std::vector<core::ObjectDigest>>)> done) {
   ObjectPath fed = ToFederation(path);
   const Shard& s = ReaderOf(fed);
@@ -112,9 +112,10 @@ void FederationClient::Digests(const ObjectPath& path, const core::ObjectVersion
     });
     return;
   }
-  s.loop->Post([reader = s.reader, fed, version, deadline, done = std::move(done)]() mutable {
-    reader->Vouch(fed, version, deadline, std::move(done));
-  });
+  s.loop->Post(
+      [reader = s.reader, fed, version, algorithms, deadline, done = std::move(done)]() mutable {
+        reader->Vouch(fed, version, algorithms, deadline, std::move(done));
+      });
 }
 
 void FederationClient::SetProgressHookForTest(

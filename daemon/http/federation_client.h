@@ -81,7 +81,7 @@ class FederationClient : public core::Origin {
   // origins; the origins first for a copy of unknown senders), within the
   // bound of digest requests per origin. kNotFound when none states one.
   void Digests(const core::ObjectPath& path, const core::ObjectVersion& version,
-               core::Deadline deadline,
+               const std::vector<std::string>& algorithms, core::Deadline deadline,
                std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done) override;
   // Reads of `path` go to its origins first for a while (RangeReader::Distrust).
   void Distrust(const core::ObjectPath& path) override;

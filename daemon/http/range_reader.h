@@ -97,9 +97,10 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   // The digest of the whole object `fed_path` at `version` as a server that
   // did not send this process its bytes states it (Origin::Digests): the
   // named servers that did not (ServedBy), then the origins; the raw
-  // readings of the first usable answer. kNotFound when none states one.
+  // readings of the first usable answer. `algorithms`: what Want-Digest
+  // names (empty: kWantDigest). kNotFound when none states one.
   void Vouch(const core::ObjectPath& fed_path, const core::ObjectVersion& version,
-             core::Deadline deadline,
+             const std::vector<std::string>& algorithms, core::Deadline deadline,
              std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done);
 
   // The attributes of `fed_path` from a one-byte Range GET down the same
@@ -165,6 +166,9 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   void VouchAnswered(const std::shared_ptr<Op>& op, uint64_t seq, const std::string& server,
                      bool origin, std::vector<core::ObjectDigest> claims);
   void VouchExhausted(const std::shared_ptr<Op>& op);
+  // Asks the servers whose digest request failed again, after a pause;
+  // false when that is over (or they are none).
+  bool RetryVouch(const std::shared_ptr<Op>& op, const std::string& sender);
   void Decide(const std::shared_ptr<Op>& op);
   void BodyMismatch(const std::shared_ptr<Op>& op);
   void Unverified(const std::shared_ptr<Op>& op, const std::string& why);

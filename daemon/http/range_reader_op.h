@@ -52,12 +52,15 @@ struct RangeReader::Op {
   int vouch_mismatches = 0;  // bodies that did not match `vouch`
   int mismatches_seen = 0;   // bodies of this read that failed a digest
   int vouch_errors = 0;      // digest requests that failed (not a server's plain "no digest")
+  std::set<std::string> vouch_errored;      // the servers of those, asked again (RetryVouch)
+  int vouch_rounds = 0;                     // rounds of asking again
   std::vector<core::ObjectDigest> vouched;  // what the body matched, under its true name
   bool unverified = false;                  // delivered with no digest to check it against
   // Vouch(): the digest alone, from a server other than `vouch_exclude`.
   std::function<void(core::Result<std::vector<core::ObjectDigest>>)> vouch_done;
   std::set<std::string> vouch_exclude;
-  bool vouch_origin_first = false;  // Vouch(): the origins before the named servers
+  bool vouch_origin_first = false;            // Vouch(): the origins before the named servers
+  std::vector<std::string> vouch_algorithms;  // Vouch(): what Want-Digest names
   // Per attempt.
   uint64_t attempt_seq = 0;  // tells a timer which attempt it was set for
   uint64_t transfer = 0;     // the CurlLoop's id, for Cancel

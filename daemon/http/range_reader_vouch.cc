@@ -37,13 +37,14 @@ bool RangeReader::IsOrigin(const Op& op, const std::string& server) {
 }
 
 void RangeReader::Vouch(const core::ObjectPath& fed_path, const core::ObjectVersion& version,
-                        core::Deadline deadline,
+                        const std::vector<std::string>& algorithms, core::Deadline deadline,
                         std::function<void(Result<std::vector<ObjectDigest>>)> done) {
   auto op = std::make_shared<Op>();
   op->fed_path = fed_path;
   op->version = version;
   op->deadline = deadline;
   op->vouch_done = std::move(done);
+  op->vouch_algorithms = algorithms;
   for (std::string& s : SentBy(fed_path.str())) op->vouch_exclude.insert(std::move(s));
   // A copy of unknown senders (cached by an earlier run) may be any named
   // server's; one that failed a digest (Distrust) may have failed a wrong
@@ -147,6 +148,7 @@ void RangeReader::AskVoucher(const std::shared_ptr<Op>& op,
                          if (!*waiting) return;
                          *waiting = false;  // no slot in time: this server gave nothing
                          op->vouch_errors++;
+                         op->vouch_errored.insert(server);
                          self->VouchAnswered(op, seq, server, origin, {});
                        });
 }
@@ -168,7 +170,15 @@ void RangeReader::SendVouch(const std::shared_ptr<Op>& op,
   req.url = entry->ServerUrl(index, op->fed_path);
   req.headers = *auth;
   req.headers.push_back("Range: bytes=0-0");  // XRootD states the digest on any range GET
-  req.headers.push_back(kWantDigest);
+  if (op->vouch_algorithms.empty()) {
+    req.headers.push_back(kWantDigest);
+  } else {
+    std::string want = "Want-Digest: ";
+    for (size_t i = 0; i < op->vouch_algorithms.size() && i < 8; ++i) {
+      want += (i ? ", " : "") + op->vouch_algorithms[i];
+    }
+    req.headers.push_back(std::move(want));
+  }
   req.deadline = VouchDeadline(op->deadline, op->version.size);
   req.connect_timeout = ctx_->options.connect_timeout;
   req.max_body = 64 << 10;
@@ -188,6 +198,7 @@ void RangeReader::SendVouch(const std::shared_ptr<Op>& op,
       self->digest_refusals_->Refused(server, Clock::now());
     } else {
       op->vouch_errors++;  // no answer, or 404 (XRootD 5.5 answers one for files it has)
+      op->vouch_errored.insert(server);
     }
     if (claims.empty()) {
       spdlog::debug("{} stated no digest of {} ({})", core::EscapeForLog(server),
@@ -231,7 +242,29 @@ void RangeReader::VouchAnswered(const std::shared_ptr<Op>& op, uint64_t seq,
   }
 }
 
+bool RangeReader::RetryVouch(const std::shared_ptr<Op>& op, const std::string& sender) {
+  // XRootD 5.5 answers some digest requests 404 under load, for files it
+  // has: the servers that failed are asked again, twice, after 50 and 200 ms.
+  if (op->vouch_errored.empty() || op->vouch_rounds >= 2) return false;
+  const auto delay = std::chrono::milliseconds(op->vouch_rounds == 0 ? 50 : 200);
+  if (Clock::now() + delay >= op->deadline) return false;
+  op->vouch_rounds++;
+  for (const std::string& s : op->vouch_errored) op->vouch_tried.erase(s);
+  op->vouch_errored.clear();
+  op->vouch_errors = 0;
+  op->vouching = true;
+  const uint64_t seq = ++op->vouch_seq;
+  auto self = shared_from_this();
+  ctx_->loop.PostAfter(delay, [self, op, seq, sender] {
+    if (seq != op->vouch_seq || (!op->done && !op->vouch_done)) return;
+    op->vouching = false;
+    if (!self->StartVouch(op, sender)) self->VouchExhausted(op);
+  });
+  return true;
+}
+
 void RangeReader::VouchExhausted(const std::shared_ptr<Op>& op) {
+  if (op->vouch_done && RetryVouch(op, "")) return;
   if (op->vouch_done) {
     auto done = std::move(op->vouch_done);
     op->vouch_done = nullptr;
@@ -273,7 +306,8 @@ void RangeReader::Decide(const std::shared_ptr<Op>& op) {
     BodyMismatch(op);
     return;
   }
-  if (StartVouch(op, sender)) return;  // Decide again when it answers
+  if (StartVouch(op, sender)) return;                       // Decide again when it answers
+  if (v.digests.empty() && RetryVouch(op, sender)) return;  // Decide again then
   if (v.digests.empty() && op->vouch_errors > 0) {
     // A server that may state the digest did not answer: not delivered
     // unchecked (retryable; the next read asks again).

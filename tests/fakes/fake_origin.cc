@@ -192,7 +192,7 @@ void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersi
 }
 
 void FakeOrigin::Digests(const core::ObjectPath& path, const core::ObjectVersion& version,
-                         core::Deadline,
+                         const std::vector<std::string>&, core::Deadline,
                          std::function<void(Result<std::vector<core::ObjectDigest>>)> done) {
   digest_asks++;
   Result<std::vector<core::ObjectDigest>> r = core::NotFoundError(path.str() + ": no digests");

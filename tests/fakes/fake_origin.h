@@ -60,7 +60,7 @@ class FakeOrigin : public core::Origin {
                  core::ByteRange range, core::Deadline deadline,
                  std::function<void(core::Result<core::FetchedBytes>)> done) override;
   void Digests(const core::ObjectPath& path, const core::ObjectVersion& version,
-               core::Deadline deadline,
+               const std::vector<std::string>& algorithms, core::Deadline deadline,
                std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done) override;
 
   void Distrust(const core::ObjectPath& path) override {

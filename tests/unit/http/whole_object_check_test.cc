@@ -40,7 +40,7 @@ class WholeObjectCheckTest : public FaultsTest {
 
   Result<std::vector<core::ObjectDigest>> Digests() {
     std::promise<Result<std::vector<core::ObjectDigest>>> p;
-    client_->Digests(*core::ObjectPath::Parse("/obj"), core::ObjectVersion{object_.size(), ""},
+    client_->Digests(*core::ObjectPath::Parse("/obj"), core::ObjectVersion{object_.size(), ""}, {},
                      core::DeadlineAfter(std::chrono::seconds(20)),
                      [&](Result<std::vector<core::ObjectDigest>> r) { p.set_value(std::move(r)); });
     return p.get_future().get();
