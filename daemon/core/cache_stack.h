@@ -154,8 +154,8 @@ class Mount {
   // at its fetch), an object not all cached, or no server but its senders
   // stating a digest (counted as unverified, remembered for this copy), or
   // the federation not answering at all (offline, its director down). No
-  // answer by `deadline` while
-  // the federation answers is that error: never served unchecked.
+  // answer by `deadline` while the federation answers is that error: never
+  // served unchecked.
   Status VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::string& object_id,
                         Deadline deadline);
 
