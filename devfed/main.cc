@@ -25,6 +25,7 @@
 
 #include "daemon/core/types.h"
 #include "devfed/director.h"
+#include "devfed/stored_digests.h"
 #include "devfed/tokens.h"
 #include "devfed/wan_proxy.h"
 #include "devfed/xrootd_server.h"
@@ -179,6 +180,7 @@ struct Settings {
   perch::devfed::FaultOptions faults;  // corrupt: of the caches' bodies only
   uint64_t fault_seed = 1;
   std::string token_out;
+  bool stored_digests = true;  // adler32 stored with each exported file (stored_digests.h)
 };
 
 // Everything a running federation owns.
@@ -220,6 +222,10 @@ std::string StartServers(const Settings& s, const fs::path& work, const XrootdCo
   int k = 0;
   for (const Export& e : s.exports) {
     ++k;
+    if (s.stored_digests) {
+      size_t n = perch::devfed::StoreAdler32(e.dir);
+      spdlog::debug("{}: adler32 stored with {} files", e.ns, n);
+    }
     // The origin serves <root>/NS: a tree of directories ending in a symlink to DIR.
     fs::path root = work / ("origin-" + std::to_string(k) + "-root");
     fs::path link = root / fs::path(e.ns.substr(1));
@@ -379,6 +385,10 @@ int main(int argc, char** argv) {
                  "XCache servers in front of each public origin (default 0)")
       ->check(CLI::Range(0, 6));
   app.add_flag("--tls", settings.tls, "generate a CA and serve everything over HTTPS");
+  bool no_stored_digests = false;
+  app.add_flag("--no-stored-digests", no_stored_digests,
+               "do not store each exported file's adler32 in its extended attributes before "
+               "serving (the origin then computes every digest asked: XRootD 5.5 can crash so)");
   app.add_option("--port", settings.port, "director port (default: a free one)");
   app.add_option("--discovery-port", settings.discovery_port,
                  "discovery host port, the federation URL's (default: a free one): a federation "
@@ -413,6 +423,7 @@ int main(int argc, char** argv) {
                  "write a bearer token valid for the protected exports here");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
+  settings.stored_digests = !no_stored_digests;
   // Logs go to stderr: stdout carries only the lines a caller parses
   // ("federation: ...", "ready"), and a caller may stop reading it.
   spdlog::set_default_logger(spdlog::stderr_color_mt("devfed"));

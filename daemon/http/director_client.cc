@@ -417,7 +417,8 @@ void DirectorClient::ResolveDirect(const std::shared_ptr<const NamespaceEntry>& 
     done(kept.refusal);
     return;
   }
-  auto& waiters = direct_waiters_[fed_path.str()];
+  // One question per namespace at a time: its answer is kept per namespace.
+  auto& waiters = direct_waiters_[prefix];
   waiters.push_back(std::move(done));
   if (waiters.size() > 1) return;
   auto self = shared_from_this();
@@ -488,7 +489,7 @@ void DirectorClient::FinishDirect(const std::string& prefix, const ObjectPath& f
                   core::EscapeForLog(fed_path.str()), core::EscapeForLog(prefix),
                   core::EscapeForLog(r.status().ToString()));
   }
-  auto it = direct_waiters_.find(fed_path.str());
+  auto it = direct_waiters_.find(prefix);
   if (it == direct_waiters_.end()) return;
   auto waiters = std::move(it->second);
   direct_waiters_.erase(it);

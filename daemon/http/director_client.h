@@ -168,7 +168,7 @@ class DirectorClient : public std::enable_shared_from_this<DirectorClient> {
   std::vector<std::function<void(core::Result<std::string>)>> discovery_waiters_;
   const std::shared_ptr<NamespaceAnswers> answers_;
   std::map<std::string, std::vector<NsCallback>> waiters_;
-  std::map<std::string, std::vector<NsCallback>> direct_waiters_;  // by federation path
+  std::map<std::string, std::vector<NsCallback>> direct_waiters_;  // by namespace prefix
   NamespaceDirectory directory_;
   core::Status list_status_ = core::UnavailableError("not fetched yet");
   core::Clock::time_point list_expires_;

@@ -124,14 +124,16 @@ TEST_F(FederationRootTest, OddNamesCostNoExtraDirectorQuery) {
     EXPECT_EQ(ReadLocalFile(mnt_ / "a/odd" / name), std::string("odd ") + name);
   }
   // One director answer about /a serves every object below it: no GET of an
-  // odd object reaches the director.
+  // odd object reaches the director but the one `?directread` question per
+  // namespace (the origin vouches for its own bytes, issue 41), at most one
+  // per network loop (perchd runs two here).
   std::string log = fed_->ErrLog();
   size_t odd_queries = 0;
   for (size_t at = log.find("director: GET /a/odd/"); at != std::string::npos;
        at = log.find("director: GET /a/odd/", at + 1)) {
     ++odd_queries;
   }
-  EXPECT_LE(odd_queries, 1u) << log;
+  EXPECT_LE(odd_queries, 2u) << log;
 }
 
 TEST_F(FederationRootTest, RestartWithTheFederationDownServesWhatIsCached) {
