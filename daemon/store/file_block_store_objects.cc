@@ -128,7 +128,7 @@ Status FileBlockStore::CheckObjectBlock(const core::BlockKey& key, const ObjectF
   if (file_size < offset + e.length) return corrupt("truncated data");
   const CheckedKey checked{files.ino, key.index};
   const FileStamp stamp{e.length, static_cast<int64_t>(e.crc)};
-  if (!Trusted(e.run) && !Verified(checked, stamp)) {
+  if (!Verified(checked, stamp)) {
     uint32_t crc = 0;
     if (!FileCrc32c(files.data->fd(), offset, e.length, &crc)) {
       if (errno != 0) return ErrnoStatus("read", path, errno);
@@ -206,7 +206,7 @@ Status FileBlockStore::WriteObjectBlock(const core::BlockKey& key, std::string_v
   Result<ObjectFiles> files = OpenObject(key.object_id, true);
   if (!files.ok()) return files.status();
   const uint64_t offset = key.index * block_size_;
-  const MapEntry entry{data.size(), Crc32c(data), run_.load(std::memory_order_relaxed)};
+  const MapEntry entry{data.size(), Crc32c(data)};
   // No fsync (see the header): a block torn by a power cut fails its check.
   // The entry goes last: a reader sees the block once its bytes are there.
   if (!PwriteAll(files->data->fd(), data, offset) ||

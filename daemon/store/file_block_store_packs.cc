@@ -151,7 +151,7 @@ void FileBlockStore::WritePackedMany(const std::vector<BlockWrite>& blocks,
     const core::BlockKey& key = blocks[i].key;
     const std::string_view data = blocks[i].data;
     const uint32_t crc = Crc32c(data);
-    const std::string header = BlockHeader(key, data.size(), crc, run_);
+    const std::string header = BlockHeader(key, data.size(), crc);
     // A block written again (after a failed check, or fetched twice)
     // replaces the record that was there.
     std::optional<PackLocation> before = LocationOf(key.object_id);
@@ -224,7 +224,7 @@ Result<OpenBlock> FileBlockStore::OpenPacked(const core::BlockKey& key) {
   if (h.read_errno != 0) return ErrnoStatus("read", path, h.read_errno);
   if (!h.why.empty()) return corrupt(h.why);
   const FileStamp stamp{h.data_len, static_cast<int64_t>(h.crc)};
-  if (!Trusted(h.run) && !Verified(checked, stamp)) {
+  if (!Verified(checked, stamp)) {
     uint32_t crc = 0;
     if (!FileCrc32c(file->fd->fd(), loc->offset + h.header_len, h.data_len, &crc)) {
       if (errno != 0) return ErrnoStatus("read", path, errno);
