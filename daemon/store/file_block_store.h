@@ -54,10 +54,14 @@
 // read in 128 KiB pieces is checksummed once, not 32 times. A block this
 // process wrote counts as verified (its bytes are the ones just checksummed;
 // a power cut empties the set), so a cold block is not read back whole to be
-// checked again. Any mismatch removes the block and reports kCorrupt. (A
-// block that rots on disk after its check in this run is caught by the
-// scrub, Verify, or by the first read after the next start.) The set holds
-// at most 2^18 blocks (about 40 bytes each; past that it starts again
+// checked again. A Read or Slice of a whole block (every small file read at
+// once) checks its CRC32C every time, in the bytes just read or in one pass
+// through a buffer that stays in the CPU's cache: the cost of reading the
+// bytes once more from the page cache. Any mismatch removes the block and
+// reports kCorrupt. (Rot after its check in this run of a block read only in
+// parts, or of an object file the kernel reads in passthrough, is caught by
+// the scrub, Verify, or by the first read after the next start.) The set
+// holds at most 2^18 blocks (about 40 bytes each; past that it starts again
 // empty); an entry outliving its block (evicted) names an inode that a new
 // one matches only with the same stamp. WholeFile checks every block of the
 // object the same way before it hands out the file, so the kernel never
@@ -223,6 +227,10 @@ class FileBlockStore : public core::BlockStore {
   // `recorded` says so of the key its name gives (ForEachBlock).
   bool IsRecorded(const std::filesystem::directory_entry& entry, const std::string& name,
                   const std::function<bool(const core::BlockKey&)>& recorded) const;
+  // A read of all of block `key` found bytes that do not match its CRC32C:
+  // Verify confirms it under the object's lock and drops the block
+  // (kCorrupt); a block rewritten or dropped meanwhile is a miss (kNotFound).
+  core::Status Mismatched(const core::BlockKey& key);
   bool Verified(const CheckedKey& key, const FileStamp& stamp);
   void MarkVerified(const CheckedKey& key, const FileStamp& stamp);
   void Forget(const CheckedKey& key);
@@ -239,9 +247,9 @@ class FileBlockStore : public core::BlockStore {
   // Checks block `key` of an object file `file_size` bytes long by its map
   // `entry` (nullopt: damaged): kNotFound if absent; a damaged entry, a
   // short file or a CRC32C mismatch drops the block and is kCorrupt. The CRC
-  // pass is skipped for a block verified in this run.
-  core::Status CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
-                                const std::optional<MapEntry>& entry, uint64_t file_size);
+  // pass is skipped for a block verified in this run; true if it ran.
+  core::Result<bool> CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
+                                      const std::optional<MapEntry>& entry, uint64_t file_size);
   core::Status WriteObjectBlock(const core::BlockKey& key, std::string_view data);
   core::Status RemoveObjectBlock(const core::BlockKey& key);
   // Clears block `key`'s entry and punches out its bytes; removes both files

@@ -108,8 +108,9 @@ Result<std::optional<MapEntry>> FileBlockStore::ReadEntry(const ObjectFiles& fil
   return DecodeMapEntry(std::string_view(buf, static_cast<size_t>(n)));
 }
 
-Status FileBlockStore::CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
-                                        const std::optional<MapEntry>& entry, uint64_t file_size) {
+Result<bool> FileBlockStore::CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
+                                              const std::optional<MapEntry>& entry,
+                                              uint64_t file_size) {
   const std::string path = ObjectPathOf(key.object_id);
   auto corrupt = [&](const std::string& why) {
     (void)DropObjectBlock(key, files);
@@ -128,16 +129,15 @@ Status FileBlockStore::CheckObjectBlock(const core::BlockKey& key, const ObjectF
   if (file_size < offset + e.length) return corrupt("truncated data");
   const CheckedKey checked{files.ino, key.index};
   const FileStamp stamp{e.length, static_cast<int64_t>(e.crc)};
-  if (!Verified(checked, stamp)) {
-    uint32_t crc = 0;
-    if (!FileCrc32c(files.data->fd(), offset, e.length, &crc)) {
-      if (errno != 0) return ErrnoStatus("read", path, errno);
-      return corrupt("truncated data");
-    }
-    if (crc != static_cast<uint32_t>(e.crc)) return corrupt("CRC32C mismatch");
-    MarkVerified(checked, stamp);
+  if (Verified(checked, stamp)) return false;
+  uint32_t crc = 0;
+  if (!FileCrc32c(files.data->fd(), offset, e.length, &crc)) {
+    if (errno != 0) return ErrnoStatus("read", path, errno);
+    return corrupt("truncated data");
   }
-  return Status::Ok();
+  if (crc != static_cast<uint32_t>(e.crc)) return corrupt("CRC32C mismatch");
+  MarkVerified(checked, stamp);
+  return true;
 }
 
 Result<FileBlockStore::Located> FileBlockStore::LocateObjectBlockLocked(const core::BlockKey& key) {
@@ -189,10 +189,12 @@ Result<OpenBlock> FileBlockStore::OpenObjectBlock(const core::BlockKey& key) {
   if (!entry.ok()) return entry.status();
   struct stat st {};
   if (::fstat(files->data->fd(), &st) != 0) return ErrnoStatus("stat", path, errno);
-  if (Status s = CheckObjectBlock(key, *files, *entry, static_cast<uint64_t>(st.st_size)); !s.ok())
-    return s;
-  OpenBlock open{files->data, key.index * block_size_, (*entry)->length};
+  Result<bool> checked = CheckObjectBlock(key, *files, *entry, static_cast<uint64_t>(st.st_size));
+  if (!checked.ok()) return checked.status();
+  OpenBlock open{files->data, key.index * block_size_, (*entry)->length,
+                 static_cast<uint32_t>((*entry)->crc)};
   open_.Put(key, open);
+  open.checked_now = *checked;
   return open;
 }
 
@@ -217,7 +219,7 @@ Status FileBlockStore::WriteObjectBlock(const core::BlockKey& key, std::string_v
   }
   MarkVerified(CheckedKey{files->ino, key.index},
                FileStamp{entry.length, static_cast<int64_t>(entry.crc)});
-  open_.Put(key, OpenBlock{files->data, offset, data.size()});
+  open_.Put(key, OpenBlock{files->data, offset, data.size(), static_cast<uint32_t>(entry.crc)});
   return Status::Ok();
 }
 
@@ -352,7 +354,7 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
       ForEachEntry(*files, object_id, 0, blocks, [&](uint64_t i, const std::optional<MapEntry>& e) {
         const core::BlockKey key{object_id, i};
         const uint64_t want = std::min(block_size_, size - i * block_size_);
-        checked = CheckObjectBlock(key, *files, e, file_size);
+        checked = CheckObjectBlock(key, *files, e, file_size).status();
         if (checked.ok() && e->length != want) {
           checked = core::NotFoundError("block " + std::to_string(i) + " of " + path + " is " +
                                             std::to_string(e->length) + " bytes, not " +

@@ -1,9 +1,10 @@
 // Issue 41 item 3: rot on the cache's disk is never served. Every block is
 // checked against its CRC32C on its first read in each run, however the last
 // run ended (once a clean stop made earlier runs' blocks "trusted" and
-// served them unchecked); and WholeFile checks every block of an object before the kernel may read
-// its file directly. A flipped data byte, which no header check sees, tells a checked block from an
-// unchecked one.
+// served them unchecked); a read of a whole block checks it every time; and
+// WholeFile checks every block of an object before the kernel may read its
+// file directly. A flipped data byte, which no header check sees, tells a
+// checked block from an unchecked one.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -89,6 +90,24 @@ TEST_P(RotTest, RotWhilePerchdWasStoppedFailsTheFirstReadAfterTheStart) {
   // Fetched again, it reads.
   ASSERT_TRUE(store->Write(Key(), data_).ok());
   EXPECT_EQ(*store->Read(Key(), 0, data_.size()), data_);
+}
+
+// Verified in this run (this store wrote it), then rotted: a read of the
+// whole block, by copy or by slice, checks it again.
+TEST_P(RotTest, AReadOfTheWholeBlockChecksItEachTime) {
+  for (bool slice : {false, true}) {
+    auto store = Store();
+    Write(*store);
+    EXPECT_EQ(*store->Read(Key(), 0, data_.size()), data_);
+    Rot(*store, data_.size() / 2);
+    core::Status s = slice ? store->Slice(Key(), 0, data_.size() + 100).status()
+                           : store->Read(Key(), 0, data_.size()).status();
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << (slice ? "slice: " : "read: ") << s.ToString();
+    EXPECT_EQ(store->Read(Key(), 0, 1).status().code(), StatusCode::kNotFound) << "dropped";
+    ASSERT_TRUE(store->Write(Key(), data_).ok());  // for the next turn: whole again
+    auto again = store->Slice(Key(), 0, data_.size());
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+  }
 }
 
 // What is left within one run: a read of part of a block verified earlier
