@@ -220,13 +220,6 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   return Status::Ok();
 }
 
-namespace {
-
-// Where Verify looks for a block (VerifyIn).
-constexpr int kInObjectFile = 0, kInPack = 1, kInBlockFile = 2;
-
-}  // namespace
-
 Result<uint64_t> FileBlockStore::Verify(const core::BlockKey& key) {
   // Where a read looks (OpenChecked), in the same order.
   std::vector<int> order;

@@ -65,7 +65,9 @@
 // empty); an entry outliving its block (evicted) names an inode that a new
 // one matches only with the same stamp. WholeFile checks every block of the
 // object the same way before it hands out the file, so the kernel never
-// reads a block in passthrough that was not checked in this run.
+// reads a block in passthrough that was not checked in this run; it reads
+// the bytes as Verify does, without the object's lock (the first open of a
+// large object in a run reads all of it).
 //
 // Earlier versions trusted the blocks of runs that had ended cleanly
 // (served them after the header check alone): their headers (format 2) and
@@ -279,6 +281,7 @@ class FileBlockStore : public core::BlockStore {
   core::Result<Located> LocatePackedLocked(const core::BlockKey& key);
   core::Result<Located> LocateBlockFile(const core::BlockKey& key);
   // As Verify, for a block in an object file, a pack or a block file.
+  static constexpr int kInObjectFile = 0, kInPack = 1, kInBlockFile = 2;
   core::Result<uint64_t> VerifyIn(const core::BlockKey& key, int where);
   // Pack files (file_block_store_packs.cc). Each takes the ObjectMutex of
   // the objects it touches, but DropPacked (its caller holds it).

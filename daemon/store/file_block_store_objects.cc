@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "daemon/core/limits.h"
 #include "daemon/store/block_file_format.h"
@@ -334,9 +335,35 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
     auto it = holds->count.find(object_id);
     if (it != holds->count.end() && --it->second == 0) holds->count.erase(it);
   });
-  // Every block present, of its length and checked (a first use after an
-  // untrusted start checks each one now, as a read of it would): one pass
-  // over the map, none of the blocks put among the open files.
+  // The CRC passes first (a first use in this run checks each block, as a
+  // read of it would), each without the object's lock, as the scrub reads
+  // (VerifyIn): a first open of a large object reads all of it, and the lock
+  // is shared by a 64th of all objects. A bad block is dropped here.
+  std::vector<uint64_t> unchecked;
+  {
+    std::lock_guard<std::mutex> l(ObjectMutex(object_id));
+    Result<ObjectFiles> files = OpenObject(object_id, false);
+    if (!files.ok()) return files.status();
+    Status walked = ForEachEntry(
+        *files, object_id, 0, blocks, [&](uint64_t i, const std::optional<MapEntry>& e) {
+          if (e && e->length != 0 &&
+              !Verified(CheckedKey{files->ino, i},
+                        FileStamp{e->length, static_cast<int64_t>(e->crc)}))
+            unchecked.push_back(i);
+          return true;
+        });
+    if (!walked.ok()) return walked;
+  }
+  for (uint64_t i : unchecked) {
+    Result<uint64_t> v = VerifyIn(core::BlockKey{object_id, i}, kInObjectFile);
+    if (!v.ok() && v.status().code() == core::StatusCode::kCorrupt) {
+      if (failed != nullptr) *failed = core::BlockKey{object_id, i};
+      return v.status();
+    }
+  }
+  // Then every block present, of its length and checked (verified above, or
+  // now if its entry changed meanwhile): one pass over the map, none of the
+  // blocks put among the open files.
   std::lock_guard<std::mutex> l(ObjectMutex(object_id));
   Result<ObjectFiles> files = OpenObject(object_id, false);
   if (!files.ok()) return files.status();
