@@ -72,7 +72,18 @@ class RotTest : public StoreDirTest, public ::testing::WithParamInterface<Place>
 };
 
 INSTANTIATE_TEST_SUITE_P(Places, RotTest,
-                         ::testing::Values(Place::kPack, Place::kBlockFile, Place::kObjectFile));
+                         ::testing::Values(Place::kPack, Place::kBlockFile, Place::kObjectFile),
+                         [](const ::testing::TestParamInfo<Place>& p) -> std::string {
+                           switch (p.param) {
+                             case Place::kPack:
+                               return "Pack";
+                             case Place::kBlockFile:
+                               return "BlockFile";
+                             case Place::kObjectFile:
+                               return "ObjectFile";
+                           }
+                           return "Unknown";
+                         });
 
 // The store goes away as at a clean stop; the next one checks the block on
 // its first read, even one of a few bytes far from the flipped one.
