@@ -338,21 +338,26 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
   // The CRC passes first (a first use in this run checks each block, as a
   // read of it would), each without the object's lock, as the scrub reads
   // (VerifyIn): a first open of a large object reads all of it, and the lock
-  // is shared by a 64th of all objects. A bad block is dropped here.
+  // is shared by a 64th of all objects. A bad block is dropped here. An
+  // object not all there is left to the walk below, which says what is
+  // missing, with no bytes read.
   std::vector<uint64_t> unchecked;
   {
     std::lock_guard<std::mutex> l(ObjectMutex(object_id));
     Result<ObjectFiles> files = OpenObject(object_id, false);
     if (!files.ok()) return files.status();
+    uint64_t present = 0;
     Status walked = ForEachEntry(
         *files, object_id, 0, blocks, [&](uint64_t i, const std::optional<MapEntry>& e) {
-          if (e && e->length != 0 &&
-              !Verified(CheckedKey{files->ino, i},
+          if (!e || e->length == 0) return false;
+          present++;
+          if (!Verified(CheckedKey{files->ino, i},
                         FileStamp{e->length, static_cast<int64_t>(e->crc)}))
             unchecked.push_back(i);
           return true;
         });
     if (!walked.ok()) return walked;
+    if (present < blocks) unchecked.clear();
   }
   for (uint64_t i : unchecked) {
     Result<uint64_t> v = VerifyIn(core::BlockKey{object_id, i}, kInObjectFile);
