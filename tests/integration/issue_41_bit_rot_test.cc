@@ -51,6 +51,10 @@ class BitRotTest : public MountedFederation {
   // perchd with its defaults (the log at info, to see whether the kernel
   // offers passthrough).
   void MountWithDefaults() { Mount({"--log-level", "info"}); }
+  // The cold fill is only the set-up: without digests, whose checksum jobs
+  // for 200 files at once can take devfed's XRootD 5.5 origin down
+  // (docs/quirks.md) before anything is cached.
+  void MountToFill() { Mount({"--log-level", "info", "--no-verify-digests"}); }
   bool Passthrough() const {
     return perchd_.Log().find("passthrough for complete cached objects") != std::string::npos;
   }
@@ -128,8 +132,8 @@ class BitRotTest : public MountedFederation {
 };
 
 TEST_F(BitRotTest, RotOnTheCachesDiskIsNeverServedAfterACleanRestart) {
-  // Cached cold, then a clean stop: the run record says every block is whole.
-  MountWithDefaults();
+  // Cached cold, then a clean stop (which once made every block "trusted").
+  MountToFill();
   Reads cold = ReadAll();
   ASSERT_EQ(cold.failed + cold.wrong, 0) << cold.failures << cold.wrongs << perchd_.Log();
   ASSERT_EQ(perchd_.Stop(), 0) << perchd_.Log();
