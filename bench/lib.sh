@@ -182,6 +182,12 @@ bench_cpu_ticks() {
   for p in "$@"; do cat "/proc/$p/stat"; done | awk '{ t += $14 + $15 } END { print t }'
 }
 
+# bench_cpu_ns PID -> the time PID's live threads have spent on a CPU, in ns
+# (schedstat: exact, where bench_cpu_ticks counts 10 ms ticks).
+bench_cpu_ns() {
+  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%d\n", t }'
+}
+
 # bench_threads PID -> "tid comm ns" for each live thread of PID: its time on a CPU in ns
 # (/proc/.../schedstat: exact, where utime and stime come in 10 ms ticks that a thread
 # busy for less than one shows as 0); comm as the threads named themselves (perch-net,

@@ -113,14 +113,6 @@ core::Status Serve(const DaemonConfig& cfg, const std::function<void()>& ready,
   blocks.PackSmallObjects(**index, store::PackFiles::kDefaultMaxBytes,
                           store::PackFiles::kDefaultGrace,
                           store::PackFiles::ReserveFor(cfg.cache_size));
-  // Before any block is written: which earlier blocks may skip the CRC pass.
-  if (auto trust = blocks.BeginRun(); !trust.ok()) {
-    return trust.status().WithContext("cannot record this run in the cache directory");
-  } else {
-    spdlog::info("cache: run {}; {}", trust->run,
-                 trust->inherited ? "blocks of earlier runs are trusted (clean end or same boot)"
-                                  : "blocks of earlier runs get a CRC check on first read");
-  }
   std::vector<std::unique_ptr<http::CurlLoop>> net = NetLoopsOf(cfg);
   std::vector<http::CurlLoop*> loops;
   for (auto& loop : net) loops.push_back(loop.get());
@@ -222,12 +214,6 @@ core::Status Serve(const DaemonConfig& cfg, const std::function<void()>& ready,
   for (http::CurlLoop* loop : loops) loop->Shutdown();
   stack.Close();
   disk.Join();
-  // Nothing writes blocks any more: make them durable and say so, so that the
-  // next start trusts them without reading them all again.
-  if (core::Status s = blocks.EndRun(); !s.ok()) {
-    spdlog::warn("cache: no clean end recorded ({}); the next start checks every block",
-                 s.message());
-  }
   return failed;
 }
 

@@ -129,7 +129,7 @@ class BlockStore {
   virtual Status Remove(const BlockKey& key) = 0;
 
   // Reads block `key` whole and checks it against its CRC32C, whatever a
-  // read would skip (a trusted run, a block checked before): what a scrub
+  // read would skip (a block checked before in this run): what a scrub
   // does. Yields the block's length when it matches; kNotFound if the block
   // is absent (evicted or replaced meanwhile: not a corruption); kCorrupt
   // when its header, map entry or bytes do not match (the block is removed

@@ -1,7 +1,8 @@
 // Scrubber: re-reads what the cache holds and checks it, so that a block that
-// rotted on disk after it was written (a bad sector, a flipped bit, a torn
-// write the trusted-run rule did not catch) is found before a reader gets it
-// (issue 30, item 5).
+// rotted on disk after it was checked (a bad sector, a flipped bit) is found
+// before a reader gets it (issue 30, item 5): a read checks a block on its
+// first read in a run, and a read of part of it after that takes it as it is
+// (a file the kernel reads in passthrough, too).
 //
 // Design. A walk goes over the catalog's blocks in object id order
 // (CacheCatalog::ScrubPage, a page at a time, its lock held only to copy the

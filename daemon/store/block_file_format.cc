@@ -84,9 +84,9 @@ uint32_t Crc32c(std::string_view data) {
          0xFFFFFFFFu;
 }
 
-std::string BlockHeader(const core::BlockKey& key, uint64_t length, uint32_t crc, uint64_t run) {
+std::string BlockHeader(const core::BlockKey& key, uint64_t length, uint32_t crc) {
   std::string h(kMagic, sizeof(kMagic));
-  size_t header_len = kFixedHeader + key.object_id.size() + 8;
+  size_t header_len = kFixedHeader + key.object_id.size();
   header_len = (header_len + 63) / 64 * 64;
   core::codec::PutU64(&h, kBlockFormat);
   core::codec::PutU64(&h, header_len);
@@ -94,7 +94,6 @@ std::string BlockHeader(const core::BlockKey& key, uint64_t length, uint32_t crc
   core::codec::PutU64(&h, length);
   core::codec::PutU64(&h, crc);
   core::codec::PutString(&h, key.object_id);
-  core::codec::PutU64(&h, run);
   h.resize(header_len, '\0');
   return h;
 }
@@ -123,8 +122,9 @@ ParsedHeader ParseHeader(int fd, uint64_t base, uint64_t file_size, bool exact) 
   r.GetU64(&h.data_len);
   r.GetU64(&h.crc);
   r.GetU64(&id_len);
-  const uint64_t run_len = format == kBlockFormat ? 8 : 0;
-  if (format != kBlockFormat && format != kBlockFormatNoRun) {
+  // Format 2's run number follows the id: in the header, unread.
+  const uint64_t run_len = format == kBlockFormatWithRun ? 8 : 0;
+  if (format != kBlockFormat && format != kBlockFormatWithRun) {
     h.why = "unknown format " + std::to_string(format);
   } else if (id_len > 4096 || h.header_len < kFixedHeader + id_len + run_len ||
              h.header_len > 4096) {
@@ -134,14 +134,13 @@ ParsedHeader ParseHeader(int fd, uint64_t base, uint64_t file_size, bool exact) 
                     : file_size - base < h.header_len + h.data_len)) {
     h.why = "size " + std::to_string(file_size) + " does not match its header";
   } else {
-    std::string rest(id_len + run_len, '\0');
+    std::string rest(id_len, '\0');
     if (!PreadAll(fd, rest.data(), rest.size(), static_cast<off_t>(base + kFixedHeader))) {
       h.read_errno = errno;
       h.why = "truncated header";
       return h;
     }
-    h.id = rest.substr(0, id_len);
-    if (run_len > 0) core::codec::Reader(std::string_view(rest).substr(id_len)).GetU64(&h.run);
+    h.id = std::move(rest);
   }
   return h;
 }

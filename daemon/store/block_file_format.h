@@ -15,10 +15,11 @@
 
 namespace perch::store {
 
-// Format 2 adds the writing run's number after the object id (see
-// "Trusted runs" in file_block_store.h); format 1 files are still read (untrusted).
-inline constexpr uint64_t kBlockFormat = 2;
-inline constexpr uint64_t kBlockFormatNoRun = 1;
+// The format written. Format 2 (written by versions that trusted the blocks
+// of earlier runs, before issue 41) adds the writing run's number after the
+// object id; it is still read, its run ignored: every block is checked alike.
+inline constexpr uint64_t kBlockFormat = 1;
+inline constexpr uint64_t kBlockFormatWithRun = 2;
 // Temp files of the store start with this.
 inline constexpr char kTmpPrefix[] = ".tmp.";
 
@@ -37,12 +38,11 @@ bool PreadAll(int fd, char* p, size_t n, off_t off);
 bool FileCrc32c(int fd, uint64_t off, uint64_t len, uint32_t* crc_out);
 uint32_t Crc32c(std::string_view data);
 // The header of block `key` (64-byte aligned), written before its bytes.
-std::string BlockHeader(const core::BlockKey& key, uint64_t length, uint32_t crc, uint64_t run);
+std::string BlockHeader(const core::BlockKey& key, uint64_t length, uint32_t crc);
 
 // What a block header says. Empty `why` when it is well formed.
 struct ParsedHeader {
   uint64_t header_len = 0, index = 0, data_len = 0, crc = 0;
-  uint64_t run = 0;  // the run that wrote it; 0 in format 1
   std::string id;
   std::string why;     // "" when the header checks out
   int read_errno = 0;  // nonzero: the file could not be read (not a corruption)

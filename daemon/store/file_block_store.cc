@@ -7,14 +7,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
 #include <vector>
 
-#include "daemon/core/codec.h"
 #include "daemon/store/block_file_format.h"
 
 namespace perch::store {
@@ -26,12 +24,10 @@ using core::Status;
 
 }  // namespace
 
-FileBlockStore::FileBlockStore(std::string root, uint64_t block_size, size_t open_files,
-                               std::string boot_id_file)
+FileBlockStore::FileBlockStore(std::string root, uint64_t block_size, size_t open_files)
     : root_(std::move(root)),
       block_size_(block_size),
       tmp_prefix_(kTmpPrefix + std::to_string(std::random_device{}()) + "."),
-      boot_id_file_(std::move(boot_id_file)),
       open_(open_files),
       objects_(open_files) {}
 
@@ -82,7 +78,8 @@ Result<OpenBlock> FileBlockStore::OpenChecked(const core::BlockKey& key) {
   const FileId fid = IdOf(st);
   const CheckedKey checked{fid.ino, 0};
   const FileStamp stamp{fid.size, fid.mtime_ns};
-  if (!Trusted(h.run) && !Verified(checked, stamp)) {
+  const bool check = !Verified(checked, stamp);
+  if (check) {
     // First use of this file by this process: check the whole block.
     uint32_t crc = 0;
     if (!FileCrc32c(f.fd, h.header_len, h.data_len, &crc)) {
@@ -92,9 +89,11 @@ Result<OpenBlock> FileBlockStore::OpenChecked(const core::BlockKey& key) {
     if (crc != static_cast<uint32_t>(h.crc)) return corrupt("CRC32C mismatch");
     MarkVerified(checked, stamp);
   }
-  OpenBlock open{std::make_shared<const core::BlockFd>(f.fd), h.header_len, h.data_len};
+  OpenBlock open{std::make_shared<const core::BlockFd>(f.fd), h.header_len, h.data_len,
+                 static_cast<uint32_t>(h.crc)};
   f.fd = -1;
   open_.Put(key, open);
+  open.checked_now = check;
   return open;
 }
 
@@ -132,7 +131,20 @@ Result<core::Bytes> FileBlockStore::Read(const core::BlockKey& key, uint64_t off
     return core::CorruptError("cache block " + PathOf(key) + " shrank while being read",
                               core::FailureSite::kLocal);
   }
+  // The whole block: its bytes are at hand, and checking them costs a pass
+  // over what is in the CPU's cache.
+  if (offset == 0 && n == open.data_len && !open.checked_now && Crc32c(part) != open.crc)
+    return Mismatched(key);
   return part;
+}
+
+Status FileBlockStore::Mismatched(const core::BlockKey& key) {
+  open_.Erase(key);
+  Result<uint64_t> v = Verify(key);
+  if (!v.ok() && v.status().code() == core::StatusCode::kCorrupt) return v.status();
+  return core::NotFoundError(
+      "cache block " + key.object_id + "#" + std::to_string(key.index) + " changed while read",
+      core::FailureSite::kLocal);
 }
 
 Result<core::BlockSlice> FileBlockStore::Slice(const core::BlockKey& key, uint64_t offset,
@@ -146,6 +158,15 @@ Result<core::BlockSlice> FileBlockStore::Slice(const core::BlockKey& key, uint64
   Result<OpenBlock> opened = OpenChecked(key);
   if (!opened.ok()) return opened.status();
   OpenBlock& open = *opened;
+  if (offset == 0 && length >= open.data_len && !open.checked_now) {
+    // The whole block (every small file read at once): checked each time,
+    // one read of it through a buffer that stays in the CPU's cache.
+    uint32_t crc = 0;
+    errno = 0;
+    const bool read = FileCrc32c(open.file->fd(), open.data_offset, open.data_len, &crc);
+    if (!read && errno != 0) return ErrnoStatus("read", PathOf(key), errno);
+    if (!read || crc != open.crc) return Mismatched(key);  // shorter, or other bytes
+  }
   return core::BlockSlice(std::move(open.file), open.data_offset + std::min(offset, open.data_len),
                           offset >= open.data_len ? 0 : std::min(length, open.data_len - offset),
                           std::move(use));
@@ -175,7 +196,8 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   }
   if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
   // No fsync: see the header (a block torn by a power cut fails its check).
-  std::string header = BlockHeader(key, data.size(), Crc32c(data), run_);
+  const uint32_t crc = Crc32c(data);
+  std::string header = BlockHeader(key, data.size(), crc);
   if (!PwriteAll(f.fd, header, data, 0)) {  // a new file
     int err = errno;
     ::unlink(tmp.c_str());
@@ -192,18 +214,11 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
     const FileId fid = IdOf(st);
     MarkVerified(CheckedKey{fid.ino, 0}, FileStamp{fid.size, fid.mtime_ns});
   }
-  open_.Put(key,
-            OpenBlock{std::make_shared<const core::BlockFd>(f.fd), header.size(), data.size()});
+  open_.Put(
+      key, OpenBlock{std::make_shared<const core::BlockFd>(f.fd), header.size(), data.size(), crc});
   f.fd = -1;
   return Status::Ok();
 }
-
-namespace {
-
-// Where Verify looks for a block (VerifyIn).
-constexpr int kInObjectFile = 0, kInPack = 1, kInBlockFile = 2;
-
-}  // namespace
 
 Result<uint64_t> FileBlockStore::Verify(const core::BlockKey& key) {
   // Where a read looks (OpenChecked), in the same order.
@@ -377,6 +392,9 @@ Result<core::BlockScan> FileBlockStore::ForEachBlock(
     const std::function<bool(const core::BlockKey&)>& recorded) {
   namespace fs = std::filesystem;
   core::BlockScan scan;
+  // The run record of versions that trusted the blocks of earlier runs:
+  // gone, so that such a version, started again on this cache, trusts none.
+  ::unlink((root_ + "/run").c_str());
   if (packs_ != nullptr) {
     if (Status s = ForEachPackedBlock(fn, recorded, &scan); !s.ok()) return s;
   }
@@ -428,138 +446,6 @@ Result<core::BlockScan> FileBlockStore::ForEachBlock(
   }
   if (ec) return ErrnoStatus("list", blocks.string(), ec.value());
   return scan;
-}
-
-}  // namespace perch::store
-
-namespace perch::store {
-
-namespace {
-
-constexpr char kRunMagic[8] = {'P', 'E', 'R', 'C', 'H', 'R', 'U', 'N'};
-constexpr uint64_t kRunFormat = 1;
-
-// The run file (docs/design.md "On-disk format"): magic, format, this boot's id,
-// whether the run ended cleanly, its number, the first trusted run.
-struct RunRecord {
-  std::string boot_id;
-  bool clean = false;
-  uint64_t run = 0, trusted_from = 0;
-};
-
-std::string EncodeRun(const RunRecord& r) {
-  std::string out(kRunMagic, sizeof(kRunMagic));
-  core::codec::PutU64(&out, kRunFormat);
-  core::codec::PutString(&out, r.boot_id);
-  core::codec::PutU64(&out, r.clean ? 1 : 0);
-  core::codec::PutU64(&out, r.run);
-  core::codec::PutU64(&out, r.trusted_from);
-  return out;
-}
-
-std::optional<RunRecord> DecodeRun(std::string_view in) {
-  if (in.size() < sizeof(kRunMagic) || in.size() > 4096 ||
-      std::memcmp(in.data(), kRunMagic, sizeof(kRunMagic)) != 0) {
-    return std::nullopt;
-  }
-  core::codec::Reader r(in.substr(sizeof(kRunMagic)));
-  RunRecord rec;
-  uint64_t format = 0, clean = 0;
-  if (!r.GetU64(&format) || format != kRunFormat || !r.GetString(&rec.boot_id) ||
-      !r.GetU64(&clean) || !r.GetU64(&rec.run) || !r.GetU64(&rec.trusted_from) || clean > 1 ||
-      rec.run == 0 || rec.trusted_from > rec.run) {
-    return std::nullopt;
-  }
-  rec.clean = clean == 1;
-  return rec;
-}
-
-std::string ReadSmallFile(const std::string& path, int* err) {
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) {
-    *err = errno;
-    return "";
-  }
-  std::string out(4097, '\0');
-  ssize_t n = ::pread(f.fd, out.data(), out.size(), 0);
-  *err = n < 0 ? errno : 0;
-  out.resize(n < 0 ? 0 : static_cast<size_t>(n));
-  return out;
-}
-
-uint64_t NowNs() {
-  struct timespec ts {};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-}  // namespace
-
-Status FileBlockStore::WriteRunFile(const std::string& contents) {
-  const std::string path = root_ + "/run";
-  const std::string tmp = root_ + "/" + tmp_prefix_ + "run";
-  Fd f;
-  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
-  if (!PwriteAll(f.fd, contents, 0) || ::fsync(f.fd) != 0) {  // truncated: from 0
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("write", tmp, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("rename", path, err);
-  }
-  Fd dir;
-  dir.fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir.fd < 0 || ::fsync(dir.fd) != 0) return ErrnoStatus("sync", root_, errno);
-  return Status::Ok();
-}
-
-Result<FileBlockStore::RunTrust> FileBlockStore::BeginRun() {
-  int err = 0;
-  const std::string boot = ReadSmallFile(boot_id_file_, &err);
-  const std::string raw = ReadSmallFile(root_ + "/run", &err);
-  if (err != 0 && err != ENOENT) return ErrnoStatus("read", root_ + "/run", err);
-  std::optional<RunRecord> prev = DecodeRun(raw);
-  RunRecord now;
-  now.boot_id = boot;
-  now.run = std::max(prev ? prev->run + 1 : 1, NowNs());
-  RunTrust trust;
-  if (prev && (prev->clean || (!boot.empty() && prev->boot_id == boot))) {
-    // Everything the earlier runs wrote is on disk as written: synced by a
-    // clean end, or still the kernel's (same boot: no crash since).
-    now.trusted_from = prev->trusted_from;
-    trust.inherited = true;
-  } else {
-    now.trusted_from = now.run;  // an OS crash, a first run or an unreadable record
-  }
-  trust.run = now.run;
-  trust.trusted_from = now.trusted_from;
-  // Written (durably) before any block of this run: were this run to end in
-  // an OS crash, the next one must not find an older clean record.
-  if (Status s = WriteRunFile(EncodeRun(now)); !s.ok()) return s;
-  boot_id_ = boot;
-  trusted_from_.store(now.trusted_from, std::memory_order_relaxed);
-  run_.store(now.run, std::memory_order_release);
-  return trust;
-}
-
-Status FileBlockStore::EndRun() {
-  const uint64_t run = run_.load(std::memory_order_acquire);
-  if (run == 0) return Status::Ok();  // never begun: nothing to vouch for
-  Fd dir;
-  dir.fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir.fd < 0) return ErrnoStatus("open", root_, errno);
-  if (::syncfs(dir.fd) != 0) return ErrnoStatus("sync", root_, errno);
-  RunRecord rec{boot_id_, true, run, trusted_from_.load(std::memory_order_relaxed)};
-  return WriteRunFile(EncodeRun(rec));
-}
-
-bool FileBlockStore::Trusted(uint64_t file_run) const {
-  return file_run != 0 && file_run >= trusted_from_.load(std::memory_order_relaxed);
 }
 
 }  // namespace perch::store

@@ -41,39 +41,39 @@
 // cache holds copies of remote data, and the check below makes a block that
 // a power cut or kernel crash left short, empty or zeroed (with or without
 // its record) a miss that is fetched again, never served, since the first
-// read of every file after a start checks its CRC32C. Dropping the fsync
+// read of every block after a start checks its CRC32C. Dropping the fsync
 // takes a journal commit per block off the cold path.
 //
-// Read checks the header (or map entry) every time a file is opened, and,
-// unless the block's run is trusted (below), the CRC32C of the whole block
-// the first time a given block (file inode, mtime and size; in an object
-// file: inode, index, length and CRC; in a pack: the pack's inode, the
-// record's offset, length and CRC) is read by this process; a verified
-// block is remembered, so a 4 MiB block read in 128 KiB pieces is
-// checksummed once, not 32 times. A block this process wrote counts as
-// verified (its bytes are the ones just checksummed; a power cut empties the
-// set), so a cold block is not read back whole to be checked again. Any
-// mismatch removes the block and reports kCorrupt. (A block that rots on disk
-// after verification is caught by the scrub, Verify, or after an unclean
-// stop.) The set holds at
-// most 2^18 blocks (about 40 bytes each); an entry outliving its block
-// (evicted) names an inode that a new one matches only with the same stamp.
+// Read checks the header (or map entry) every time a file is opened, and the
+// CRC32C of the whole block the first time a given block (file inode, mtime
+// and size; in an object file: inode, index, length and CRC; in a pack: the
+// pack's inode, the record's offset, length and CRC) is read by this
+// process, however the last run ended: rot of the cache's disk while the
+// daemon was stopped, and a block torn by a power cut, fail there and are
+// never served (issue 41). A verified block is remembered, so a 4 MiB block
+// read in 128 KiB pieces is checksummed once, not 32 times. A block this
+// process wrote counts as verified (its bytes are the ones just checksummed;
+// a power cut empties the set), so a cold block is not read back whole to be
+// checked again. A Read or Slice of a whole block (every small file read at
+// once) checks its CRC32C every time, in the bytes just read or in one pass
+// through a buffer that stays in the CPU's cache: the cost of reading the
+// bytes once more from the page cache. Any mismatch removes the block and
+// reports kCorrupt. (Rot after its check in this run of a block read only in
+// parts, or of an object file the kernel reads in passthrough, is caught by
+// the scrub, Verify, or by the first read after the next start.) The set
+// holds at most 2^18 blocks (about 40 bytes each; past that it starts again
+// empty); an entry outliving its block (evicted) names an inode that a new
+// one matches only with the same stamp. WholeFile checks every block of the
+// object the same way before it hands out the file, so the kernel never
+// reads a block in passthrough that was not checked in this run; it reads
+// the bytes as Verify does, without the object's lock (the first open of a
+// large object in a run reads all of it).
 //
-// Trusted runs. Reading every block once after each start to check its CRC
-// costs a read of the whole cache (and, for a block served by splice, more
-// CPU than serving it). The check guards against one thing only: a block
-// torn by an OS crash or power cut, since nothing is fsynced. So each run of
-// the daemon has a number, written into the headers of the blocks it writes,
-// and `<root>/run` records the current run (BeginRun, durably, before any
-// write): its number, the boot it ran in, whether it ended cleanly (EndRun:
-// syncfs, then the record) and the first run whose blocks are trusted. A run
-// that follows a clean end, or an unclean end in the same boot (the daemon
-// was killed: the kernel still holds every byte it wrote), keeps the trusted
-// range; any other start (another boot after an unclean end, no readable
-// record) trusts only its own blocks. A block of a trusted run is served
-// after its header check without the CRC pass; all others are checked as
-// above. Blocks written by a store that was never begun carry run 0 and are
-// never trusted.
+// Earlier versions trusted the blocks of runs that had ended cleanly
+// (served them after the header check alone): their headers (format 2) and
+// map entries carry the writing run's number, which is no longer read, and
+// their record of runs, `<root>/run`, is removed by ForEachBlock (the
+// start-up walk) so that such a version, started again, trusts none.
 //
 // Up to `open_files` block files stay open (OpenBlockCache): a block read
 // again, or read right after it was written, is served through the open
@@ -91,7 +91,7 @@
 // splicing or sending a slice read zeros where the hole was punched (issue
 // 28).
 //
-// Code: block files and the run record in file_block_store.cc, object files
+// Code: block files in file_block_store.cc, object files
 // in file_block_store_objects.cc, the header format in block_file_format.h.
 //
 // Thread-safety: all methods are safe from any thread; the verified set is
@@ -101,7 +101,6 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -131,24 +130,9 @@ class FileBlockStore : public core::BlockStore {
   // `block_size`: the readers' (core::BlockReaderOptions); an object file
   // written with another is a miss (removed on first use).
   explicit FileBlockStore(std::string root, uint64_t block_size = kDefaultBlockSize,
-                          size_t open_files = kDefaultOpenFiles,
-                          std::string boot_id_file = "/proc/sys/kernel/random/boot_id");
+                          size_t open_files = kDefaultOpenFiles);
   static constexpr uint64_t kDefaultBlockSize = core::kDefaultBlockSize;
   static constexpr size_t kDefaultOpenFiles = 128;
-
-  // What BeginRun decided.
-  struct RunTrust {
-    uint64_t run = 0;           // this run's number
-    uint64_t trusted_from = 0;  // blocks of runs >= this are served without a CRC pass
-    bool inherited = false;     // false: only this run's own blocks are trusted
-  };
-  // Reads the previous run's record and durably records this run (see
-  // "Trusted runs"). Call once, before the first Write; an error (the cache
-  // directory cannot be written) leaves nothing trusted.
-  core::Result<RunTrust> BeginRun();
-  // Makes everything written so far durable (syncfs) and records a clean
-  // end. Call after the last Write; a no-op if BeginRun was not called.
-  core::Status EndRun();
 
   core::Result<core::Bytes> Read(const core::BlockKey& key, uint64_t offset,
                                  uint64_t length) override;
@@ -171,7 +155,8 @@ class FileBlockStore : public core::BlockStore {
   // Held, or a slice or read of block `key` not yet done.
   bool InUse(const core::BlockKey& key) override;
   // Temp files not named by this object are leftovers of a process that
-  // died mid-write (removed); its own may be writes under way (kept).
+  // died mid-write (removed); its own may be writes under way (kept). An
+  // earlier version's `<root>/run` goes too.
   core::Result<core::BlockScan> ForEachBlock(
       const std::function<void(const core::BlockKey&, uint64_t)>& fn,
       const std::function<bool(const core::BlockKey&)>& recorded) override;
@@ -244,9 +229,11 @@ class FileBlockStore : public core::BlockStore {
   // `recorded` says so of the key its name gives (ForEachBlock).
   bool IsRecorded(const std::filesystem::directory_entry& entry, const std::string& name,
                   const std::function<bool(const core::BlockKey&)>& recorded) const;
+  // A read of all of block `key` found bytes that do not match its CRC32C:
+  // Verify confirms it under the object's lock and drops the block
+  // (kCorrupt); a block rewritten or dropped meanwhile is a miss (kNotFound).
+  core::Status Mismatched(const core::BlockKey& key);
   bool Verified(const CheckedKey& key, const FileStamp& stamp);
-  bool Trusted(uint64_t file_run) const;
-  core::Status WriteRunFile(const std::string& contents);
   void MarkVerified(const CheckedKey& key, const FileStamp& stamp);
   void Forget(const CheckedKey& key);
 
@@ -262,9 +249,9 @@ class FileBlockStore : public core::BlockStore {
   // Checks block `key` of an object file `file_size` bytes long by its map
   // `entry` (nullopt: damaged): kNotFound if absent; a damaged entry, a
   // short file or a CRC32C mismatch drops the block and is kCorrupt. The CRC
-  // pass is skipped for a trusted run or a block already verified.
-  core::Status CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
-                                const std::optional<MapEntry>& entry, uint64_t file_size);
+  // pass is skipped for a block verified in this run; true if it ran.
+  core::Result<bool> CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
+                                      const std::optional<MapEntry>& entry, uint64_t file_size);
   core::Status WriteObjectBlock(const core::BlockKey& key, std::string_view data);
   core::Status RemoveObjectBlock(const core::BlockKey& key);
   // Clears block `key`'s entry and punches out its bytes; removes both files
@@ -294,6 +281,7 @@ class FileBlockStore : public core::BlockStore {
   core::Result<Located> LocatePackedLocked(const core::BlockKey& key);
   core::Result<Located> LocateBlockFile(const core::BlockKey& key);
   // As Verify, for a block in an object file, a pack or a block file.
+  static constexpr int kInObjectFile = 0, kInPack = 1, kInBlockFile = 2;
   core::Result<uint64_t> VerifyIn(const core::BlockKey& key, int where);
   // Pack files (file_block_store_packs.cc). Each takes the ObjectMutex of
   // the objects it touches, but DropPacked (its caller holds it).
@@ -334,10 +322,6 @@ class FileBlockStore : public core::BlockStore {
   const std::string root_;
   const uint64_t block_size_;
   const std::string tmp_prefix_;  // ".tmp.<random per object>.": whose temp files are whose
-  const std::string boot_id_file_;
-  std::string boot_id_;  // set by BeginRun, before any write
-  std::atomic<uint64_t> run_{0};
-  std::atomic<uint64_t> trusted_from_{~uint64_t{0}};
   OpenBlockCache open_;
   OpenFileCache<std::string, ObjectFiles> objects_;
   // ObjectMutex's stripes. std::mutex, not core::Mutex: they guard files on

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "daemon/core/limits.h"
 #include "daemon/store/block_file_format.h"
@@ -108,8 +109,9 @@ Result<std::optional<MapEntry>> FileBlockStore::ReadEntry(const ObjectFiles& fil
   return DecodeMapEntry(std::string_view(buf, static_cast<size_t>(n)));
 }
 
-Status FileBlockStore::CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
-                                        const std::optional<MapEntry>& entry, uint64_t file_size) {
+Result<bool> FileBlockStore::CheckObjectBlock(const core::BlockKey& key, const ObjectFiles& files,
+                                              const std::optional<MapEntry>& entry,
+                                              uint64_t file_size) {
   const std::string path = ObjectPathOf(key.object_id);
   auto corrupt = [&](const std::string& why) {
     (void)DropObjectBlock(key, files);
@@ -128,16 +130,15 @@ Status FileBlockStore::CheckObjectBlock(const core::BlockKey& key, const ObjectF
   if (file_size < offset + e.length) return corrupt("truncated data");
   const CheckedKey checked{files.ino, key.index};
   const FileStamp stamp{e.length, static_cast<int64_t>(e.crc)};
-  if (!Trusted(e.run) && !Verified(checked, stamp)) {
-    uint32_t crc = 0;
-    if (!FileCrc32c(files.data->fd(), offset, e.length, &crc)) {
-      if (errno != 0) return ErrnoStatus("read", path, errno);
-      return corrupt("truncated data");
-    }
-    if (crc != static_cast<uint32_t>(e.crc)) return corrupt("CRC32C mismatch");
-    MarkVerified(checked, stamp);
+  if (Verified(checked, stamp)) return false;
+  uint32_t crc = 0;
+  if (!FileCrc32c(files.data->fd(), offset, e.length, &crc)) {
+    if (errno != 0) return ErrnoStatus("read", path, errno);
+    return corrupt("truncated data");
   }
-  return Status::Ok();
+  if (crc != static_cast<uint32_t>(e.crc)) return corrupt("CRC32C mismatch");
+  MarkVerified(checked, stamp);
+  return true;
 }
 
 Result<FileBlockStore::Located> FileBlockStore::LocateObjectBlockLocked(const core::BlockKey& key) {
@@ -189,10 +190,12 @@ Result<OpenBlock> FileBlockStore::OpenObjectBlock(const core::BlockKey& key) {
   if (!entry.ok()) return entry.status();
   struct stat st {};
   if (::fstat(files->data->fd(), &st) != 0) return ErrnoStatus("stat", path, errno);
-  if (Status s = CheckObjectBlock(key, *files, *entry, static_cast<uint64_t>(st.st_size)); !s.ok())
-    return s;
-  OpenBlock open{files->data, key.index * block_size_, (*entry)->length};
+  Result<bool> checked = CheckObjectBlock(key, *files, *entry, static_cast<uint64_t>(st.st_size));
+  if (!checked.ok()) return checked.status();
+  OpenBlock open{files->data, key.index * block_size_, (*entry)->length,
+                 static_cast<uint32_t>((*entry)->crc)};
   open_.Put(key, open);
+  open.checked_now = *checked;
   return open;
 }
 
@@ -206,7 +209,7 @@ Status FileBlockStore::WriteObjectBlock(const core::BlockKey& key, std::string_v
   Result<ObjectFiles> files = OpenObject(key.object_id, true);
   if (!files.ok()) return files.status();
   const uint64_t offset = key.index * block_size_;
-  const MapEntry entry{data.size(), Crc32c(data), run_.load(std::memory_order_relaxed)};
+  const MapEntry entry{data.size(), Crc32c(data)};
   // No fsync (see the header): a block torn by a power cut fails its check.
   // The entry goes last: a reader sees the block once its bytes are there.
   if (!PwriteAll(files->data->fd(), data, offset) ||
@@ -217,7 +220,7 @@ Status FileBlockStore::WriteObjectBlock(const core::BlockKey& key, std::string_v
   }
   MarkVerified(CheckedKey{files->ino, key.index},
                FileStamp{entry.length, static_cast<int64_t>(entry.crc)});
-  open_.Put(key, OpenBlock{files->data, offset, data.size()});
+  open_.Put(key, OpenBlock{files->data, offset, data.size(), static_cast<uint32_t>(entry.crc)});
   return Status::Ok();
 }
 
@@ -332,9 +335,40 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
     auto it = holds->count.find(object_id);
     if (it != holds->count.end() && --it->second == 0) holds->count.erase(it);
   });
-  // Every block present, of its length and checked (a first use after an
-  // untrusted start checks each one now, as a read of it would): one pass
-  // over the map, none of the blocks put among the open files.
+  // The CRC passes first (a first use in this run checks each block, as a
+  // read of it would), each without the object's lock, as the scrub reads
+  // (VerifyIn): a first open of a large object reads all of it, and the lock
+  // is shared by a 64th of all objects. A bad block is dropped here. An
+  // object not all there is left to the walk below, which says what is
+  // missing, with no bytes read.
+  std::vector<uint64_t> unchecked;
+  {
+    std::lock_guard<std::mutex> l(ObjectMutex(object_id));
+    Result<ObjectFiles> files = OpenObject(object_id, false);
+    if (!files.ok()) return files.status();
+    uint64_t present = 0;
+    Status walked = ForEachEntry(
+        *files, object_id, 0, blocks, [&](uint64_t i, const std::optional<MapEntry>& e) {
+          if (!e || e->length == 0) return false;
+          present++;
+          if (!Verified(CheckedKey{files->ino, i},
+                        FileStamp{e->length, static_cast<int64_t>(e->crc)}))
+            unchecked.push_back(i);
+          return true;
+        });
+    if (!walked.ok()) return walked;
+    if (present < blocks) unchecked.clear();
+  }
+  for (uint64_t i : unchecked) {
+    Result<uint64_t> v = VerifyIn(core::BlockKey{object_id, i}, kInObjectFile);
+    if (!v.ok() && v.status().code() == core::StatusCode::kCorrupt) {
+      if (failed != nullptr) *failed = core::BlockKey{object_id, i};
+      return v.status();
+    }
+  }
+  // Then every block present, of its length and checked (verified above, or
+  // now if its entry changed meanwhile): one pass over the map, none of the
+  // blocks put among the open files.
   std::lock_guard<std::mutex> l(ObjectMutex(object_id));
   Result<ObjectFiles> files = OpenObject(object_id, false);
   if (!files.ok()) return files.status();
@@ -352,7 +386,7 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
       ForEachEntry(*files, object_id, 0, blocks, [&](uint64_t i, const std::optional<MapEntry>& e) {
         const core::BlockKey key{object_id, i};
         const uint64_t want = std::min(block_size_, size - i * block_size_);
-        checked = CheckObjectBlock(key, *files, e, file_size);
+        checked = CheckObjectBlock(key, *files, e, file_size).status();
         if (checked.ok() && e->length != want) {
           checked = core::NotFoundError("block " + std::to_string(i) + " of " + path + " is " +
                                             std::to_string(e->length) + " bytes, not " +

@@ -151,7 +151,7 @@ void FileBlockStore::WritePackedMany(const std::vector<BlockWrite>& blocks,
     const core::BlockKey& key = blocks[i].key;
     const std::string_view data = blocks[i].data;
     const uint32_t crc = Crc32c(data);
-    const std::string header = BlockHeader(key, data.size(), crc, run_);
+    const std::string header = BlockHeader(key, data.size(), crc);
     // A block written again (after a failed check, or fetched twice)
     // replaces the record that was there.
     std::optional<PackLocation> before = LocationOf(key.object_id);
@@ -177,7 +177,7 @@ void FileBlockStore::WritePackedMany(const std::vector<BlockWrite>& blocks,
     }
     const uint64_t len = p.loc.length - p.header_len;
     MarkVerified(CheckedKey{p.file.ino, p.loc.offset}, FileStamp{len, p.crc});
-    open_.Put(key, OpenBlock{p.file.fd, p.loc.offset + p.header_len, len});
+    open_.Put(key, OpenBlock{p.file.fd, p.loc.offset + p.header_len, len, p.crc});
     // The earlier copy goes once open_ no longer names it: a slice taken
     // after its hole's look at the uses cannot be of it.
     if (p.before) packs_->Drop(p.before->pack, p.before->offset, p.before->length, key.object_id);
@@ -224,7 +224,8 @@ Result<OpenBlock> FileBlockStore::OpenPacked(const core::BlockKey& key) {
   if (h.read_errno != 0) return ErrnoStatus("read", path, h.read_errno);
   if (!h.why.empty()) return corrupt(h.why);
   const FileStamp stamp{h.data_len, static_cast<int64_t>(h.crc)};
-  if (!Trusted(h.run) && !Verified(checked, stamp)) {
+  const bool check = !Verified(checked, stamp);
+  if (check) {
     uint32_t crc = 0;
     if (!FileCrc32c(file->fd->fd(), loc->offset + h.header_len, h.data_len, &crc)) {
       if (errno != 0) return ErrnoStatus("read", path, errno);
@@ -233,8 +234,9 @@ Result<OpenBlock> FileBlockStore::OpenPacked(const core::BlockKey& key) {
     if (crc != static_cast<uint32_t>(h.crc)) return corrupt("CRC32C mismatch");
     MarkVerified(checked, stamp);
   }
-  OpenBlock open{file->fd, loc->offset + h.header_len, h.data_len};
+  OpenBlock open{file->fd, loc->offset + h.header_len, h.data_len, static_cast<uint32_t>(h.crc)};
   open_.Put(key, open);
+  open.checked_now = check;
   return open;
 }
 

@@ -56,7 +56,7 @@ std::string EncodeMapEntry(const MapEntry& entry) {
   if (entry.length == 0) return std::string(kMapEntrySize, '\0');
   core::codec::PutU64(&out, entry.length);
   core::codec::PutU64(&out, entry.crc);
-  core::codec::PutU64(&out, entry.run);
+  core::codec::PutU64(&out, 0);  // once the writing run
   core::codec::PutU64(&out, EntryCheck(out));
   return out;
 }
@@ -68,10 +68,10 @@ std::optional<MapEntry> DecodeMapEntry(std::string_view in) {
   if (e.find_first_not_of('\0') == std::string_view::npos) return MapEntry{};
   core::codec::Reader r(e);
   MapEntry out;
-  uint64_t check = 0;
+  uint64_t check = 0, run = 0;
   r.GetU64(&out.length);
   r.GetU64(&out.crc);
-  r.GetU64(&out.run);
+  r.GetU64(&run);  // covered by the check, not used
   r.GetU64(&check);
   if (out.length == 0 || check != EntryCheck(e.substr(0, 24))) return std::nullopt;
   return out;

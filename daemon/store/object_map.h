@@ -8,8 +8,9 @@
 //
 // The map is a 4 KiB header (magic "PERCHMAP", format, block size, object id)
 // and one 32-byte entry per block from offset 4096: data length, CRC32C of
-// the data, the run that wrote it (see FileBlockStore "Trusted runs") and a
-// check of those three. An all-zero entry is an absent block; an entry whose
+// the data, 8 bytes written as zero (before issue 41: the run that wrote it,
+// when blocks of earlier runs were trusted; unread) and a check of those
+// three. An all-zero entry is an absent block; an entry whose
 // check fails is damage (a torn write, a flipped bit) and counts as absent.
 // The data file of a complete object is exactly the object's bytes, so the
 // kernel can read it directly (FUSE passthrough).
@@ -27,7 +28,6 @@ namespace perch::store {
 struct MapEntry {
   uint64_t length = 0;  // 0: the block is absent
   uint64_t crc = 0;     // CRC32C of its bytes
-  uint64_t run = 0;     // the run that wrote it
 };
 
 inline constexpr uint64_t kMapHeaderSize = 4096;

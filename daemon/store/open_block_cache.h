@@ -88,6 +88,10 @@ struct OpenBlock {
   uint64_t data_offset = 0;  // where the block's bytes start in the file (after a header, or
                              // at the block's offset in an object file)
   uint64_t data_len = 0;
+  uint32_t crc = 0;  // CRC32C of the block's bytes, as its header or map entry says
+  // Set (never in the cache) on what a lookup returns when it has just read
+  // the bytes and checked them: a read of the whole block need not again.
+  bool checked_now = false;
 };
 
 using OpenBlockCache = OpenFileCache<core::BlockKey, OpenBlock>;

@@ -37,14 +37,7 @@ std::string ReadFd(int fd) {
 
 class ObjectFileTest : public StoreDirTest {
  protected:
-  void SetUp() override {
-    StoreDirTest::SetUp();
-    std::ofstream(dir_ / "boot_id") << "boot-1\n";
-  }
-
-  FileBlockStore Store(uint64_t bs = kBlock) {
-    return FileBlockStore(dir_.string(), bs, 16, (dir_ / "boot_id").string());
-  }
+  FileBlockStore Store(uint64_t bs = kBlock) { return FileBlockStore(dir_.string(), bs, 16); }
   // Writes every block of `object` (blocks of kBlock) to `store`.
   static void WriteAll(FileBlockStore& store, const std::string& object) {
     for (uint64_t b = 0; b * kBlock < object.size(); ++b) {
@@ -170,7 +163,7 @@ TEST_F(ObjectFileTest, ADamagedBlockIsRemovedOnItsFirstCheckedRead) {
   }
   const std::string data = FileBlockStore(dir_.string(), kBlock).ObjectPathOf(kId);
   Overwrite(data, kBlock + 77, "Z");
-  FileBlockStore store = Store();  // never begun: nothing is trusted
+  FileBlockStore store = Store();  // a new run: nothing verified yet
   EXPECT_EQ(store.Read(BlockKey{kId, 1}, 0, 10).status().code(), StatusCode::kCorrupt);
   EXPECT_EQ(store.Read(BlockKey{kId, 1}, 0, 10).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(Block(store, 0), object_.substr(0, kBlock));
@@ -239,14 +232,13 @@ TEST_F(ObjectFileTest, ForEachBlockListsObjectBlocksAndRemovesLeftovers) {
 }
 
 TEST(ObjectMapTest, EntriesRoundTripAndDamageIsSeen) {
-  const MapEntry e{4096, 0xdeadbeef, 17};
+  const MapEntry e{4096, 0xdeadbeef};
   const std::string enc = EncodeMapEntry(e);
   ASSERT_EQ(enc.size(), kMapEntrySize);
   auto back = DecodeMapEntry(enc);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->length, 4096u);
   EXPECT_EQ(back->crc, 0xdeadbeefu);
-  EXPECT_EQ(back->run, 17u);
   EXPECT_EQ(DecodeMapEntry(std::string(kMapEntrySize, '\0'))->length, 0u);
   EXPECT_EQ(DecodeMapEntry("")->length, 0u) << "past the end of the map: absent";
   for (size_t i = 0; i < kMapEntrySize; ++i) {

@@ -210,7 +210,7 @@ TEST_F(PackTest, DamagedRecordsAndNamesAreDroppedNotServed) {
     Overwrite(pack, lb->offset, "NOTPERCH");                // header: bad magic
   }
   ASSERT_TRUE(index_.Apply({{core::index_keys::PackRecord("cc03"), std::string("garbage")}}).ok());
-  auto store = Store();  // a run that trusts nothing: every first read is checked
+  auto store = Store();  // a new run: every first read is checked
   for (const char* id : {"aa01", "bb02", "cc03"}) {
     auto r = store->Read(BlockKey{id, 0}, 0, 3000);
     EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << id;
