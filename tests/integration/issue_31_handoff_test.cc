@@ -397,11 +397,12 @@ TEST_F(HandoffTest, TwentyHandoffsUnderReadLoad) {
   for (size_t n : fds) counts += std::to_string(n) + " ";
   // Descriptors flat: no descriptor of an earlier generation carried along
   // (a leak of one per handoff would add 15 from the first five to the last
-  // five). Each count varies by a few with the connections and block files
-  // open at that moment: compare the least of five.
+  // five). Each count varies with the connections and block files open at
+  // that moment, by up to 9 since each cold file's digest is asked of a
+  // second server (issue 41): compare the least of five, within 6.
   const size_t first = *std::min_element(fds.begin(), fds.begin() + 5);
   const size_t last = *std::min_element(fds.end() - 5, fds.end());
-  EXPECT_LE(last, first + 3) << counts;
+  EXPECT_LE(last, first + 6) << counts;
   std::printf("descriptors after each handoff: %s\n", counts.c_str());
   std::printf("reads: %lu, longest read of the large file: %.3f s\n",
               static_cast<unsigned long>(reader_->shared().reads.load()),

@@ -325,7 +325,10 @@ TEST_F(StoreHardeningTest, TwentySigkillsDuringWarmsLeaveAConsistentCache) {
     perchd_.Kill();
     warm.join();
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
+  // A bound against a hang, not a rate: 21 starts, walks and warms take
+  // 60-160 s on these 2 cores beside the other integration tests (each cold
+  // small file's digest is asked of a second server since issue 41).
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(240));
   std::cerr << recovered << " of 20 restarts adopted block files written before their record\n";
 }
 
