@@ -142,10 +142,15 @@ void RangeReader::AskVoucher(const std::shared_ptr<Op>& op,
       self->SendVouch(op, entry, index, origin, seq);
     });
   });
+  // The read's deadline while the slot is awaited; the timer keeps neither
+  // the read nor this reader alive.
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(op->deadline - Clock::now());
   ctx_->loop.PostAfter(std::max(left, std::chrono::milliseconds(0)),
-                       [self, op, seq, server, origin, waiting] {
-                         if (!*waiting) return;
+                       [weak_self = weak_from_this(), weak_op = std::weak_ptr<Op>(op), seq, server,
+                        origin, waiting] {
+                         auto self = weak_self.lock();
+                         auto op = weak_op.lock();
+                         if (!self || !op || !*waiting) return;
                          *waiting = false;  // no slot in time: this server gave nothing
                          op->vouch_errors++;
                          op->vouch_errored.insert(server);

@@ -27,7 +27,8 @@
 // one byte of the object flipped in every answer: lies (states the digest
 // of its own wrong bytes), lies-405 (refuses Want-Digest), lies-none (states
 // no digest), lies-junk (states unparsable ones: adler32=zzzzzzzz,
-// sha-512=AAAA, foo=bar and a 60 KB md5: Beast takes no longer field). slowdigest takes 50 ms to answer
+// sha-512=AAAA, foo=bar and a 60 KB md5: Beast takes no longer field).
+// slowdigest takes 50 ms to answer
 // a request carrying Want-Digest (a checksum job); any other name serves
 // as ok does, from a server of its own ("ok2").
 //
