@@ -169,9 +169,10 @@ int Warm(Client& c, const std::vector<std::string>& paths, bool wait, bool recur
 }
 
 // `perchctl verify`: streams the check's progress (a bar on a terminal, a
-// line every 5 s otherwise), then what was found; exit 1 when something was
-// bad (it has been dropped and is fetched again by its next read).
-int Verify(Client& c, const std::string& path, bool detach, bool as_json) {
+// line every 5 s otherwise), then each file's verdict (`quiet`: those not
+// verified only) and the totals; exit 1 when something was bad (it has been
+// dropped and is fetched again by its next read).
+int Verify(Client& c, const std::string& path, bool detach, bool as_json, bool quiet) {
   v1::VerifyRequest req;
   req.set_path(path.empty() ? path : Absolute(path));
   req.set_detach(detach);
@@ -201,6 +202,14 @@ int Verify(Client& c, const std::string& path, bool detach, bool as_json) {
     std::cout << "verifying " << last.path() << " in the background (job #" << last.job_id()
               << "); `perchctl stats` counts what it finds\n";
   } else {
+    // One line per file, as `sha256sum -c` prints them: "PATH: verdict (detail)".
+    for (const v1::FileVerdict& f : last.files()) {
+      if (quiet && f.verdict() == "verified") continue;
+      std::cout << f.path() << ": " << (f.verdict() == "mismatched" ? "MISMATCHED" : f.verdict())
+                << " (" << f.detail() << ")\n";
+    }
+    if (last.files_not_listed())
+      std::cout << "(" << Count(last.files_not_listed()) << " more files not listed)\n";
     std::cout << "verified " << last.path() << ": " << Count(last.blocks_done()) << " blocks ("
               << Size(last.bytes_done()) << ") of " << Count(last.objects_done()) << " objects; ";
     if (bad == 0) {
@@ -216,8 +225,12 @@ int Verify(Client& c, const std::string& path, bool detach, bool as_json) {
       std::cout << "; " << Count(last.missing_blocks()) << " evicted meanwhile";
     if (last.unreadable_blocks())
       std::cout << "; " << Count(last.unreadable_blocks()) << " UNREADABLE (disk errors)";
+    if (last.objects_unverified())
+      std::cout << "; " << Count(last.objects_unverified()) << " unverified";
     std::cout << "\n";
-    for (const auto& e : last.corrupt()) std::cout << "  " << e << "\n";
+    if (last.files_size() == 0 || last.files_not_listed() > 0) {
+      for (const auto& e : last.corrupt()) std::cout << "  " << e << "\n";
+    }
   }
   return !detach && (bad > 0 || last.unreadable_blocks() > 0 || last.cancelled()) ? kExitFailed : 0;
 }
@@ -468,10 +481,13 @@ int main(int argc, char** argv) {
   bool detach = false;
   auto* verify = app.add_subcommand(
       "verify",
-      "read cached blocks below PATH (default: everything) again and check them; drop bad ones");
+      "check what is cached below PATH (default: everything) against its CRC32C and its "
+      "server's digest; say per file: verified, unverified or mismatched (dropped)");
   verify->add_option("PATH", path);
   verify->add_flag("--detach", detach, "check in the background; print nothing more");
   verify->add_flag("--json", as_json, "print the final progress as JSON");
+  bool quiet = false;
+  verify->add_flag("--quiet,-q", quiet, "list only the files not verified");
   auto* health =
       app.add_subcommand("health", "is the mount serving, the federation reachable, the disk fine");
   health->add_flag("--json", as_json, "machine-readable output");
@@ -487,7 +503,7 @@ int main(int argc, char** argv) {
   if (evict->parsed()) return Evict(client, path, as_json);
   if (ls->parsed()) return Ls(client, path, as_json);
   if (health->parsed()) return Health(client, as_json);
-  if (verify->parsed()) return Verify(client, path, detach, as_json);
+  if (verify->parsed()) return Verify(client, path, detach, as_json, quiet);
   if (hint->parsed()) return Hint(client, job, hint_paths, hint_file);
   return kExitUsage;
 }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "daemon/http/digest.h"
@@ -192,6 +193,7 @@ void AddFuseServer(const fuse::FuseOptions& shared, Federation& f) {
 core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& feds,
                              const std::vector<http::CurlLoop*>& loops) {
   core::NetworkStats n;
+  std::map<std::string, http::ServerTally::Counts> by_server;  // a server may serve several
   for (const http::CurlLoop* loop : loops) {
     n.inflight_requests += loop->InFlight();
     n.queued_requests += loop->Queued();
@@ -206,7 +208,10 @@ core::NetworkStats NetworkOf(const std::vector<std::unique_ptr<Federation>>& fed
     n.digests_unverified += c.digests_unverified;
     n.digest_asks += c.digest_asks;
     n.origin_fallbacks += c.origin_fallbacks;
+    for (const auto& [server, counts] : f->client->servers()) by_server[server] += counts;
   }
+  for (const auto& [server, c] : by_server)
+    n.servers.push_back(core::ServerStats{server, c.digest_mismatches, c.failures});
   return n;
 }
 

@@ -150,6 +150,14 @@ void ToProto(const core::ScrubProgress& p, v1::VerifyProgress* out) {
   out->set_finished(p.finished);
   out->set_cancelled(p.cancelled);
   for (const std::string& c : p.corrupt) out->add_corrupt(ProtoText(c));
+  out->set_objects_unverified(p.objects_unverified);
+  for (const core::FileVerdict& f : p.files) {
+    auto* v = out->add_files();
+    v->set_path(ProtoText(f.path));
+    v->set_verdict(core::ToString(f.verdict.kind));
+    v->set_detail(ProtoText(f.verdict.detail));
+  }
+  out->set_files_not_listed(p.files_not_listed);
 }
 
 core::Status ToProto(const core::StatsSnapshot& s, v1::Stats* out) {
@@ -179,6 +187,11 @@ core::Status ToProto(const core::StatsSnapshot& s, v1::Stats* out) {
     auto* h = out->add_http_clients();
     h->set_client(c.client);
     keep(FillFields(c, h));
+  }
+  for (const core::ServerStats& server : s.network.servers) {
+    auto* v = out->add_servers();
+    v->set_server(server.server);
+    keep(FillFields(server, v));
   }
   Fill(s.origin_get, out->mutable_origin_get());
   for (const auto& w : s.warm_jobs) ToProto(w, out->add_warm_jobs());

@@ -52,6 +52,12 @@ class BlockListener {
   virtual void Vouched(const std::string& object_id, const std::vector<ObjectDigest>& digests) {
     (void)object_id, (void)digests;
   }
+  // The bytes fetched of object `object_id` (an object of one block) were
+  // delivered with no server but their sender stating a digest, for reason
+  // `why` (FetchedBytes::unverified).
+  virtual void Unverified(const std::string& object_id, const std::string& why) {
+    (void)object_id, (void)why;
+  }
   // True if block `key` is known to be in the store (prefetch skips it).
   virtual bool Contains(const BlockKey& key) const = 0;
   // False only if block `key` is certainly not in the store, so that a read

@@ -406,6 +406,9 @@ void BlockReader::Complete(const BlockKey& key, const ObjectPath& path,
   if (r.ok() && !r->vouched.empty() && listener_ != nullptr) {
     listener_->Vouched(key.object_id, r->vouched);
   }
+  if (r.ok() && !r->unverified.empty() && listener_ != nullptr) {
+    listener_->Unverified(key.object_id, r->unverified);
+  }
   if (r.ok() && !keep) stats_.uncacheable_blocks++;
   bool schedule = false;
   {

@@ -40,6 +40,9 @@ class Mount::Listener : public BlockListener {
   void Vouched(const std::string& object_id, const std::vector<ObjectDigest>& digests) override {
     mount_.digests_.Vouched(object_id, digests);
   }
+  void Unverified(const std::string& object_id, const std::string& why) override {
+    mount_.digests_.Unverified(object_id, why, /*count=*/false);  // counted where it was found
+  }
 
  private:
   CacheCatalog& catalog_;
@@ -70,7 +73,7 @@ class KnownDigestCheck final : public ObjectDigests::Check {
 // cheapest algorithm is checked, crc32c where known.
 class KnownDigests final : public ObjectDigests {
  public:
-  KnownDigests(const DigestKeeper& keeper, DigestHasherFactory hasher)
+  KnownDigests(DigestKeeper& keeper, DigestHasherFactory hasher)
       : keeper_(keeper), hasher_(std::move(hasher)) {}
   std::unique_ptr<Check> Start(const std::string& object_id, uint64_t size) override {
     (void)size;  // the id names the version, size included
@@ -79,14 +82,19 @@ class KnownDigests final : public ObjectDigests {
     if (pick == nullptr) return nullptr;
     return std::make_unique<KnownDigestCheck>(*pick, hasher_({pick->algorithm}));
   }
+  DigestVerdict Verdict(const std::string& object_id) const override {
+    return keeper_.Verdict(object_id);
+  }
+  void Mismatched(const std::string& object_id, std::string what) override {
+    keeper_.Mismatched(object_id, std::move(what));
+  }
 
  private:
-  const DigestKeeper& keeper_;
+  DigestKeeper& keeper_;
   const DigestHasherFactory hasher_;
 };
 
-std::unique_ptr<ObjectDigests> NewKnownDigests(const DigestKeeper& keeper,
-                                               DigestHasherFactory hasher) {
+std::unique_ptr<ObjectDigests> NewKnownDigests(DigestKeeper& keeper, DigestHasherFactory hasher) {
   if (!hasher) return nullptr;
   return std::make_unique<KnownDigests>(keeper, std::move(hasher));
 }
@@ -153,8 +161,26 @@ std::map<std::string, std::string> Mount::Xattrs(const ObjectPath& p, const File
     for (const ObjectDigest& d : digests_.Known(id)) {
       x[kDigestXattrPrefix + d.algorithm] = DigestValueText(d);
     }
+    x[kVerdictXattr] = VerdictText(a, id);
   }
   return x;
+}
+
+std::string Mount::VerdictText(const FileAttr& a, const std::string& object_id) {
+  const DigestVerdict v = digests_.Verdict(object_id);
+  switch (v.kind) {
+    case DigestVerdict::kVerified:
+      return v.detail;
+    case DigestVerdict::kUnverified:
+    case DigestVerdict::kMismatched:
+      return std::string(ToString(v.kind)) + ": " + v.detail;
+    case DigestVerdict::kUnknown:
+      break;
+  }
+  if (a.size == 0) return "unverified: empty";
+  if (!verify_complete_) return "unverified: digest checks are off (--no-verify-digests)";
+  return "unverified: not checked yet (" + std::to_string(catalog_.CachedBytes(object_id)) +
+         " of " + std::to_string(a.size) + " bytes cached; checked once read whole)";
 }
 
 Result<std::string> Mount::Xattr(const ObjectPath& p, const FileAttr& a, std::string_view name) {
@@ -227,7 +253,11 @@ Status Mount::VerifyComplete(const ObjectPath& p, const FileAttr& a, const std::
     // federation does not answer at all (offline, or its director down): no
     // source can check it,
     // so it is served, counted, and said once per mount.
-    digests_.CountUnverified();
+    digests_.Unverified(object_id,
+                        checked.code() == StatusCode::kNotFound
+                            ? "no server but those that sent its bytes states a digest"
+                            : "the federation did not answer (" + checked.message() + ")",
+                        /*count=*/true);
     if (!said_unverified_.exchange(true)) {
       spdlog::warn("{}: {}; such objects of {} are served unchecked (digests_unverified)",
                    EscapeForLog(p.str()), EscapeForLog(checked.message()), spec_.federation_id);

@@ -136,6 +136,9 @@ class Mount {
   // are not known yet. kNotFound when there is no such attribute (ENODATA),
   // the Digests error otherwise.
   static constexpr char kDigestXattrPrefix[] = "user.perch.digest.";
+  // What is known of a file's copy, without a request: the digest its bytes
+  // matched ("adler32=1e720467"), "unverified: <why>" or "mismatched: <what>".
+  static constexpr char kVerdictXattr[] = "user.perch.digest";
   Result<std::string> Xattr(const ObjectPath& p, const FileAttr& a, std::string_view name);
 
   // The digests of file `p` at version `a` that perch hands out
@@ -179,6 +182,8 @@ class Mount {
 
   const MountSpec spec_;
   const std::string tag_;
+  // kVerdictXattr's value for object `object_id` at version `a`.
+  std::string VerdictText(const FileAttr& a, const std::string& object_id);
   // A block of object `object_id` was stored: a copy of it checked before
   // is a new copy now.
   void CopyChanged(const std::string& object_id);

@@ -73,8 +73,44 @@ void DigestKeeper::Vouched(const std::string& object_id, std::vector<ObjectDiges
   Remember(object_id, std::move(digests), /*persist=*/true);
 }
 
+void DigestKeeper::Unverified(const std::string& object_id, std::string why, bool count) {
+  if (count) stats_.unverified++;
+  Note(object_id, {DigestVerdict::kUnverified, std::move(why)});
+}
+
+DigestVerdict DigestKeeper::Verdict(const std::string& object_id) const {
+  {
+    MutexLock l(mu_);
+    auto it = verdicts_.find(object_id);
+    if (it != verdicts_.end()) return it->second;
+  }
+  std::vector<ObjectDigest> known = Known(object_id);
+  if (const ObjectDigest* d = CheapestDigest(known))
+    return {DigestVerdict::kVerified, DigestText(*d)};
+  return {};
+}
+
+void DigestKeeper::Note(const std::string& object_id, DigestVerdict v) {
+  MutexLock l(mu_);
+  if (v.kind == DigestVerdict::kUnknown) {
+    verdicts_.erase(object_id);  // its key stays in verdict_order_ until its turn
+    return;
+  }
+  auto [it, inserted] = verdicts_.insert_or_assign(object_id, std::move(v));
+  if (inserted) verdict_order_.push_back(object_id);
+  while (verdicts_.size() > options_.max_remembered && !verdict_order_.empty()) {
+    verdicts_.erase(verdict_order_.front());
+    verdict_order_.pop_front();
+  }
+  // Keys forgotten meanwhile pile up at most to twice the bound.
+  if (verdict_order_.size() > 2 * options_.max_remembered + 16) {
+    std::erase_if(verdict_order_, [this](const std::string& k) { return !verdicts_.count(k); });
+  }
+}
+
 void DigestKeeper::Remember(const std::string& object_id, std::vector<ObjectDigest> digests,
                             bool persist) {
+  Note(object_id, {});  // vouched for now: an earlier verdict is stale
   if (persist && index_ != nullptr) {
     Status s = index_->Apply({{index_keys::Digest(object_id), EncodeDigests(digests)}});
     if (!s.ok()) {
@@ -158,7 +194,7 @@ Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader&
   Status last = NotFoundError(path.str() + ": no server states a digest perch computes");
   for (const std::vector<std::string>& ask : asks) {
     Result<ObjectDigest> got =
-        Ask(origin, reader, path, version, object_id, ask, deadline, on_mismatch);
+        Ask(origin, reader, path, version, object_id, ask, known, deadline, on_mismatch);
     if (!got.ok()) {
       if (got.status().code() == StatusCode::kCorrupt) return got.status();
       last = got.status();
@@ -174,21 +210,62 @@ Result<std::vector<ObjectDigest>> DigestKeeper::Get(Origin& origin, BlockReader&
 
 Result<ObjectDigest> DigestKeeper::Ask(Origin& origin, BlockReader& reader, const ObjectPath& path,
                                        const ObjectVersion& version, const std::string& object_id,
-                                       const std::vector<std::string>& ask, Deadline deadline,
+                                       const std::vector<std::string>& ask,
+                                       const std::vector<ObjectDigest>& known, Deadline deadline,
                                        OnMismatch on_mismatch) {
   stats_.asks++;
   auto claims = WaitFor<std::vector<ObjectDigest>>(
       deadline, [&](auto cb) { origin.Digests(path, version, ask, deadline, cb); });
   if (!claims.ok()) return claims.status();
-  const std::vector<std::string> algorithms = AlgorithmsFor(*claims);
+  std::vector<std::string> algorithms = AlgorithmsFor(*claims);
   if (algorithms.empty()) {
     return NotFoundError(path.str() + ": the server's digest is of no algorithm perch computes");
   }
+  // A digest of this version verified already is computed in the same pass:
+  // when the new claim disagrees with bytes that still match it, the claim
+  // is wrong (a cache that lies about another algorithm), not the copy.
+  const ObjectDigest* vouched = CheapestDigest(known);
+  if (vouched != nullptr &&
+      std::find(algorithms.begin(), algorithms.end(), vouched->algorithm) == algorithms.end()) {
+    algorithms.push_back(vouched->algorithm);
+  }
+  bool distrusted = false;
   for (int attempt = 0;; attempt++) {
     auto computed = Digest(reader, path, version, object_id, algorithms, deadline);
     if (!computed.ok()) return computed.status();
     ObjectDigest matched;
-    switch (MatchDigests(*claims, *computed, &matched)) {
+    DigestMatch match = MatchDigests(*claims, *computed, &matched);
+    bool confirmed = false;
+    if (match != DigestMatch::kMatch && vouched != nullptr &&
+        std::find(computed->begin(), computed->end(), *vouched) != computed->end()) {
+      return NotFoundError(path.str() + ": a server states a digest (" +
+                           (claims->empty() ? std::string() : DigestText(claims->front())) +
+                           ") that the copy verified against " + DigestText(*vouched) +
+                           " does not have: not handed out");
+    }
+    if (match == DigestMatch::kMismatch && attempt == 0) {
+      // The claim or the copy is wrong. A second opinion, the origins' where
+      // the federation allows (a distrusted path asks them first): if the
+      // copy has it, the first claim was the wrong one (a cache that lies).
+      origin.Distrust(path);
+      distrusted = true;
+      stats_.asks++;
+      auto second = WaitFor<std::vector<ObjectDigest>>(
+          deadline, [&](auto cb) { origin.Digests(path, version, ask, deadline, cb); });
+      if (second.ok() && !AlgorithmsFor(*second).empty()) {
+        if (MatchDigests(*second, *computed, &matched) == DigestMatch::kMatch) {
+          match = DigestMatch::kMatch;
+        } else {
+          claims = std::move(second);  // the origins' claim judges the copy from now on
+          confirmed = true;
+          for (const std::string& a : AlgorithmsFor(*claims)) {
+            if (std::find(algorithms.begin(), algorithms.end(), a) == algorithms.end())
+              algorithms.push_back(a);
+          }
+        }
+      }
+    }
+    switch (match) {
       case DigestMatch::kMatch:
         stats_.verified++;
         return matched;
@@ -199,9 +276,13 @@ Result<ObjectDigest> DigestKeeper::Ask(Origin& origin, BlockReader& reader, cons
         break;
     }
     stats_.mismatches++;
-    origin.Distrust(path);  // fetched again from the origin where it may be
+    if (!distrusted) origin.Distrust(path);  // fetched again from the origin where it may be
+    distrusted = true;
+    if (confirmed) origin.Blame(path);  // two claims the copy did not have
     size_t dropped = reader.DropObject(version, object_id);
     std::string claim = claims->empty() ? "" : DigestText(claims->front());
+    Note(object_id, {DigestVerdict::kMismatched,
+                     "the cached copy did not match " + claim + " stated by a server; dropped"});
     if (attempt == 0) {
       spdlog::warn("{}: the cached copy does not match its server's digest ({}); {} blocks dropped",
                    EscapeForLog(path.str()), EscapeForLog(claim), dropped);
@@ -228,10 +309,16 @@ Status DigestKeeper::CheckCopy(Origin& origin, BlockReader& reader, const Object
   std::unique_ptr<DigestHasher> hasher = hasher_({pick->algorithm});
   if (Status s = Feed(reader, path, version, object_id, deadline, *hasher); !s.ok()) return s;
   std::vector<ObjectDigest> got = hasher->Finish();
-  if (got.size() == 1 && got.front() == *pick) return Status::Ok();
+  if (got.size() == 1 && got.front() == *pick) {
+    Note(object_id, {});  // a mismatch of an earlier copy is past
+    return Status::Ok();
+  }
   stats_.mismatches++;
   origin.Distrust(path);
+  origin.Blame(path);  // a digest its bytes matched before
   size_t dropped = reader.DropObject(version, object_id);
+  Note(object_id, {DigestVerdict::kMismatched,
+                   "the cached copy did not match " + DigestText(*pick) + "; dropped"});
   spdlog::warn("{}: the cached copy does not match the object's digest ({}); {} blocks dropped",
                EscapeForLog(path.str()), EscapeForLog(DigestText(*pick)), dropped);
   return CorruptError(path.str() + ": the cached copy does not match the object's digest (" +

@@ -103,8 +103,21 @@ class DigestKeeper {
   // other than the one that sent them (FetchedBytes::vouched): kept.
   void Vouched(const std::string& object_id, std::vector<ObjectDigest> digests);
 
-  // A copy of `object_id` was served with no server stating a digest.
-  void CountUnverified() { stats_.unverified++; }
+  // A copy of `object_id` was served with no server but its sender stating
+  // a digest, for reason `why`: remembered (Verdict); `count`: counted too
+  // (stats().unverified; the federation client counts its own).
+  void Unverified(const std::string& object_id, std::string why, bool count);
+
+  // The cached copy of `object_id` did not match its digest (`what`; the
+  // scrub found it): remembered (Verdict) until its bytes are vouched for.
+  void Mismatched(const std::string& object_id, std::string what) {
+    Note(object_id, {DigestVerdict::kMismatched, std::move(what)});
+  }
+
+  // What is known of `object_id`'s copy: the last verdict met (a mismatch
+  // or an unverified copy, until its bytes are vouched for), else verified
+  // when a digest is known, else kUnknown. No request.
+  DigestVerdict Verdict(const std::string& object_id) const;
 
   // Checks the copy of object `object_id` the cache holds now (`path` at
   // `attr`, read with `reader`) against the object's digest: Get with
@@ -130,15 +143,20 @@ class DigestKeeper {
                                            Deadline deadline);
   // One request for the digest (Want-Digest naming `ask`; empty: perch's
   // list) and the check of the cached bytes against it: the digest they
-  // matched, under its true algorithm.
+  // matched, under its true algorithm. A claim that bytes still matching a
+  // digest of `known` (verified before) do not have is the claim's fault:
+  // kNotFound, the copy kept.
   Result<ObjectDigest> Ask(Origin& origin, BlockReader& reader, const ObjectPath& path,
                            const ObjectVersion& version, const std::string& object_id,
-                           const std::vector<std::string>& ask, Deadline deadline,
+                           const std::vector<std::string>& ask,
+                           const std::vector<ObjectDigest>& known, Deadline deadline,
                            OnMismatch on_mismatch);
   // Kept in memory; `persist`: in the index too.
   void Remember(const std::string& object_id, std::vector<ObjectDigest> digests, bool persist);
   // Kept in memory (a cache of the index: Known may fill it).
   void Keep(const std::string& object_id, std::vector<ObjectDigest> digests) const;
+  // The verdict of `object_id` is `v` (kUnknown: forgotten).
+  void Note(const std::string& object_id, DigestVerdict v);
 
   const DigestHasherFactory hasher_;
   const DigestKeeperOptions options_;
@@ -148,6 +166,10 @@ class DigestKeeper {
   mutable Mutex mu_;  // a leaf lock
   mutable std::unordered_map<std::string, std::vector<ObjectDigest>> known_ PERCH_GUARDED_BY(mu_);
   mutable std::deque<std::string> order_ PERCH_GUARDED_BY(mu_);  // known_'s keys, oldest first
+  // Copies found unverified or mismatched (at most max_remembered; oldest
+  // dropped first).
+  std::unordered_map<std::string, DigestVerdict> verdicts_ PERCH_GUARDED_BY(mu_);
+  std::deque<std::string> verdict_order_ PERCH_GUARDED_BY(mu_);
 };
 
 }  // namespace perch::core

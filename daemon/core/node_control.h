@@ -36,6 +36,19 @@
 
 namespace perch::core {
 
+// What one server of the federations did wrong (message ServerStats).
+struct ServerStats {
+  std::string server;  // scheme://host:port
+  uint64_t digest_mismatches = 0, failures = 0;
+
+  // The numbers above by the control API's names.
+  static constexpr auto Fields() {
+    using Field = std::pair<std::string_view, uint64_t ServerStats::*>;
+    return std::to_array<Field>({{"digest_mismatches", &ServerStats::digest_mismatches},
+                                 {"failures", &ServerStats::failures}});
+  }
+};
+
 // Counters of the federation client, filled by the daemon's wiring.
 struct NetworkStats {
   uint64_t inflight_requests = 0;
@@ -48,6 +61,7 @@ struct NetworkStats {
   uint64_t digests_unverified = 0;
   uint64_t digest_asks = 0;
   uint64_t origin_fallbacks = 0;
+  std::vector<ServerStats> servers;  // by server, those that did something wrong
 };
 
 struct NamespaceCounters {

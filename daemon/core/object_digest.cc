@@ -149,4 +149,18 @@ DigestMatch MatchDigests(const std::vector<ObjectDigest>& claims,
   return checkable ? DigestMatch::kMismatch : DigestMatch::kNone;
 }
 
+const char* ToString(DigestVerdict::Kind kind) {
+  switch (kind) {
+    case DigestVerdict::kVerified:
+      return "verified";
+    case DigestVerdict::kUnverified:
+      return "unverified";
+    case DigestVerdict::kMismatched:
+      return "mismatched";
+    case DigestVerdict::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
 }  // namespace perch::core

@@ -81,4 +81,19 @@ DigestMatch MatchDigests(const std::vector<ObjectDigest>& claims,
                          const std::vector<ObjectDigest>& computed,
                          ObjectDigest* matched = nullptr);
 
+// What is known of an object's copy (DigestKeeper::Verdict): what `perchctl verify` and
+// the xattr user.perch.digest say of it.
+struct DigestVerdict {
+  enum Kind {
+    kUnknown,     // nothing checked yet (never read whole since it was cached)
+    kVerified,    // its bytes matched a digest a server other than their sender stated
+    kUnverified,  // served with no such digest: `detail` says why
+    kMismatched,  // its cached copy did not match: dropped; `detail` says which digest
+  } kind = kUnknown;
+  std::string detail;  // kVerified: "adler32=1e720467"
+};
+
+// "verified", "unverified", "mismatched" ("unknown" for kUnknown).
+const char* ToString(DigestVerdict::Kind kind);
+
 }  // namespace perch::core

@@ -61,6 +61,12 @@ class Origin {
   // for a while, where the federation allows it (Pelican's `?directread`), so
   // that the copy fetched again is the origin's. This default: nothing.
   virtual void Distrust(const ObjectPath& path) { (void)path; }
+
+  // The copy of `path` that servers sent is proven wrong (two sources agree
+  // on a digest it does not have): those servers sort last for a while and
+  // are counted against, so that an operator sees which cache is bad. This
+  // default: nothing.
+  virtual void Blame(const ObjectPath& path) { (void)path; }
 };
 
 }  // namespace perch::core

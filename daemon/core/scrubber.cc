@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "daemon/core/codec.h"
@@ -15,8 +16,9 @@ namespace perch::core {
 // Design). Used by one step at a time.
 class ScrubWalk {
  public:
-  ScrubWalk(Scrubber& s, ObjectPath prefix, ScrubCursor cursor)
-      : s_(s), prefix_(std::move(prefix)), cursor_(std::move(cursor)) {}
+  // `verdicts`: each object's verdict goes to progress.files (verify jobs).
+  ScrubWalk(Scrubber& s, ObjectPath prefix, ScrubCursor cursor, bool verdicts = false)
+      : s_(s), prefix_(std::move(prefix)), cursor_(std::move(cursor)), verdicts_(verdicts) {}
 
   // Checks blocks until `budget` bytes were read (at least one block, at
   // most 64 pages of the catalog looked at); false once the walk is over.
@@ -47,6 +49,11 @@ class ScrubWalk {
         object_size_ = item.object_size;
         good_bytes_ = 0;
         bad_ = false;
+        first_corrupt_.reset();
+        // Named before a bad block or a mismatch drops it (its last block
+        // takes its record).
+        if (verdicts_ && progress.files.size() < ScrubProgress::kMaxFiles)
+          shown_ = s_.Shown(s_.catalog_.PathOf(object_), object_);
       }
       read += Check(item);
     }
@@ -83,6 +90,7 @@ class ScrubWalk {
         // last block takes the object's record); its next read fetches it.
         const std::string shown = s_.Shown(s_.catalog_.PathOf(item.key.object_id), object_);
         s_.catalog_.Dropped(item.key);
+        if (!first_corrupt_) first_corrupt_ = item.key.index;
         progress.blocks_done++;
         progress.corrupt_blocks++;
         progress.bytes_done += item.length;
@@ -108,15 +116,47 @@ class ScrubWalk {
     if (object_.empty()) return 0;
     progress.objects_done++;
     uint64_t read = 0;
-    if (s_.digests_ != nullptr && !bad_ && object_size_ > 0 && good_bytes_ == object_size_)
-      read = CheckDigest();
+    DigestVerdict verdict;
+    const bool whole = !bad_ && good_bytes_ == object_size_;
+    if (first_corrupt_) {
+      verdict = {DigestVerdict::kMismatched,
+                 "block " + std::to_string(*first_corrupt_) +
+                     " failed its CRC32C on disk; dropped, fetched again by its next read"};
+    } else if (!whole) {
+      verdict = {DigestVerdict::kUnverified, "held in part (" + std::to_string(good_bytes_) +
+                                                 " of " + std::to_string(object_size_) +
+                                                 " bytes); checked once read whole"};
+    } else if (object_size_ == 0) {
+      verdict = {DigestVerdict::kVerified, "empty"};
+    } else if (s_.digests_ == nullptr) {
+      verdict = {DigestVerdict::kUnverified, "perch computes no digests here"};
+    } else {
+      read = CheckDigest(&verdict);
+    }
+    if (verdicts_) {
+      if (verdict.kind == DigestVerdict::kUnverified) progress.objects_unverified++;
+      if (progress.files.size() < ScrubProgress::kMaxFiles) {
+        progress.files.push_back({std::move(shown_), verdict});
+      } else {
+        progress.files_not_listed++;
+      }
+    }
     object_.clear();
     return read;
   }
 
-  uint64_t CheckDigest() {
+  // The whole object against its recorded digest; `verdict` gets what was found.
+  uint64_t CheckDigest(DigestVerdict* verdict) {
     std::unique_ptr<ObjectDigests::Check> check = s_.digests_->Start(object_, object_size_);
-    if (!check) return 0;
+    if (!check) {
+      *verdict = s_.digests_->Verdict(object_);
+      if (verdict->kind == DigestVerdict::kUnknown || verdict->kind == DigestVerdict::kVerified) {
+        *verdict = {DigestVerdict::kUnverified,
+                    "no server's digest checked for this copy yet (it is checked when "
+                    "read to its end or opened whole; or it was cached with checks off)"};
+      }
+      return 0;
+    }
     const uint64_t bs = s_.options_.block_size;
     const uint64_t blocks = BlockCount(object_size_, bs);
     uint64_t read = 0;
@@ -126,7 +166,8 @@ class ScrubWalk {
       if (!bytes.ok() || bytes->size() != len) {
         if (!bytes.ok() && bytes.status().code() == StatusCode::kCorrupt)
           s_.catalog_.Dropped(BlockKey{object_, i});  // as a read would
-        return read;                                  // gone meanwhile: not checked this time
+        *verdict = {DigestVerdict::kUnverified, "changed while it was checked; check it again"};
+        return read;  // gone meanwhile: not checked this time
       }
       check->Update(*bytes);
       read += len;
@@ -136,6 +177,7 @@ class ScrubWalk {
     if (check->Matches()) {
       progress.digests_verified++;
       s_.counters_.digests_verified++;
+      *verdict = {DigestVerdict::kVerified, check->Describe()};
       return read;
     }
     progress.digest_mismatches++;
@@ -150,6 +192,9 @@ class ScrubWalk {
     spdlog::warn("cache: scrub: {} ({}) does not match the origin's digest {}; its blocks dropped",
                  EscapeForLog(shown), object_, check->Describe());
     Report(shown + " (digest)");
+    *verdict = {DigestVerdict::kMismatched, "the cached copy did not match " + check->Describe() +
+                                                "; dropped, fetched again by its next read"};
+    s_.digests_->Mismatched(object_, verdict->detail);
     return read;
   }
 
@@ -166,8 +211,11 @@ class ScrubWalk {
   // The object being walked.
   std::string object_;
   uint64_t object_size_ = 0;
-  uint64_t good_bytes_ = 0;  // of its blocks that passed
-  bool bad_ = false;         // a block of it failed or was missing
+  uint64_t good_bytes_ = 0;                // of its blocks that passed
+  bool bad_ = false;                       // a block of it failed or was missing
+  std::optional<uint64_t> first_corrupt_;  // the first block of it that failed its CRC32C
+  std::string shown_;                      // its name (verify jobs)
+  const bool verdicts_;
 };
 
 Scrubber::Scrubber(CacheCatalog& catalog, BlockStore& store, Index& index, Executor& jobs,
@@ -300,7 +348,7 @@ ScrubJob::ScrubJob(Scrubber& scrubber, std::shared_ptr<Scrubber::Life> life,
       life_(std::move(life)),
       prefix_(prefix),
       on_update_(std::move(on_update)),
-      walk_(std::make_unique<ScrubWalk>(scrubber, prefix, ScrubCursor())) {
+      walk_(std::make_unique<ScrubWalk>(scrubber, prefix, ScrubCursor(), /*verdicts=*/true)) {
   progress_.id = id;
   progress_.path = std::move(shown);
 }
@@ -367,7 +415,12 @@ void ScrubJob::Step() {
     progress_.corrupt_blocks = w.corrupt_blocks;
     progress_.digests_verified = w.digests_verified;
     progress_.digest_mismatches = w.digest_mismatches;
+    progress_.objects_unverified = w.objects_unverified;
     progress_.corrupt = w.corrupt;
+    if (!more || cancelled_) {  // the list goes out once, with the last message
+      progress_.files = std::move(walk_->progress.files);
+      progress_.files_not_listed = w.files_not_listed;
+    }
   }
   if (more && !cancelled_) {
     // Told before the next step is posted: callbacks stay one at a time, in order.

@@ -54,6 +54,7 @@
 #include "daemon/core/index.h"
 #include "daemon/core/index_keys.h"
 #include "daemon/core/mutex.h"
+#include "daemon/core/object_digest.h"
 
 namespace perch::core {
 
@@ -74,6 +75,17 @@ class ObjectDigests {
   // A check of object `object_id` (`size` bytes) against its recorded
   // digest; null when none is recorded, or none perch can compute.
   virtual std::unique_ptr<Check> Start(const std::string& object_id, uint64_t size) = 0;
+  // What else is known of `object_id` when Start gave no check (why it was
+  // served unverified, a mismatch found when it was read); kUnknown if nothing.
+  virtual DigestVerdict Verdict(const std::string& object_id) const = 0;
+  // The walk found the cached copy of `object_id` not matching (`what`).
+  virtual void Mismatched(const std::string& object_id, std::string what) = 0;
+};
+
+// What a verify job found of one file.
+struct FileVerdict {
+  std::string path;  // as users name it
+  DigestVerdict verdict;
 };
 
 struct ScrubProgress {
@@ -85,17 +97,23 @@ struct ScrubProgress {
   uint64_t blocks_done = 0;  // checked (good or bad)
   uint64_t bytes_done = 0;   // bytes read to check them
   uint64_t objects_done = 0;
-  uint64_t missing_blocks = 0;     // gone before their turn (evicted): not checked
-  uint64_t unreadable_blocks = 0;  // the disk failed to read them (not dropped)
-  uint64_t corrupt_blocks = 0;     // failed their CRC32C: dropped
-  uint64_t digests_verified = 0;   // whole objects that matched the origin's digest
-  uint64_t digest_mismatches = 0;  // whole objects that did not: all their blocks dropped
+  uint64_t missing_blocks = 0;      // gone before their turn (evicted): not checked
+  uint64_t unreadable_blocks = 0;   // the disk failed to read them (not dropped)
+  uint64_t corrupt_blocks = 0;      // failed their CRC32C: dropped
+  uint64_t digests_verified = 0;    // whole objects that matched the origin's digest
+  uint64_t digest_mismatches = 0;   // whole objects that did not: all their blocks dropped
+  uint64_t objects_unverified = 0;  // neither: held in part, or no digest known (FileVerdict)
   bool finished = false;
   bool cancelled = false;
   // "path (block N)" of each bad block, then "path (digest)" of each object
   // that failed its digest: the first kMaxReported.
   std::vector<std::string> corrupt;
   static constexpr size_t kMaxReported = 1000;
+  // Verify jobs, once finished: each object's verdict, in the walk's order,
+  // the first kMaxFiles (files_not_listed counts the rest).
+  std::vector<FileVerdict> files;
+  uint64_t files_not_listed = 0;
+  static constexpr size_t kMaxFiles = 10000;
 };
 
 // What every walk did since start (stats and metrics).

@@ -108,8 +108,9 @@ struct FetchedBytes {
   // The answer's freshness lifetime (FileAttr::max_age), -1 when none.
   int64_t max_age = -1;
   // A whole object no server but its sender states a digest of: delivered
-  // unchecked by another source.
-  bool unverified = false;
+  // unchecked by another source, and why ("no server of its namespace
+  // states a digest"); empty otherwise.
+  std::string unverified;
 };
 
 }  // namespace perch::core

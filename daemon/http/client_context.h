@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "daemon/core/mutex.h"
 #include "daemon/http/curl_loop.h"
 #include "daemon/http/token.h"
 #include "daemon/http/url.h"
@@ -96,6 +97,41 @@ struct FederationCounters {
   }
 };
 
+// What each server (scheme://host:port) did wrong, so that an operator can
+// tell which cache is bad: bodies that did not match the object's digest and
+// attempts that failed for the server's own reasons (each also sorts it last
+// for server_penalty). At most kMaxServers are named; the rest are counted
+// under "other". Safe from any thread.
+class ServerTally {
+ public:
+  struct Counts {
+    uint64_t digest_mismatches = 0;
+    uint64_t failures = 0;
+    Counts& operator+=(const Counts& o) {
+      digest_mismatches += o.digest_mismatches;
+      failures += o.failures;
+      return *this;
+    }
+  };
+  void DigestMismatch(const std::string& server) { Add(server, Counts{1, 0}); }
+  void Failure(const std::string& server) { Add(server, Counts{0, 1}); }
+  std::map<std::string, Counts> Take() const {
+    core::MutexLock l(mu_);
+    return by_server_;
+  }
+  static constexpr size_t kMaxServers = 256;
+
+ private:
+  void Add(const std::string& server, const Counts& c) {
+    core::MutexLock l(mu_);
+    const bool named =
+        server.size() <= 256 && (by_server_.size() < kMaxServers || by_server_.count(server) > 0);
+    by_server_[named ? server : std::string("other")] += c;
+  }
+  mutable core::Mutex mu_;  // a leaf lock
+  std::map<std::string, Counts> by_server_ PERCH_GUARDED_BY(mu_);
+};
+
 struct ClientContext {
   ClientContext(CurlLoop& l, FederationUrl u, FederationClientOptions o)
       : loop(l), url(std::move(u)), options(std::move(o)) {}
@@ -103,6 +139,7 @@ struct ClientContext {
   const FederationUrl url;
   const FederationClientOptions options;
   FederationCounters counters;
+  ServerTally servers;
 };
 
 }  // namespace perch::http

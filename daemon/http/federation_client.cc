@@ -42,6 +42,14 @@ FederationCounters::Values FederationClient::counters() const {
   return sum;
 }
 
+std::map<std::string, ServerTally::Counts> FederationClient::servers() const {
+  std::map<std::string, ServerTally::Counts> sum;
+  for (const Shard& s : shards_) {
+    for (const auto& [server, c] : s.ctx->servers.Take()) sum[server] += c;
+  }
+  return sum;
+}
+
 ObjectPath FederationClient::ToFederation(const ObjectPath& rel) const {
   if (url_.path.IsRoot()) return rel;
   if (rel.IsRoot()) return url_.path;
@@ -99,6 +107,12 @@ void FederationClient::Distrust(const ObjectPath& path) {
   ObjectPath fed = ToFederation(path);
   const Shard& s = ReaderOf(fed);
   s.loop->Post([reader = s.reader, fed = std::move(fed)] { reader->Distrust(fed); });
+}
+
+void FederationClient::Blame(const ObjectPath& path) {
+  ObjectPath fed = ToFederation(path);
+  const Shard& s = ReaderOf(fed);
+  s.loop->Post([reader = s.reader, fed = std::move(fed)] { reader->Blame(fed); });
 }
 
 void FederationClient::Digests(const ObjectPath& path, const core::ObjectVersion& version,

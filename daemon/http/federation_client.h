@@ -85,10 +85,13 @@ class FederationClient : public core::Origin {
                std::function<void(core::Result<std::vector<core::ObjectDigest>>)> done) override;
   // Reads of `path` go to its origins first for a while (RangeReader::Distrust).
   void Distrust(const core::ObjectPath& path) override;
+  void Blame(const core::ObjectPath& path) override;
 
   const FederationUrl& url() const { return url_; }
   // Every shard's counters summed, at one moment.
   FederationCounters::Values counters() const;
+  // Every shard's ServerTally summed, by server.
+  std::map<std::string, ServerTally::Counts> servers() const;
 
   // The server (scheme://host:port) that last delivered bytes of `path`;
   // "" if none has since start.

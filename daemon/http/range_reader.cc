@@ -110,6 +110,14 @@ void RangeReader::Distrust(const ObjectPath& fed_path) {
   distrusted_[fed_path.str()] = Clock::now() + kDistrustFor;
 }
 
+void RangeReader::Blame(const ObjectPath& fed_path) {
+  // They sort last for a while, as a failed one does; the one that sent
+  // them all is counted (of several, which block was wrong is not known).
+  const std::vector<std::string> senders = SentBy(fed_path.str());
+  for (const std::string& sender : senders) health_.Penalize(sender, Clock::now());
+  if (senders.size() == 1) ctx_->servers.DigestMismatch(senders.front());
+}
+
 bool RangeReader::Distrusted(const std::string& fed_path, Clock::time_point now) {
   if (distrusted_.empty()) return false;
   auto it = distrusted_.find(fed_path);
@@ -401,6 +409,7 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
 void RangeReader::Failed(std::shared_ptr<Op> op, Status failure, long http_status) {
   if (op->plan.Fail(failure, http_status) == FailureClass::kServer) {
     health_.Penalize(op->server, Clock::now());
+    ctx_->servers.Failure(op->server);
     op->failed.insert(op->server);
     spdlog::warn("read of {}: {} failed ({}); {} bytes kept, trying the next server",
                  core::EscapeForLog(op->fed_path.str()), core::EscapeForLog(op->server),

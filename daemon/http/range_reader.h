@@ -119,6 +119,10 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   // only if those fail. At most kMaxDistrusted paths (past it the oldest
   // is trusted again). Loop thread.
   void Distrust(const core::ObjectPath& fed_path);
+  // The copy of `fed_path` servers sent is proven wrong (core::Origin::Blame):
+  // those that sent its bytes (SentBy) are penalised, and counted
+  // (ServerTally::DigestMismatch) when there is only one. Loop thread.
+  void Blame(const core::ObjectPath& fed_path);
   static constexpr std::chrono::minutes kDistrustFor{10};
   static constexpr size_t kMaxDistrusted = 4096;
 

@@ -51,11 +51,14 @@ struct RangeReader::Op {
   bool vouch_direct_asked = false;
   int vouch_mismatches = 0;  // bodies that did not match `vouch`
   int mismatches_seen = 0;   // bodies of this read that failed a digest
-  int vouch_errors = 0;      // digest requests that failed (not a server's plain "no digest")
+  // Of each: its sender and the digests it failed (another server's). The
+  // sender is blamed (ServerTally) once a body proves one of them right.
+  std::vector<std::pair<std::string, std::vector<core::ObjectDigest>>> failed_bodies;
+  int vouch_errors = 0;  // digest requests that failed (not a server's plain "no digest")
   std::set<std::string> vouch_errored;      // the servers of those, asked again (RetryVouch)
   int vouch_rounds = 0;                     // rounds of asking again
   std::vector<core::ObjectDigest> vouched;  // what the body matched, under its true name
-  bool unverified = false;                  // delivered with no digest to check it against
+  std::string unverified;                   // delivered with no digest to check it against: why
   // Vouch(): the digest alone, from a server other than `vouch_exclude`.
   std::function<void(core::Result<std::vector<core::ObjectDigest>>)> vouch_done;
   std::set<std::string> vouch_exclude;

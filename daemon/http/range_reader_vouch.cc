@@ -294,6 +294,12 @@ void RangeReader::Decide(const std::shared_ptr<Op>& op) {
     switch (VerifyAgainst(v.digests, op->buffer, &matched)) {
       case core::DigestMatch::kMatch:
         ctx_->counters.digests_verified++;
+        for (const auto& [body_sender, failed] : op->failed_bodies) {
+          // Raw values: an XRootD 5.5 cache may label a digest wrongly.
+          if (std::any_of(failed.begin(), failed.end(),
+                          [&](const ObjectDigest& d) { return d.raw == matched.raw; }))
+            ctx_->servers.DigestMismatch(body_sender);
+        }
         op->vouched = {std::move(matched)};
         Finish(op, std::move(op->buffer));
         return;
@@ -335,6 +341,13 @@ void RangeReader::Decide(const std::shared_ptr<Op>& op) {
 void RangeReader::BodyMismatch(const std::shared_ptr<Op>& op) {
   ctx_->counters.digest_mismatches++;
   op->mismatches_seen++;
+  if (op->vouch.source == op->server) {
+    ctx_->servers.DigestMismatch(op->server);  // its body and its own digest disagree
+  } else if (op->failed_bodies.size() < 64) {
+    // Its body, or the other server's digest, is wrong: told once a body
+    // proves that digest (Decide).
+    op->failed_bodies.emplace_back(op->server, op->vouch.digests);
+  }
   Status failure = core::CorruptError(
       op->server + ": the body does not match the object's digest stated by " +
       (op->vouch.source == op->server ? std::string("itself") : op->vouch.source));
@@ -360,7 +373,7 @@ void RangeReader::Unverified(const std::shared_ptr<Op>& op, const std::string& w
         "(counted as digests_unverified; said once per namespace)",
         core::EscapeForLog(ns), why, core::EscapeForLog(op->fed_path.str()));
   }
-  op->unverified = true;
+  op->unverified = why;
   Finish(op, std::move(op->buffer));
 }
 

@@ -187,7 +187,7 @@ void FakeOrigin::ReadRange(const core::ObjectPath& path, const core::ObjectVersi
   }
   Complete([done = std::move(done), r = std::move(r), may_store, max_age]() mutable {
     if (!r.ok()) return done(r.status());
-    done(core::FetchedBytes{*std::move(r), may_store, {}, max_age});
+    done(core::FetchedBytes{*std::move(r), may_store, {}, max_age, {}});
   });
 }
 

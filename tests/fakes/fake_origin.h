@@ -68,7 +68,12 @@ class FakeOrigin : public core::Origin {
     distrusts++;
   }
 
-  std::atomic<int> stats{0}, lists{0}, reads{0}, digest_asks{0}, distrusts{0};
+  void Blame(const core::ObjectPath& path) override {
+    (void)path;
+    blames++;
+  }
+
+  std::atomic<int> stats{0}, lists{0}, reads{0}, digest_asks{0}, distrusts{0}, blames{0};
   std::atomic<uint64_t> bytes_read{0};
 
  private:

@@ -199,7 +199,21 @@ TEST_F(IntegrityTest, HostileCachesHaveNothingDeliveredCachedOrHandedOut) {
       EXPECT_EQ(Getxattr(mnt_ / name(i), "user.perch.digest.adler32"), Adler32(objects_[i]))
           << name(i);
       EXPECT_EQ(Getxattr(mnt_ / name(i), "user.perch.digest.md5"), "") << name(i);
+      EXPECT_EQ(Getxattr(mnt_ / name(i), "user.perch.digest"), "adler32=" + Adler32(objects_[i]))
+          << name(i);
     }
+    // The operator sees which server sent wrong bytes: the liar, never ok2.
+    uint64_t liar = 0, honest = 0;
+    for (const nlohmann::json& e : s["servers"]) {
+      const std::string server = e.value("server", "");
+      const uint64_t n = e.value("digest_mismatches", uint64_t{0});
+      const size_t at = server.find("/srv/" + hostile);
+      const size_t end = at + 5 + hostile.size();
+      if (at != std::string::npos && (end == server.size() || server[end] == '/')) liar += n;
+      if (server.find("/srv/ok2") != std::string::npos) honest += n;
+    }
+    EXPECT_GE(liar, 1u) << s["servers"].dump();
+    EXPECT_EQ(honest, 0u) << s["servers"].dump();
     // Every server fails now: what the cache holds is served, and right.
     server_.SetLinks({"500"});
     server_.SetDirectReads("500");

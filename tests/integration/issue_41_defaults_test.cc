@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -98,6 +99,30 @@ TEST_F(DefaultsTest, CorruptingCachesHandOutNothingWrongAndEveryFileIsVerified) 
   EXPECT_EQ(s["digests_verified"], static_cast<unsigned>(kSmall + kLarge)) << s.dump();
   EXPECT_EQ(s["digests_unverified"], 0u) << s.dump();
   EXPECT_GE(s["digest_mismatches"], 5u) << "the fault proxy corrupted nothing?" << s.dump();
+  // Which servers sent the wrong bytes, per server (the caches behind the
+  // fault proxy): at least every body that failed is counted against one.
+  uint64_t by_server = 0;
+  for (const nlohmann::json& e : s["servers"]) by_server += e.value("digest_mismatches", 0u);
+  EXPECT_GE(by_server, s["digest_mismatches"].get<uint64_t>()) << s["servers"].dump();
+  // Per file, with no request: each is verified, and says by which digest.
+  for (const std::string rel : {"s/f0", "s/f599", "l/big3"}) {
+    char value[256] = {};
+    ssize_t n = ::getxattr((mnt_ / rel).c_str(), "user.perch.digest", value, sizeof value - 1);
+    EXPECT_GT(n, 0) << rel << ": " << std::strerror(errno);
+    EXPECT_EQ(std::string(value).substr(0, 8), "adler32=") << rel << ": " << value;
+  }
+  // `perchctl verify` says the same of every file, from what the cache holds.
+  nlohmann::json v = PerchctlJson(Socket(), {"verify", "--json", mnt_.string()});
+  ASSERT_TRUE(v["files"].is_array()) << v.dump().substr(0, 4000);
+  size_t verified = 0;
+  for (const nlohmann::json& f : v["files"]) {
+    if (f.value("verdict", "") == "verified") {
+      verified++;
+    } else {
+      ADD_FAILURE() << f.dump();
+    }
+  }
+  EXPECT_EQ(verified, files_.size()) << v.dump().substr(0, 4000);
   // The origin runs every checksum job (its caches relay digest requests to
   // it, and it cannot store a digest in devfed's exports): it must survive.
   // An XCache of XRootD 5.5.3 can die of a fault of its own under 32

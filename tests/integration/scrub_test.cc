@@ -164,12 +164,19 @@ TEST_F(ScrubTest, VerifyReportsExactlyTheCorruptedBlocksAndTheMountReadsExact) {
   EXPECT_TRUE(again["corrupt"].empty());
   json small = CtlJson({"verify", (mnt_ / "small").string(), "--json"});
   EXPECT_EQ(small["blocks_done"], 12);
-  // The human form lists the bad ones; exit 0 when all is good.
+  // The human form says per file what it found, the bad ones as MISMATCHED
+  // (--quiet: only those not verified); exit 0 when all is good.
   CorruptSmall(Places(), "small/s5");
   RunResult text = Ctl({"verify", (mnt_ / "small").string()});
   EXPECT_EQ(text.exit_code, 1);
-  EXPECT_NE(text.output.find("/test/small/s5 (block 0)"), std::string::npos) << text.output;
-  EXPECT_EQ(Ctl({"verify", (mnt_ / "small").string()}).exit_code, 0);
+  EXPECT_NE(text.output.find("/test/small/s5: MISMATCHED (block 0 failed its CRC32C"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("/test/small/s0: verified (adler32="), std::string::npos)
+      << text.output;
+  RunResult quiet = Ctl({"verify", "--quiet", (mnt_ / "small").string()});
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find(": verified ("), std::string::npos) << quiet.output;
   ExpectAllByteExact();
 }
 

@@ -39,6 +39,9 @@ core::StatsSnapshot Numbered() {
   core::ClientStats client{"curl"};
   for (const auto& [name, field] : core::ClientStats::Fields()) client.*field = next++;
   s.http_clients.push_back(client);
+  core::ServerStats server{"https://cache.example:8443"};
+  for (const auto& [name, field] : core::ServerStats::Fields()) server.*field = next++;
+  s.network.servers.push_back(server);
   s.errors.emplace_back("NotFound", next++);
   core::LatencyHistogram h;
   h.Observe(std::chrono::milliseconds(3));
@@ -116,6 +119,11 @@ TEST(StatsProto, EveryCoreNumberReachesItsField) {
     EXPECT_EQ(Get(stats.http_clients(0), name), static_cast<int64_t>(s.http_clients[0].*field))
         << name;
   }
+  EXPECT_EQ(stats.servers(0).server(), "https://cache.example:8443");
+  for (const auto& [name, field] : core::ServerStats::Fields()) {
+    EXPECT_EQ(Get(stats.servers(0), name), static_cast<int64_t>(s.network.servers[0].*field))
+        << name;
+  }
 }
 
 TEST(StatsProto, EveryFieldOfStatsIsFilled) {
@@ -172,12 +180,16 @@ TEST(StatsProto, EveryNumberReachesPrometheus) {
   for (const auto& [name, field] : core::ClientStats::Fields()) {
     EXPECT_EQ(values.count(std::to_string(s.http_clients[0].*field)), 1u) << name;
   }
+  for (const auto& [name, field] : core::ServerStats::Fields()) {
+    EXPECT_EQ(values.count(std::to_string(s.network.servers[0].*field)), 1u) << name;
+  }
   // Names the README, dashboards and the integration tests use.
   for (const std::string& line : std::vector<std::string>{
            "\nperch_hits_total " + std::to_string(s.totals.hits) + "\n",
            "\nperch_offline 1\n",
            "\nperch_namespace_misses_total{namespace=\"/ns/a\"} ",
            "\nperch_http_requests_total{client=\"curl\"} ",
+           "\nperch_server_digest_mismatches_total{server=\"https://cache.example:8443\"} ",
            "\nperch_fuse_errors_total{class=\"NotFound\"} ",
            "\nperch_fetches_queued{class=\"demand\"} ",
            "\nperch_fetches_started_total{class=\"speculative\"} ",

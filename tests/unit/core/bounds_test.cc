@@ -65,7 +65,7 @@ class HugeSizeOrigin : public Origin {
     if (fail_) return done(UnavailableError("injected: no such object", FailureSite::kOrigin));
     // A far origin: a lazy warm must still be running when the test cancels it.
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    done(FetchedBytes{Bytes(range.length, '\0'), true, {}});
+    done(FetchedBytes{Bytes(range.length, '\0'), true, {}, -1, {}});
   }
 
   std::atomic<int> huge_reads{0};

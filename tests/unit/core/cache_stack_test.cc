@@ -234,6 +234,16 @@ void Fill(Mount& m, const std::string& path, uint64_t size) {
   m.fs().Release(*h);
 }
 
+// The xattr user.perch.digest of `path`: what is known of its copy.
+std::string Verdict(Mount& m, const std::string& path) {
+  Opened o = Attr(m, path);
+  return m.Xattrs(P(path), o.attr)[Mount::kVerdictXattr];
+}
+
+bool StartsWith(const std::string& s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
 Status Check(Mount& m, const std::string& path) {
   Opened o = Attr(m, path);
   return m.VerifyComplete(P(path), o.attr, o.id, DeadlineAfter(std::chrono::seconds(2)));
@@ -270,9 +280,14 @@ TEST(VerifyCompleteTest, AWrongCopyIsDroppedAndTheNextReadFetchesItAgain) {
   EXPECT_EQ(node.catalog().CachedBytes(o.id), 0u);  // dropped, not fetched again in the check
   EXPECT_EQ(node.stack().digests().stats().mismatches.load(), 1u);
   EXPECT_EQ(node.origin.distrusts.load(), 1);  // the next copy from the origin where it may be
+  const std::string said = Verdict(node.mount(), "/d/big");
+  EXPECT_TRUE(StartsWith(said, "mismatched: the cached copy did not match adler32=")) << said;
   node.origin.CorruptBodies(false);
   EXPECT_EQ(ReadAll(node.mount(), "/d/big"), Data(2500, 7));
   EXPECT_TRUE(Check(node.mount(), "/d/big").ok());
+  // Read right now: the xattr says which digest it matched, nothing of the past.
+  EXPECT_EQ(Verdict(node.mount(), "/d/big"),
+            DigestText(ObjectDigest{"adler32", Adler32(Data(2500, 7))}));
 }
 
 TEST(VerifyCompleteTest, AReadToTheEndOfAWrongCopyFailsAndTheNextOpenReadsItRight) {
@@ -296,6 +311,32 @@ TEST(VerifyCompleteTest, AReadToTheEndOfAWrongCopyFailsAndTheNextOpenReadsItRigh
   EXPECT_EQ(ReadAll(node.mount(), "/d/big"), Data(2500, 7));  // fetched again, checked at its end
   EXPECT_EQ(node.stack().digests().stats().mismatches.load(), 1u);
   EXPECT_EQ(node.stack().digests().stats().verified.load(), 1u);
+}
+
+// A server that states a wrong digest of another algorithm for a copy
+// verified already (a hostile cache asked for md5): the claim is wrong, not
+// the copy. Nothing is dropped, nobody is told to distrust the copy, the
+// wrong digest is not handed out, and the file stays verified.
+TEST(VerifyCompleteTest, AWrongClaimOfAnotherAlgorithmLeavesAVerifiedCopyAlone) {
+  StackFixture node;
+  node.origin.AddFile("/d/big", Data(2500, 7));
+  std::atomic<bool> lie{false};
+  node.origin.OfferDigests([&lie](const std::string& bytes) {
+    if (lie) return std::vector<ObjectDigest>{{"md5", std::string(16, 'x')}};
+    return std::vector<ObjectDigest>{{"adler32", Adler32(bytes)}};
+  });
+  ASSERT_TRUE(node.Build(Checking()).ok());
+  ASSERT_EQ(ReadAll(node.mount(), "/d/big"), Data(2500, 7));
+  const Opened o = Attr(node.mount(), "/d/big");
+  ASSERT_EQ(node.catalog().CachedBytes(o.id), 2500u);
+  lie = true;
+  auto md5 = node.mount().Digests(P("/d/big"), o.attr, {"md5"});
+  EXPECT_TRUE(!md5.ok() || md5->empty()) << "a digest no honest server stated";
+  EXPECT_EQ(node.catalog().CachedBytes(o.id), 2500u) << "a verified copy dropped";
+  EXPECT_EQ(node.origin.distrusts.load(), 0);
+  EXPECT_EQ(node.stack().digests().stats().mismatches.load(), 0u);
+  EXPECT_EQ(Verdict(node.mount(), "/d/big"),
+            DigestText(ObjectDigest{"adler32", Adler32(Data(2500, 7))}));
 }
 
 TEST(VerifyCompleteTest, ANewCopyOfAnObjectCheckedBeforeIsCheckedWithoutAsking) {
@@ -324,6 +365,8 @@ TEST(VerifyCompleteTest, NothingIsCheckedThatIsNotWholeOrIsOneBlock) {
   ASSERT_TRUE(testing::ReadBytes(node.mount().fs(), *h, 0, 1000).ok());  // one block of three
   node.mount().fs().Release(*h);
   EXPECT_TRUE(Check(node.mount(), "/d/big").ok());
+  EXPECT_EQ(Verdict(node.mount(), "/d/big"),
+            "unverified: not checked yet (1000 of 2500 bytes cached; checked once read whole)");
   ReadAll(node.mount(), "/d/small");
   EXPECT_TRUE(Check(node.mount(), "/d/small").ok());  // one block: checked at its fetch
   EXPECT_EQ(node.origin.digest_asks.load(), 0);
@@ -336,6 +379,9 @@ TEST(VerifyCompleteTest, NothingIsCheckedThatIsNotWholeOrIsOneBlock) {
   ReadAll(none.mount(), "/d/big");
   EXPECT_TRUE(Check(none.mount(), "/d/big").ok());
   EXPECT_EQ(none.origin.digest_asks.load(), 1);
+  EXPECT_EQ(Verdict(none.mount(), "/d/big"),
+            "unverified: no server but those that sent its bytes states a digest");
+  EXPECT_EQ(none.stack().digests().stats().unverified.load(), 1u);
 
   // Checking off: a whole wrong copy is not looked at.
   StackFixture off;
@@ -348,6 +394,8 @@ TEST(VerifyCompleteTest, NothingIsCheckedThatIsNotWholeOrIsOneBlock) {
   ReadAll(off.mount(), "/d/big");
   EXPECT_TRUE(Check(off.mount(), "/d/big").ok());
   EXPECT_EQ(off.origin.digest_asks.load(), 0);
+  EXPECT_EQ(Verdict(off.mount(), "/d/big"),
+            "unverified: digest checks are off (--no-verify-digests)");
 }
 
 TEST(VerifyCompleteTest, TheScrubChecksCopiesAgainstTheDigestsVerified) {
@@ -368,6 +416,10 @@ TEST(VerifyCompleteTest, TheScrubChecksCopiesAgainstTheDigestsVerified) {
   EXPECT_EQ(p.corrupt_blocks, 0u);
   EXPECT_EQ(p.digest_mismatches, 1u);
   EXPECT_EQ(node.catalog().CachedBytes(o.id), 0u);
+  ASSERT_EQ(p.files.size(), 1u);
+  EXPECT_EQ(p.files[0].verdict.kind, DigestVerdict::kMismatched);
+  const std::string said = Verdict(node.mount(), "/d/big");
+  EXPECT_TRUE(StartsWith(said, "mismatched: the cached copy did not match adler32=")) << said;
   node.stack().scrubber().Stop();
 }
 

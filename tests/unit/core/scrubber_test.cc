@@ -229,7 +229,15 @@ class FakeDigests : public ObjectDigests {
     EXPECT_EQ(size, it->second.size());
     return std::make_unique<Check>(it->second);
   }
+  DigestVerdict Verdict(const std::string& id) const override {
+    auto it = verdicts.find(id);
+    return it == verdicts.end() ? DigestVerdict{} : it->second;
+  }
+  void Mismatched(const std::string& id, std::string what) override {
+    verdicts[id] = {DigestVerdict::kMismatched, std::move(what)};
+  }
   std::map<std::string, std::string> digests;  // id -> the whole object's bytes
+  std::map<std::string, DigestVerdict> verdicts;
   std::set<std::string> started;
 };
 
@@ -263,6 +271,45 @@ TEST_F(ScrubberTest, WholeObjectsAreCheckedAgainstARecordedDigest) {
   EXPECT_TRUE(digests.started.count(Id(3)));  // asked, none recorded: nothing done
   EXPECT_EQ(s->counters().digest_mismatches.load(), 1u);
   EXPECT_EQ(s->counters().digests_verified.load(), 1u);
+  // The mismatch is told to the keeper of digests (the xattr says it).
+  EXPECT_EQ(digests.Verdict(Id(2)).kind, DigestVerdict::kMismatched);
+  s->Stop();
+}
+
+// `perchctl verify` says per file what it found: verified (with the digest),
+// mismatched (a bad block, or a digest not matched), unverified (held in
+// part, or no digest known, and why).
+TEST_F(ScrubberTest, VerifySaysPerFileVerifiedUnverifiedOrMismatched) {
+  Cache(1, "/v/good", 2500);
+  Cache(2, "/v/wrong", 1500);
+  Cache(3, "/v/none", 800);
+  Cache(4, "/v/badblock", 1200);
+  Cache(5, "/v/part", 2500);
+  Cache(6, "/v/told", 900);
+  store_.Corrupt(BlockKey{Id(4), 1});
+  ASSERT_TRUE(store_.Remove(BlockKey{Id(5), 1}).ok());
+  FakeDigests digests;
+  digests.digests[Id(1)] = Pattern(1000, 1) + Pattern(1000, 1) + Pattern(500, 1);
+  digests.digests[Id(2)] = std::string(1500, 'x');
+  digests.verdicts[Id(6)] = {DigestVerdict::kUnverified, "no server states a digest"};
+  auto s = Make(0, &digests);
+  ScrubProgress p = VerifyAll(*s, "/v");
+  std::map<std::string, DigestVerdict> by_path;
+  for (const FileVerdict& f : p.files) by_path[f.path] = f.verdict;
+  ASSERT_EQ(by_path.size(), 6u) << "one verdict per file";
+  EXPECT_EQ(by_path["/v/good"].kind, DigestVerdict::kVerified);
+  EXPECT_EQ(by_path["/v/good"].detail, "fake=1");
+  EXPECT_EQ(by_path["/v/wrong"].kind, DigestVerdict::kMismatched);
+  EXPECT_NE(by_path["/v/wrong"].detail.find("fake=1"), std::string::npos);
+  EXPECT_EQ(by_path["/v/badblock"].kind, DigestVerdict::kMismatched);
+  EXPECT_NE(by_path["/v/badblock"].detail.find("block 1"), std::string::npos);
+  EXPECT_EQ(by_path["/v/part"].kind, DigestVerdict::kUnverified);
+  EXPECT_NE(by_path["/v/part"].detail.find("held in part"), std::string::npos);
+  EXPECT_EQ(by_path["/v/none"].kind, DigestVerdict::kUnverified);
+  EXPECT_EQ(by_path["/v/told"].kind, DigestVerdict::kUnverified);
+  EXPECT_EQ(by_path["/v/told"].detail, "no server states a digest");
+  EXPECT_EQ(p.objects_unverified, 3u);
+  EXPECT_EQ(p.files_not_listed, 0u);
   s->Stop();
 }
 

@@ -310,3 +310,34 @@ TEST(ParseDirectorAnswerTest, ErrorsAreClassified) {
 
 }  // namespace
 }  // namespace perch::http
+
+// What each server did wrong is counted under its name, at most
+// kMaxServers names (the rest under "other"), so a federation that names
+// servers without end cannot grow perchd's memory or its metrics.
+namespace perch::http {
+namespace {
+
+TEST(ServerTallyTest, CountsPerServerAndBoundsTheNames) {
+  ServerTally tally;
+  tally.DigestMismatch("https://a:8443");
+  tally.DigestMismatch("https://a:8443");
+  tally.Failure("https://a:8443");
+  tally.Failure("https://b:8443");
+  auto counts = tally.Take();
+  ASSERT_EQ(counts.size(), 2u);
+  EXPECT_EQ(counts["https://a:8443"].digest_mismatches, 2u);
+  EXPECT_EQ(counts["https://a:8443"].failures, 1u);
+  EXPECT_EQ(counts["https://b:8443"].digest_mismatches, 0u);
+  for (size_t i = 0; i < 2 * ServerTally::kMaxServers; ++i)
+    tally.Failure("https://s" + std::to_string(i) + ":1094");
+  tally.DigestMismatch(std::string(300, 'x'));  // a name too long to be a label
+  counts = tally.Take();
+  EXPECT_LE(counts.size(), ServerTally::kMaxServers + 1);
+  EXPECT_GT(counts["other"].failures, ServerTally::kMaxServers - 10);
+  EXPECT_EQ(counts["other"].digest_mismatches, 1u);
+  tally.Failure("https://a:8443");  // a name known already is still counted as itself
+  EXPECT_EQ(tally.Take()["https://a:8443"].failures, 2u);
+}
+
+}  // namespace
+}  // namespace perch::http
