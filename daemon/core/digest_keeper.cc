@@ -104,7 +104,11 @@ void DigestKeeper::Note(const std::string& object_id, DigestVerdict v) {
   }
   // Keys forgotten meanwhile pile up at most to twice the bound.
   if (verdict_order_.size() > 2 * options_.max_remembered + 16) {
-    std::erase_if(verdict_order_, [this](const std::string& k) { return !verdicts_.count(k); });
+    std::deque<std::string> live;
+    for (std::string& k : verdict_order_) {
+      if (verdicts_.count(k) > 0) live.push_back(std::move(k));
+    }
+    verdict_order_ = std::move(live);
   }
 }
 
