@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fault economy (issue #11, Hardening, "Also build").
 #
-# Serves a mixed data set (SMALL_FILES files of ~110 KB in 10 class dirs, one
-# LARGE_MB and one LARGE2_MB file) from a perch-devfed federation with two
+# Serves a mixed data set (SMALL_FILES files of ~110 KB in 10 class dirs,
+# LARGE_FILES files of LARGE_MB and one of LARGE2_MB) from a perch-devfed federation with two
 # XCaches, whose origin and cache answers pass perch-devfed's fault proxy, and
 # reads every file through a cold perch mount with READERS parallel readers,
 # comparing each byte with the source tree. Cases:
@@ -20,6 +20,10 @@
 #   corrupt1  1 % of the caches' bodies have one byte flipped (--fault-corrupt),
 #             perchd with its defaults (digests checked): 0 wrong reads is the target
 #   corrupt20 the same with 20 %
+#   nostored  no faults, perchd with its defaults, perch-devfed --no-stored-digests:
+#             the exports hold no stored checksum, so every digest request makes
+#             XRootD compute one (the worst case for its checksum jobs); run it
+#             with SMALL_FILES=10000 LARGE_FILES=8 LARGE_MB=1024 READERS=64
 #   curl      FAULT % cut, each file fetched by curl through the director
 #             (-L) with --retry-all-errors: a client that restarts, not resumes
 # For each: bytes the origin and caches delivered to perch (tcpdump on the
@@ -43,6 +47,7 @@ bench_setup faults tcpdump curl gnuplot-nox bc
 SMALL_FILES=${SMALL_FILES:-1000}
 LARGE_MB=${LARGE_MB:-64}
 LARGE2_MB=${LARGE2_MB:-32}
+LARGE_FILES=${LARGE_FILES:-1}
 READERS=${READERS:-8}
 FAULT=${FAULT:-0.05}
 STALL=${STALL:-0.01}
@@ -56,7 +61,10 @@ NOFAULT="--wan-rtt 0.002"
 
 bench_data "$SMALL_FILES" "$LARGE_MB"
 head -c $((LARGE2_MB << 20)) /dev/urandom > "$DATA/large2.bin"
-chmod a+r "$DATA/large2.bin"
+for i in $(seq 2 "$LARGE_FILES"); do
+  head -c $((LARGE_MB << 20)) /dev/urandom > "$DATA/large-$i.bin"
+done
+chmod a+r "$DATA"/large*.bin
 (cd "$DATA" && find . -type f | sed 's|^\./||' | shuf --random-source=<(yes)) > "$WORK/order.txt"
 DELIVERED=$(find "$DATA" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
 echo "== $(wc -l < "$WORK/order.txt") files, $DELIVERED bytes" >&2
@@ -139,7 +147,8 @@ M=$WORK/perch
 # capture of what perch sends to its origin and cache ports; sets DEVFED_PID.
 start_fed() {
   local name=$1 seed=$2; shift 2
-  bench_devfed "$name-$seed" --caches "$CACHES" --fault-seed "$seed" "$@"
+  bench_devfed "$name-$seed" --caches "$CACHES" --fault-seed "$seed" \
+    --work-dir "$WORK/fed-$name-$seed" "$@"
   DEVFED_PID=${PIDS[-1]}
   local ports=()
   ports+=("origin:$(sed -n 's|^origin /bench: http://127.0.0.1:\([0-9]*\).*|\1|p' "$WORK/$name-$seed.out")")
@@ -198,6 +207,14 @@ run_perch() {
     "$st" "$CASE" "$SEED" >> "$DETAIL"
   bench_tcpcount_stop
   local w; w=$(wire)
+  # What the servers logged: errors and crashes in each xrootd.log.
+  local xlog
+  for xlog in "$WORK/fed-$CASE-$SEED"/*/xrootd.log; do
+    [[ -f $xlog ]] || continue
+    echo "$CASE seed $SEED: $(basename "$(dirname "$xlog")") xrootd.log: $(wc -l < "$xlog") lines," \
+      "$(grep -ciE 'segv|signal|abort|crash|core dump' "$xlog" || true) crash lines," \
+      "$(grep -ciE 'error|fail' "$xlog" || true) error lines" >> "$DETAIL"
+  done
   bench_umount "$M"
   stop_fed
   tail -n +"$((log0 + 1))" "$WORK/perchd.log" > "$WORK/perchd-$CASE-$SEED.log"
@@ -282,6 +299,7 @@ for SEED in $SEEDS; do
       digests) CASE_PERCHD_ARGS=--no-verify-digests run_perch digests "$SEED" 0 - $NOFAULT ;;
       corrupt1) run_perch corrupt1 "$SEED" 0 - --fault-corrupt 0.01 ;;
       corrupt20) run_perch corrupt20 "$SEED" 0 - --fault-corrupt 0.2 ;;
+      nostored) run_perch nostored "$SEED" 0 - --no-stored-digests $NOFAULT ;;
       curl) run_curl "$SEED" ;;
       *) echo "unknown case $c" >&2; exit 2 ;;
     esac
@@ -293,7 +311,7 @@ TXT=$OUTDIR/faults-$STAMP.txt
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 {
   echo "Fault economy, $STAMP, $(nproc) cores ($CPU), $(free -g | awk '/Mem:/{print $2}') GiB RAM, loopback."
-  echo "$NFILES files, $DELIVERED bytes ($SMALL_FILES of ~110 KB, $LARGE_MB MiB, $LARGE2_MB MiB), one shuffled"
+  echo "$NFILES files, $DELIVERED bytes ($SMALL_FILES of ~110 KB, $LARGE_FILES of $LARGE_MB MiB, $LARGE2_MB MiB), one shuffled"
   echo "order, $READERS readers, each file compared byte-exact; perch-devfed --caches $CACHES; cold perch per run."
   echo "cut/reset: $FAULT of origin+cache response bodies; stall: $STALL; kill/stop: the busiest cache"
   echo "signalled after $AT files. wire/deliv: bytes the origin and caches delivered to perch's sockets"
