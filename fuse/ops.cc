@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "fuse/guard.h"
 #include "fuse/inode_number.h"
 #include "fuse/reply_error.h"
 
@@ -26,6 +27,10 @@ using core::StatusCode;
 using Op = core::OpMetrics::Op;
 
 namespace {
+
+// The longest name statfs promises (as every Linux filesystem's); a longer
+// one is ENAMETOOLONG, not a question for the federation.
+constexpr size_t kNameMax = 255;
 
 // Write-shaped operations: a read-only filesystem.
 void SetAttr(fuse_req_t req, fuse_ino_t, struct stat*, int, struct fuse_file_info*) {
@@ -61,39 +66,68 @@ void FuseServer::Ops::ReplyStatus(fuse_req_t req, const char* op, const Status& 
   ReplyError(req, op, s, Self(req)->options_.metrics);
 }
 
+// Every callback, through the one guard (guard.h).
+template <OpName kName, auto F>
+constexpr auto kGuarded = &Guarded<kName, F, &FuseServer::Ops::Unexpected>::Call;
+
 const struct fuse_lowlevel_ops& FuseServer::LowLevelOps() {
   static const struct fuse_lowlevel_ops kOps = [] {
     struct fuse_lowlevel_ops o {};
-    o.init = &Ops::Init;
-    o.lookup = &Ops::Lookup;
-    o.forget = &Ops::Forget;
-    o.forget_multi = &Ops::ForgetMulti;
-    o.getattr = &Ops::GetAttr;
-    o.opendir = &Ops::OpenDir;
-    o.readdir = &Ops::ReadDir;
-    o.readdirplus = &Ops::ReadDirPlus;
-    o.releasedir = &Ops::ReleaseDir;
-    o.open = &Ops::Open;
-    o.read = &Ops::Read;
-    o.release = &Ops::Release;
-    o.statfs = &Ops::StatFs;
-    o.getxattr = &Ops::GetXattr;
-    o.listxattr = &Ops::ListXattr;
-    o.setattr = &SetAttr;
-    o.mknod = &MkNod;
-    o.mkdir = &MkDir;
-    o.unlink = &Unlink;
-    o.rmdir = &RmDir;
-    o.symlink = &SymLink;
-    o.rename = &Rename;
-    o.link = &Link;
-    o.create = &Create;
-    o.write = &Write;
-    o.setxattr = &SetXattr;
-    o.removexattr = &RemoveXattr;
+    o.init = kGuarded<"init", &Ops::Init>;
+    o.lookup = kGuarded<"lookup", &Ops::Lookup>;
+    o.forget = kGuarded<"forget", &Ops::Forget>;
+    o.forget_multi = kGuarded<"forget_multi", &Ops::ForgetMulti>;
+    o.getattr = kGuarded<"getattr", &Ops::GetAttr>;
+    o.opendir = kGuarded<"opendir", &Ops::OpenDir>;
+    o.readdir = kGuarded<"readdir", &Ops::ReadDir>;
+    o.readdirplus = kGuarded<"readdirplus", &Ops::ReadDirPlus>;
+    o.releasedir = kGuarded<"releasedir", &Ops::ReleaseDir>;
+    o.open = kGuarded<"open", &Ops::Open>;
+    o.read = kGuarded<"read", &Ops::Read>;
+    o.release = kGuarded<"release", &Ops::Release>;
+    o.statfs = kGuarded<"statfs", &Ops::StatFs>;
+    o.getxattr = kGuarded<"getxattr", &Ops::GetXattr>;
+    o.listxattr = kGuarded<"listxattr", &Ops::ListXattr>;
+    o.setattr = kGuarded<"setattr", &SetAttr>;
+    o.mknod = kGuarded<"mknod", &MkNod>;
+    o.mkdir = kGuarded<"mkdir", &MkDir>;
+    o.unlink = kGuarded<"unlink", &Unlink>;
+    o.rmdir = kGuarded<"rmdir", &RmDir>;
+    o.symlink = kGuarded<"symlink", &SymLink>;
+    o.rename = kGuarded<"rename", &Rename>;
+    o.link = kGuarded<"link", &Link>;
+    o.create = kGuarded<"create", &Create>;
+    o.write = kGuarded<"write", &Write>;
+    o.setxattr = kGuarded<"setxattr", &SetXattr>;
+    o.removexattr = kGuarded<"removexattr", &RemoveXattr>;
     return o;
   }();
   return kOps;
+}
+
+void FuseServer::Ops::Unexpected(const Thrown& t) noexcept {
+  const char* what = "an exception that is not a std::exception";
+  try {
+    std::rethrow_exception(t.error);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  try {
+    spdlog::error("fuse {}: unexpected exception: {}", t.op, what);
+  } catch (...) {  // the log may fail as the callback did (bad_alloc): answer anyway
+  }
+  if (t.req == nullptr) {
+    // INIT: the session cannot be trusted to have started; end it, as an
+    // unmount would, rather than serve half set up.
+    fuse_session_exit(static_cast<FuseServer*>(t.userdata)->se_);
+    return;
+  }
+  if (std::strcmp(t.op, "forget") == 0 || std::strcmp(t.op, "forget_multi") == 0) {
+    fuse_reply_none(t.req);  // FORGET takes no answer
+    return;
+  }
+  fuse_reply_err(t.req, EIO);
 }
 
 void FuseServer::Ops::Init(void* userdata, struct fuse_conn_info* conn) {
@@ -127,29 +161,28 @@ void FuseServer::Ops::Init(void* userdata, struct fuse_conn_info* conn) {
 }
 
 void FuseServer::Ops::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  PERCH_FUSE_GUARD(req, "lookup", {
-    FuseServer* self = Self(req);
-    core::ScopedLatency timer(self->LatencyOf(Op::kLookup));
-    ObjectPath dir;
-    if (!self->inodes_.PathOf(parent, &dir)) return (void)fuse_reply_err(req, ESTALE);
-    auto attr = self->fs_.Lookup(dir, name);
-    if (!attr.ok()) {
-      if (attr.status().code() == StatusCode::kNotFound) {
-        fuse_entry_param e{};
-        e.ino = 0;  // a negative entry the kernel caches
-        e.entry_timeout = self->options_.negative_timeout;
-        return (void)fuse_reply_entry(req, &e);
-      }
-      return ReplyStatus(req, "lookup", attr.status());
+  FuseServer* self = Self(req);
+  core::ScopedLatency timer(self->LatencyOf(Op::kLookup));
+  if (std::strlen(name) > kNameMax) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  ObjectPath dir;
+  if (!self->inodes_.PathOf(parent, &dir)) return (void)fuse_reply_err(req, ESTALE);
+  auto attr = self->fs_.Lookup(dir, name);
+  if (!attr.ok()) {
+    if (attr.status().code() == StatusCode::kNotFound) {
+      fuse_entry_param e{};
+      e.ino = 0;  // a negative entry the kernel caches
+      e.entry_timeout = self->options_.negative_timeout;
+      return (void)fuse_reply_entry(req, &e);
     }
-    ObjectPath child = *dir.Child(name);
-    fuse_entry_param e{};
-    e.ino = self->inodes_.Remember(child);
-    e.attr_timeout = self->AttrTimeout(*attr);
-    e.entry_timeout = self->EntryTimeout(*attr);
-    self->FillStat(child, *attr, &e.attr);
-    if (fuse_reply_entry(req, &e) != 0) self->inodes_.Forget(e.ino, 1);  // the kernel never got it
-  })
+    return ReplyStatus(req, "lookup", attr.status());
+  }
+  ObjectPath child = *dir.Child(name);
+  fuse_entry_param e{};
+  e.ino = self->inodes_.Remember(child);
+  e.attr_timeout = self->AttrTimeout(*attr);
+  e.entry_timeout = self->EntryTimeout(*attr);
+  self->FillStat(child, *attr, &e.attr);
+  if (fuse_reply_entry(req, &e) != 0) self->inodes_.Forget(e.ino, 1);  // the kernel never got it
 }
 
 void FuseServer::Ops::Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -163,30 +196,26 @@ void FuseServer::Ops::ForgetMulti(fuse_req_t req, size_t count, struct fuse_forg
 }
 
 void FuseServer::Ops::GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
-  PERCH_FUSE_GUARD(req, "getattr", {
-    FuseServer* self = Self(req);
-    core::ScopedLatency timer(self->LatencyOf(Op::kGetAttr));
-    ObjectPath path;
-    if (!self->inodes_.PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
-    auto attr = self->fs_.GetAttr(path);
-    if (!attr.ok()) return ReplyStatus(req, "getattr", attr.status());
-    struct stat st {};
-    self->FillStat(path, *attr, &st);
-    fuse_reply_attr(req, &st, self->AttrTimeout(*attr));
-  })
+  FuseServer* self = Self(req);
+  core::ScopedLatency timer(self->LatencyOf(Op::kGetAttr));
+  ObjectPath path;
+  if (!self->inodes_.PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+  auto attr = self->fs_.GetAttr(path);
+  if (!attr.ok()) return ReplyStatus(req, "getattr", attr.status());
+  struct stat st {};
+  self->FillStat(path, *attr, &st);
+  fuse_reply_attr(req, &st, self->AttrTimeout(*attr));
 }
 
 void FuseServer::Ops::StatFs(fuse_req_t req, fuse_ino_t) {
-  PERCH_FUSE_GUARD(req, "statfs", {
-    FuseServer* self = Self(req);
-    core::ScopedLatency timer(self->LatencyOf(Op::kStatFs));
-    struct statvfs st {};
-    st.f_bsize = 4096;
-    st.f_frsize = 4096;
-    st.f_namemax = 255;
-    if (self->options_.statfs) self->options_.statfs(&st);
-    fuse_reply_statfs(req, &st);
-  })
+  FuseServer* self = Self(req);
+  core::ScopedLatency timer(self->LatencyOf(Op::kStatFs));
+  struct statvfs st {};
+  st.f_bsize = 4096;
+  st.f_frsize = 4096;
+  st.f_namemax = kNameMax;
+  if (self->options_.statfs) self->options_.statfs(&st);
+  fuse_reply_statfs(req, &st);
 }
 
 // The path and attributes of `ino` for an xattr call; false with `*err` set.
@@ -244,27 +273,23 @@ std::string FuseServer::Ops::Xattr(fuse_req_t req, fuse_ino_t ino, const char* n
 }
 
 void FuseServer::Ops::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  PERCH_FUSE_GUARD(req, "getxattr", {
-    int err = 0;
-    std::string value = Xattr(req, ino, name, &err);
-    if (err) return (void)fuse_reply_err(req, err);
-    if (size == 0) return (void)fuse_reply_xattr(req, value.size());
-    if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
-    fuse_reply_buf(req, value.data(), value.size());
-  })
+  int err = 0;
+  std::string value = Xattr(req, ino, name, &err);
+  if (err) return (void)fuse_reply_err(req, err);
+  if (size == 0) return (void)fuse_reply_xattr(req, value.size());
+  if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, value.data(), value.size());
 }
 
 void FuseServer::Ops::ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  PERCH_FUSE_GUARD(req, "listxattr", {
-    int err = 0;
-    auto all = Xattrs(req, ino, &err);
-    if (err) return (void)fuse_reply_err(req, err);
-    std::string names;
-    for (const auto& [k, v] : all) names.append(k).push_back('\0');
-    if (size == 0) return (void)fuse_reply_xattr(req, names.size());
-    if (size < names.size()) return (void)fuse_reply_err(req, ERANGE);
-    fuse_reply_buf(req, names.data(), names.size());
-  })
+  int err = 0;
+  auto all = Xattrs(req, ino, &err);
+  if (err) return (void)fuse_reply_err(req, err);
+  std::string names;
+  for (const auto& [k, v] : all) names.append(k).push_back('\0');
+  if (size == 0) return (void)fuse_reply_xattr(req, names.size());
+  if (size < names.size()) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, names.data(), names.size());
 }
 
 double FuseServer::AttrTimeout(const core::FileAttr& a) const {

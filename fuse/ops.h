@@ -7,9 +7,9 @@
 //   read_ops.cc  open, read and release of files, and the replies of bytes
 //
 // Every request is answered exactly once (a reply, an error, or, for a read
-// answered later, by PendingReplies); every callback body runs inside
-// PERCH_FUSE_GUARD. No callback holds a lock across a FileSystem call or a
-// fuse_reply_*.
+// answered later, by PendingReplies); every callback runs inside the one
+// guard (guard.h), which hands what it throws to Unexpected. No callback holds a lock across a
+// FileSystem call or a fuse_reply_*.
 #pragma once
 
 #include <sys/types.h>
@@ -24,6 +24,7 @@
 #include "daemon/core/metrics.h"
 #include "daemon/core/status.h"
 #include "fuse/fuse_server.h"
+#include "fuse/guard.h"
 
 struct fuse_conn_info;
 struct fuse_file_info;
@@ -37,6 +38,9 @@ struct FuseServer::Ops {
   static void ReplyStatus(fuse_req* req, const char* op, const core::Status& s);
 
   // ops.cc
+  // What a callback threw (guard.h): logged; the request answered EIO
+  // (FORGET: no answer), INIT's session ended.
+  static void Unexpected(const Thrown& t) noexcept;
   static void Init(void* userdata, struct fuse_conn_info* conn);
   static void Lookup(fuse_req* req, uint64_t parent, const char* name);
   static void Forget(fuse_req* req, uint64_t ino, uint64_t nlookup);

@@ -115,57 +115,53 @@ bool PagesMustGo(const core::Status& s) {
 }  // namespace
 
 void FuseServer::Ops::Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  PERCH_FUSE_GUARD(req, "open", {
-    FuseServer* self = Self(req);
-    core::ScopedLatency timer(self->LatencyOf(Op::kOpen));
-    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-      return (void)fuse_reply_err(req, EROFS);
-    }
-    if (self->policy_.no_open()) return (void)fuse_reply_err(req, ENOSYS);
-    ObjectPath path;
-    if (!self->inodes_.PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
-    auto h = self->fs_.Open(path);
-    if (!h.ok()) {
-      return (void)(h.status().code() == StatusCode::kInvalidArgument
-                        ? fuse_reply_err(req, EISDIR)
-                        : (ReplyStatus(req, "open", h.status()), 0));
-    }
-    fi->fh = *h;
-    fi->noflush = 1;
-    {
-      core::MutexLock l(self->mu_);
-      self->open_files_[*h] = ino;
-    }
-    // Immutable objects: the page cache stays valid (keep_cache), unless
-    // the kernel reads the cache's file itself (it then has that file's).
-    // A copy that failed its digest drops the pages of it the kernel holds;
-    // so does a file whose answers carry a freshness lifetime: its pages may
-    // be of a version the origin replaced (this open revalidated it).
-    bool pages_wrong = false;
-    const bool direct = self->OpenDirect(ino, *h, &pages_wrong);
-    fi->keep_cache = direct || pages_wrong || self->fs_.MaxAge(*h) >= 0 ? 0 : 1;
-    if (fuse_reply_open(req, fi) != 0) {
-      self->Released(ino, *h);
-      self->fs_.Release(*h);
-    }
-  })
+  FuseServer* self = Self(req);
+  core::ScopedLatency timer(self->LatencyOf(Op::kOpen));
+  if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+    return (void)fuse_reply_err(req, EROFS);
+  }
+  if (self->policy_.no_open()) return (void)fuse_reply_err(req, ENOSYS);
+  ObjectPath path;
+  if (!self->inodes_.PathOf(ino, &path)) return (void)fuse_reply_err(req, ESTALE);
+  auto h = self->fs_.Open(path);
+  if (!h.ok()) {
+    return (void)(h.status().code() == StatusCode::kInvalidArgument
+                      ? fuse_reply_err(req, EISDIR)
+                      : (ReplyStatus(req, "open", h.status()), 0));
+  }
+  fi->fh = *h;
+  fi->noflush = 1;
+  {
+    core::MutexLock l(self->mu_);
+    self->open_files_[*h] = ino;
+  }
+  // Immutable objects: the page cache stays valid (keep_cache), unless
+  // the kernel reads the cache's file itself (it then has that file's).
+  // A copy that failed its digest drops the pages of it the kernel holds;
+  // so does a file whose answers carry a freshness lifetime: its pages may
+  // be of a version the origin replaced (this open revalidated it).
+  bool pages_wrong = false;
+  const bool direct = self->OpenDirect(ino, *h, &pages_wrong);
+  fi->keep_cache = direct || pages_wrong || self->fs_.MaxAge(*h) >= 0 ? 0 : 1;
+  if (fuse_reply_open(req, fi) != 0) {
+    self->Released(ino, *h);
+    self->fs_.Release(*h);
+  }
 }
 
 void FuseServer::Ops::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                            struct fuse_file_info* fi) {
-  PERCH_FUSE_GUARD(req, "read", {
-    FuseServer* self = Self(req);
-    const auto started = std::chrono::steady_clock::now();
-    core::LatencyHistogram* hist = self->LatencyOf(Op::kRead);
-    ObjectPath path;  // no handle (no-open): the file is named by its inode
-    if (self->stale_->Contains(ino) || (fi->fh == 0 && !self->inodes_.PathOf(ino, &path))) {
-      fuse_reply_err(req, ESTALE);
-      return Observe(hist, started);
-    }
-    ReadAndReply(self, req, ino,
-                 fi->fh != 0 ? core::FileRef::Handle(fi->fh) : core::FileRef::Path(std::move(path)),
-                 static_cast<uint64_t>(off), size, started);
-  })
+  FuseServer* self = Self(req);
+  const auto started = std::chrono::steady_clock::now();
+  core::LatencyHistogram* hist = self->LatencyOf(Op::kRead);
+  ObjectPath path;  // no handle (no-open): the file is named by its inode
+  if (self->stale_->Contains(ino) || (fi->fh == 0 && !self->inodes_.PathOf(ino, &path))) {
+    fuse_reply_err(req, ESTALE);
+    return Observe(hist, started);
+  }
+  ReadAndReply(self, req, ino,
+               fi->fh != 0 ? core::FileRef::Handle(fi->fh) : core::FileRef::Path(std::move(path)),
+               static_cast<uint64_t>(off), size, started);
 }
 
 void FuseServer::Ops::ReadAndReply(FuseServer* self, fuse_req_t req, fuse_ino_t ino,

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <exception>
 
 #include "daemon/core/log_escape.h"
 
@@ -47,15 +46,6 @@ void ReplyError(fuse_req_t req, const char* op, const Status& s, core::OpMetrics
       err == ENOENT || err == EACCES || err == ESTALE ? spdlog::level::debug : spdlog::level::warn,
       "fuse {}: {} -> {}", op, core::EscapeForLog(s.ToString()), std::strerror(err));
   fuse_reply_err(req, err);
-}
-
-void ReplyUnexpected(fuse_req_t req, const char* op, const std::exception* e) {
-  if (e != nullptr) {
-    spdlog::error("fuse {}: unexpected exception: {}", op, e->what());
-  } else {
-    spdlog::error("fuse {}: unexpected exception", op);
-  }
-  fuse_reply_err(req, EIO);
 }
 
 }  // namespace perch::fuse

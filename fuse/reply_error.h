@@ -1,12 +1,9 @@
 // How the mount answers a failure: ToErrno, the one mapping out of
-// core::Status for the mount; ReplyError, which logs, counts and answers a
-// request with that errno; and PERCH_FUSE_GUARD, inside which every callback
-// body runs, so that no exception reaches libfuse (it is answered EIO).
+// core::Status for the mount, and ReplyError, which logs, counts and answers
+// a request with that errno. (What a callback throws: guard.h.)
 //
 // Thread-safety: free functions, from any thread.
 #pragma once
-
-#include <exception>
 
 #include "daemon/core/metrics.h"
 #include "daemon/core/status.h"
@@ -27,18 +24,4 @@ int ToErrno(const core::Status& status);
 // user's `ls` must not flood the log.
 void ReplyError(fuse_req* req, const char* op, const core::Status& s, core::OpMetrics* metrics);
 
-// Logs an exception that reached callback `op` (`e`: null if not a
-// std::exception) and answers `req` EIO.
-void ReplyUnexpected(fuse_req* req, const char* op, const std::exception* e);
-
 }  // namespace perch::fuse
-
-// Every callback body runs inside it: no exception reaches libfuse.
-#define PERCH_FUSE_GUARD(req, op, body)               \
-  try {                                               \
-    body                                              \
-  } catch (const std::exception& e) {                 \
-    ::perch::fuse::ReplyUnexpected(req, op, &e);      \
-  } catch (...) {                                     \
-    ::perch::fuse::ReplyUnexpected(req, op, nullptr); \
-  }

@@ -391,6 +391,7 @@ int Health(Client& c, bool as_json) {
                       {"disk_free_bytes", h.disk_free_bytes()},
                       {"disk_error", h.disk_error()},
                       {"store_error", h.store_error()},
+                      {"listener_error", h.listener_error()},
                       {"version", h.version()},
                       {"pid", h.pid()},
                       {"control_address", h.control_address()},
@@ -421,6 +422,7 @@ int Health(Client& c, bool as_json) {
                              ? Size(h.disk_free_bytes()) + " free of " + Size(h.disk_total_bytes())
                              : "ERROR " + h.disk_error())});
     if (!h.store_error().empty()) rows.push_back({"store", "DEGRADED", h.store_error()});
+    if (!h.listener_error().empty()) rows.push_back({"listeners", "DEGRADED", h.listener_error()});
     rows.push_back({"control", h.control_address(), ""});
     if (!h.metrics_address().empty())
       rows.push_back({"metrics", "http://" + h.metrics_address() + "/metrics", ""});

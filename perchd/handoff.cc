@@ -19,7 +19,8 @@ namespace perch::handoff {
 namespace {
 
 constexpr char kHello[8] = {'P', 'E', 'R', 'C', 'H', 'H', 'O', '1'};
-constexpr size_t kMaxMounts = 64;
+// Mounts and listening sockets in one message (the kernel takes at most 253).
+constexpr size_t kMaxDescriptors = 128;
 constexpr uint64_t kMaxMountpoint = 4096;
 constexpr uint64_t kMaxState = uint64_t{16} << 30;  // 16 GiB: tens of millions of inodes
 
@@ -160,6 +161,11 @@ void Listener::Stop() {
 
 core::Status Send(int conn, const std::vector<MountHandoff>& mounts) {
   // The descriptors ride on the first byte, then the rest as a stream.
+  if (mounts.size() > kMaxDescriptors) {
+    return core::InvalidArgumentError("handoff: " + std::to_string(mounts.size()) +
+                                      " mounts and sockets, more than " +
+                                      std::to_string(kMaxDescriptors) + " can travel");
+  }
   std::vector<int> fds;
   for (const auto& m : mounts) fds.push_back(m.fd);
   char count = static_cast<char>(mounts.size());
@@ -225,6 +231,19 @@ core::Result<int> Connect(const std::string& path) {
     ::close(fd);
     return s;
   }
+  // Only a perchd of this user (or root) may hand mounts over: whoever
+  // listens there gets our hello and could feed us descriptors.
+  struct ucred cred {};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      (cred.uid != ::geteuid() && cred.uid != 0)) {
+    ::close(fd);
+    return core::PermissionDeniedError(
+        "handoff: " + path + " is served by uid " + std::to_string(cred.uid) +
+            ", not by perchd's user (uid " + std::to_string(::geteuid()) +
+            "): not taking over from it",
+        core::FailureSite::kLocal);
+  }
   if (core::Status s = WriteAll(fd, kHello, sizeof(kHello)); !s.ok()) {
     ::close(fd);
     return s;
@@ -239,7 +258,7 @@ core::Result<std::vector<MountHandoff>> Receive(int conn,
   struct iovec iov {
     &count, 1
   };
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * kMaxMounts));
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * kMaxDescriptors));
   struct msghdr msg {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;

@@ -7,9 +7,11 @@
 //
 //   predecessor                          successor
 //   stops reading /dev/fuse, drains,
-//   closes the cache, sockets, ports
-//   sends each mount's /dev/fuse fd  -->  opens the cache, sockets, ports,
-//   (SCM_RIGHTS) and SessionState         adopts the sessions
+//   keeps a copy of its listening
+//   sockets, closes the cache, sockets
+//   sends each mount's /dev/fuse fd  -->  opens the cache, sockets, ports
+//   (SCM_RIGHTS) and SessionState,        (those it was handed: serves
+//   and the listening sockets             them), adopts the sessions
 //                                   <--   'K' (ready)
 //   'A' (yours)                      -->  tells systemd it is the main
 //                                         process now (MAINPID=, when
@@ -22,7 +24,8 @@
 // refused, the mount never broken). Requests that arrive meanwhile wait in
 // the kernel.
 //
-// Only a process of the same user (SO_PEERCRED) is heard.
+// Only a process of the same user or root (SO_PEERCRED) is heard, on both
+// sides: the successor checks who listens before it says hello.
 //
 // Thread-safety: Listener's methods from one thread; its callback runs on
 // its own thread. The free functions block the caller.
@@ -32,6 +35,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -40,12 +44,18 @@
 namespace perch::handoff {
 
 // One mount as it travels: where it is, its /dev/fuse descriptor (owned by
-// whoever holds the struct), and its encoded fuse::SessionState.
+// whoever holds the struct), and its encoded fuse::SessionState. The
+// listening sockets of the side servers travel the same way, so that their
+// ports are never free during a handoff (a local user could take one):
+// `mountpoint` is kListenerPrefix and the server's name ("listener:http"),
+// `fd` the listening socket, `state` the address it listens for.
 struct MountHandoff {
   std::string mountpoint;
   int fd = -1;
   std::string state;
 };
+inline constexpr std::string_view kListenerPrefix = "listener:";
+inline bool IsListener(const MountHandoff& m) { return m.mountpoint.starts_with(kListenerPrefix); }
 
 std::string SocketPath(const std::string& cache_dir);
 

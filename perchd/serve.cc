@@ -27,9 +27,42 @@ namespace {
 // Mounts taken over from a perchd (or from this one, serving again after a
 // refused handoff), and, for a successor, the connection to confirm on.
 struct Inherited {
-  std::vector<handoff::MountHandoff> mounts;  // descriptors owned here until adopted
-  int conn = -1;                              // -1: nobody to confirm to
+  std::vector<handoff::MountHandoff> mounts;     // descriptors owned here until adopted
+  std::vector<handoff::MountHandoff> listeners;  // listening sockets (handoff::IsListener)
+  int conn = -1;                                 // -1: nobody to confirm to
+
+  // The listening socket handed over for side server `name` where it
+  // listened on `address` (taken: the caller's), else -1.
+  int TakeListener(std::string_view name, const std::string& address) {
+    for (auto& l : listeners) {
+      if (l.fd >= 0 && l.mountpoint.substr(handoff::kListenerPrefix.size()) == name &&
+          l.state == address) {
+        return std::exchange(l.fd, -1);
+      }
+    }
+    return -1;
+  }
+  void CloseAll() {
+    for (auto* v : {&mounts, &listeners}) {
+      for (auto& m : *v) {
+        if (m.fd >= 0) ::close(std::exchange(m.fd, -1));  // not adopted (Serve failed first)
+      }
+    }
+    if (conn >= 0) ::close(std::exchange(conn, -1));
+  }
 };
+
+// A side server's listener that could not be had. With mounts inherited (a
+// takeover, or serving again after a refused one) it never drops them: the
+// mounts serve without it, the log and `perchctl health` say so. At a first
+// start it is the configuration's error and perchd stops.
+core::Status SideListenerFailed(const core::Status& why, bool have_mounts,
+                                core::NodeControl& node) {
+  if (!have_mounts) return why;
+  spdlog::error("{}; serving the mounts without it", why.message());
+  node.NoteListenerProblem(why.message());
+  return core::Status::Ok();
+}
 
 // Mounts every federation at its mountpoint, or adopts the session the
 // previous perchd handed over for it.
@@ -92,6 +125,14 @@ void DetachForHandoff(const DaemonConfig& cfg, std::vector<std::unique_ptr<Feder
   }
 }
 
+// A copy of side server `name`'s listening socket for the successor, taken
+// before this perchd closes its own: the port never goes free.
+void KeepListener(std::string_view name, const std::string& address, int dup, Inherited* handoff) {
+  if (dup < 0) return;
+  handoff->listeners.push_back(
+      {std::string(handoff::kListenerPrefix) + std::string(name), dup, address});
+}
+
 // Runs the daemon proper. `ready` is called once the mounts serve (it
 // detaches from the terminal when not in the foreground). After a successor
 // asked for the mounts, `*handoff` holds its connection and the mounts
@@ -141,8 +182,11 @@ core::Status Serve(const DaemonConfig& cfg, const std::function<void()>& ready,
       });
   control::MetricsServer metrics(node);
   control::ControlServer control(node);
+  const bool have_mounts = !inherited.mounts.empty();
   if (failed.ok() && !cfg.metrics_address.empty()) {
-    failed = metrics.Start(cfg.metrics_address, cfg.metrics_allow_remote);
+    core::Status s = metrics.Start(cfg.metrics_address, cfg.metrics_allow_remote,
+                                   inherited.TakeListener("metrics", cfg.metrics_address));
+    if (!s.ok()) failed = SideListenerFailed(s, have_mounts, node);
   }
   // The HTTP endpoint: the same mounts for clients without FUSE.
   endpoint::EndpointOptions eopts;
@@ -152,7 +196,9 @@ core::Status Serve(const DaemonConfig& cfg, const std::function<void()>& ready,
   eopts.request_timeout = cfg.http_request_timeout;
   endpoint::HttpEndpoint http_endpoint(stack, op_metrics, eopts);
   if (failed.ok() && !cfg.http_address.empty()) {
-    failed = http_endpoint.Start(cfg.http_address, cfg.http_allow_remote);
+    core::Status s = http_endpoint.Start(cfg.http_address, cfg.http_allow_remote,
+                                         inherited.TakeListener("http", cfg.http_address));
+    if (!s.ok()) failed = SideListenerFailed(s, have_mounts, node);
   }
   control::ControlOptions copts;
   copts.address =
@@ -160,7 +206,14 @@ core::Status Serve(const DaemonConfig& cfg, const std::function<void()>& ready,
   copts.socket_group = cfg.control_group;
   copts.metrics_address = metrics.address();
   copts.http_address = http_endpoint.address();
-  if (failed.ok()) failed = control.Start(copts);
+  if (failed.ok()) {
+    // A control socket on TCP loopback is a side listener too (a unix one
+    // lies in a directory of root's: nobody else can take its name).
+    core::Status s = control.Start(copts);
+    if (!s.ok()) {
+      failed = copts.address.starts_with("unix:") ? s : SideListenerFailed(s, have_mounts, node);
+    }
+  }
   handoff::Listener listener;
   if (failed.ok()) {
     if (core::Status s = listener.Start(handoff::SocketPath(cfg.cache_dir),
@@ -194,6 +247,8 @@ core::Status Serve(const DaemonConfig& cfg, const std::function<void()>& ready,
   if (handoff_conn >= 0) {
     handoff->conn = handoff_conn;
     DetachForHandoff(cfg, *feds, handoff);
+    KeepListener("metrics", cfg.metrics_address, metrics.DupListener(), handoff);
+    KeepListener("http", cfg.http_address, http_endpoint.DupListener(), handoff);
   }
   listener.Stop();
   control.Shutdown();  // ends warm streams (their warms are cancelled)
@@ -249,7 +304,9 @@ core::Result<Inherited> TakeMountsOver(const DaemonConfig& cfg, bool takeover) {
     ::close(*conn);
     return mounts.status();
   }
-  inherited.mounts = *std::move(mounts);
+  for (handoff::MountHandoff& m : *mounts) {
+    (handoff::IsListener(m) ? inherited.listeners : inherited.mounts).push_back(std::move(m));
+  }
   inherited.conn = *conn;
   return inherited;
 }
@@ -269,13 +326,13 @@ core::Status ServeAndHandOver(const DaemonConfig& cfg, const std::function<void(
   while (true) {
     Inherited next;
     core::Status served = Serve(cfg, ready_once, inherited, requests, &next);
-    for (auto& m : inherited.mounts) {
-      if (m.fd >= 0) ::close(m.fd);  // not adopted (Serve failed first)
-    }
-    if (inherited.conn >= 0) ::close(inherited.conn);
+    inherited.CloseAll();
     if (next.conn < 0) return served;
-    // Everything is closed but the mounts' descriptors: send them.
-    core::Status sent = handoff::Send(next.conn, next.mounts);
+    // Everything is closed but the mounts' descriptors and the listening
+    // sockets' copies: send them.
+    std::vector<handoff::MountHandoff> travelling = next.mounts;
+    travelling.insert(travelling.end(), next.listeners.begin(), next.listeners.end());
+    core::Status sent = handoff::Send(next.conn, travelling);
     const bool handed =
         sent.ok() &&
         handoff::AwaitReady(next.conn, std::chrono::steady_clock::now() + 2 * cfg.op_timeout +
@@ -283,7 +340,7 @@ core::Status ServeAndHandOver(const DaemonConfig& cfg, const std::function<void(
     ::close(next.conn);
     next.conn = -1;
     if (handed) {
-      for (auto& m : next.mounts) ::close(m.fd);
+      next.CloseAll();
       spdlog::info("handoff: the next perchd serves the mounts; exiting");
       return core::Status::Ok();
     }

@@ -1,5 +1,7 @@
 #include "transfer/perchd_endpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <memory>
@@ -13,6 +15,7 @@
 #include "daemon/core/wait.h"
 #include "daemon/http/digest.h"
 #include "daemon/http/pelican_headers.h"
+#include "daemon/peers/peer_credentials.h"
 
 namespace perch::transfer {
 namespace {
@@ -20,6 +23,35 @@ namespace {
 using core::Result;
 using core::Status;
 using namespace std::chrono_literals;
+
+// The endpoint is perchd's only if the socket that answers is root's (or
+// this user's own: a perchd of theirs). Any local user may listen on a free
+// loopback port, and would then hand out bytes as perchd (issue #42).
+Status ServedByPerchd(const std::string& local_ip, int local_port, const std::string& peer_ip,
+                      int peer_port) {
+  const std::string where = peer_ip + ":" + std::to_string(peer_port);
+  auto peer = peers::LoopbackPeerOf(local_ip, local_port, peer_ip, peer_port);
+  if (!peer) {
+    return core::PermissionDeniedError(
+        "cannot tell who listens at " + where + " (not on this node's loopback)",
+        core::FailureSite::kLocal);
+  }
+  if (peer->uid != 0 && peer->uid != ::geteuid()) {
+    return core::PermissionDeniedError("the server at " + where + " is uid " +
+                                           std::to_string(peer->uid) +
+                                           "'s, not perchd's (root): not taking bytes from it",
+                                       core::FailureSite::kLocal);
+  }
+  return Status::Ok();
+}
+
+// A request to the endpoint, sent only once its server is known to be perchd.
+http::HttpRequest ToPerchd(std::string url) {
+  http::HttpRequest req;
+  req.url = std::move(url);
+  req.on_connected = &ServedByPerchd;
+  return req;
+}
 
 constexpr size_t kMaxMounts = 1024;
 constexpr size_t kMaxField = 4096;
@@ -180,8 +212,7 @@ const PerchdMount* MountServing(const std::vector<PerchdMount>& mounts,
 }
 
 Result<std::vector<PerchdMount>> PerchdEndpoint::LoadMounts() {
-  http::HttpRequest req;
-  req.url = base_ + "/.perch/mounts";
+  http::HttpRequest req = ToPerchd(base_ + "/.perch/mounts");
   req.connect_timeout = 2000ms;
   req.deadline = core::DeadlineAfter(10s);
   req.max_body = 1 << 20;
@@ -196,9 +227,8 @@ Result<std::vector<PerchdMount>> PerchdEndpoint::LoadMounts() {
 }
 
 Result<std::vector<core::ObjectDigest>> PerchdEndpoint::AskDigests(const std::string& url) {
-  http::HttpRequest req;
+  http::HttpRequest req = ToPerchd(url);
   req.method = "HEAD";
-  req.url = url;
   req.headers.push_back("Want-Digest: crc32c, md5;q=0.5, adler32;q=0.4, sha;q=0.3");
   req.connect_timeout = 2000ms;
   req.deadline = core::DeadlineAfter(120s);  // perchd reads the object once to check it
@@ -228,8 +258,7 @@ void PerchdEndpoint::RunAttempt(const std::string& url, const PerchdMount& mount
     http::HttpHead head PERCH_GUARDED_BY(mu);
   };
   auto sync = std::make_shared<Sync>();
-  http::HttpRequest req;
-  req.url = url;
+  http::HttpRequest req = ToPerchd(url);
   if (a.offset > 0) req.headers.push_back("Range: bytes=" + std::to_string(a.offset) + "-");
   req.connect_timeout = 2000ms;
   req.deadline = core::DeadlineAfter(std::chrono::hours(6));

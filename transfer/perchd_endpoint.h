@@ -22,7 +22,10 @@
 // new byte end the download (kUnavailable).
 //
 // No token is sent to perchd: it reads with its own credentials and refuses
-// (403) what a job must not read through it.
+// (403) what a job must not read through it. Nothing is sent to a server
+// that is not perchd: before each request the loopback socket that answers
+// must be root's (or this user's own), else kPermissionDenied (another local
+// user holding the port).
 //
 // Thread-safety: one thread calls LoadMounts and Fetch; the body is written on
 // the CurlLoop's thread, which carries one transfer at a time here.

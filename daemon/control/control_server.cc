@@ -397,6 +397,7 @@ class ControlServer::Service final : public v1::Perch::CallbackService {
       reply->set_disk_free_bytes(h.disk_free_bytes);
       reply->set_disk_error(h.disk_error);
       reply->set_store_error(h.store_error);
+      reply->set_listener_error(h.listener_error);
       reply->set_version(options_.version);
       reply->set_control_address(options_.address);
       reply->set_metrics_address(options_.metrics_address);

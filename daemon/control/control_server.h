@@ -90,9 +90,14 @@ class MetricsServer {
   // Listens on "IP:PORT" (port 0 picks one; IPv6 as "[::1]:PORT") and serves
   // from a thread of its own. A non-loopback IP is refused (kInvalidArgument)
   // unless `allow_remote`.
-  core::Status Start(const std::string& address, bool allow_remote = false);
+  // With `listening` >= 0 (taken): that socket, already listening on
+  // `address` (the previous perchd's, handed over), is served instead.
+  core::Status Start(const std::string& address, bool allow_remote = false, int listening = -1);
   // "127.0.0.1:9464", after Start.
   const std::string& address() const { return address_; }
+  // A duplicate (close-on-exec) of the listening socket for the next
+  // perchd (see HttpEndpoint::DupListener); -1 when not listening.
+  int DupListener() const;
   void Stop();
 
   struct Impl;

@@ -6,14 +6,18 @@
 // daemon/peers): past that a connection is closed at once, so no user can
 // make perchd hold its descriptors (which its reads need) nor lock the
 // scraper out.
+#include <fcntl.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "daemon/control/control_server.h"
 #include "daemon/control/process_stats.h"
@@ -130,7 +134,14 @@ MetricsServer::MetricsServer(core::NodeControl& node) : node_(node) {}
 
 MetricsServer::~MetricsServer() { Stop(); }
 
-core::Status MetricsServer::Start(const std::string& address, bool allow_remote) {
+core::Status MetricsServer::Start(const std::string& address, bool allow_remote, int listening) {
+  // Whatever happens, a socket handed in is this function's.
+  struct Taken {
+    int fd;
+    ~Taken() {
+      if (fd >= 0) ::close(fd);
+    }
+  } taken{listening};
   if (std::string why = CheckMetricsAddress(address, allow_remote);
       !why.empty() || address.empty()) {
     return core::InvalidArgumentError(why.empty() ? "no metrics address" : why);
@@ -146,10 +157,21 @@ core::Status MetricsServer::Start(const std::string& address, bool allow_remote)
   impl_ = std::make_unique<Impl>();
   impl_->node = &node_;
   tcp::endpoint ep(ip, static_cast<uint16_t>(port));
-  impl_->acceptor.open(ep.protocol(), ec);
-  if (!ec) impl_->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) impl_->acceptor.bind(ep, ec);
-  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (taken.fd >= 0) {
+    int accepting = 0;
+    socklen_t al = sizeof(accepting);
+    if (::getsockopt(taken.fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &al) != 0 || !accepting) {
+      impl_.reset();
+      return core::InvalidArgumentError("the metrics socket handed over for " + address +
+                                        " is not listening");
+    }
+    impl_->acceptor.assign(ep.protocol(), std::exchange(taken.fd, -1), ec);
+  } else {
+    impl_->acceptor.open(ep.protocol(), ec);
+    if (!ec) impl_->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) impl_->acceptor.bind(ep, ec);
+    if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  }
   if (ec) {
     impl_.reset();
     return core::InvalidArgumentError("cannot listen for metrics on " + address + ": " +
@@ -170,6 +192,10 @@ core::Status MetricsServer::Start(const std::string& address, bool allow_remote)
   });
   spdlog::info("Prometheus metrics on http://{}/metrics", address_);
   return core::Status::Ok();
+}
+
+int MetricsServer::DupListener() const {
+  return impl_ ? ::fcntl(impl_->acceptor.native_handle(), F_DUPFD_CLOEXEC, 0) : -1;
 }
 
 void MetricsServer::Stop() {

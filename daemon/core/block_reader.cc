@@ -226,7 +226,7 @@ void BlockReader::ReadParts(const ObjectPath& path, const ObjectVersion& version
   }
 }
 
-std::string BlockReader::NamespaceOf(const ObjectPath& path) {
+std::string BlockReader::FlowOf(const ObjectPath& path) {
   auto segments = path.Segments();
   if (segments.size() <= 1) return "/";
   return "/" + std::string(segments.front());
@@ -235,7 +235,7 @@ std::string BlockReader::NamespaceOf(const ObjectPath& path) {
 void BlockReader::CountHit(const ObjectPath& path, uint64_t bytes) {
   stats_.hits++;
   stats_.bytes_from_cache += bytes;
-  ReadCounters& ns = by_namespace_.Get(NamespaceOf(path));
+  ReadCounters& ns = by_namespace_.Get(origin_.NamespaceOf(path).str());
   ns.hits++;
   ns.bytes_from_cache += bytes;
 }
@@ -358,7 +358,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     f.priority = cls.priority;
     f.generation = generation = next_generation_++;
   }
-  ReadCounters* ns = &by_namespace_.Get(NamespaceOf(path));
+  ReadCounters* ns = &by_namespace_.Get(origin_.NamespaceOf(path).str());
   ByteRange range{key.index * options_.block_size, block_len};
   auto start = [this, key, path, version, ns, range, deadline](std::function<void()> release) {
     stats_.misses++;
@@ -390,7 +390,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
     start([] {});
     return;
   }
-  const std::string flow = options_.flow_prefix + (cls.flow.empty() ? NamespaceOf(path) : cls.flow);
+  const std::string flow = options_.flow_prefix + (cls.flow.empty() ? FlowOf(path) : cls.flow);
   uint64_t ticket = scheduler_->Submit(cls.priority, flow, block_len, std::move(start));
   MutexLock l(mu_);
   auto it = inflight_.find(key);

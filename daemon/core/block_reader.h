@@ -178,13 +178,18 @@ class BlockReader {
   size_t DropObject(const ObjectVersion& version, const std::string& object_id);
 
   const BlockReaderStats& stats() const { return stats_; }
-  // The same counts per namespace: the first path segment below the mount
-  // ("/" for files at the root), which for an osdf:/// mount is the
-  // federation's top-level namespace.
+  // The same counts per namespace, as the Origin names it (Origin::NamespaceOf:
+  // the namespace's path below the mount, "/" where it is not known or the
+  // mount lies inside one), at most kMaxNamespaces of them (the rest count
+  // under "/"). Never a directory inside a namespace: metrics are readable by
+  // users a protected namespace refuses.
   const CounterFamily<ReadCounters>& namespace_stats() const { return by_namespace_; }
+  static constexpr size_t kMaxNamespaces = 256;
   // Time from asking the Origin for a block to having it (failover included).
   const LatencyHistogram& fetch_latency() const { return fetch_latency_; }
-  static std::string NamespaceOf(const ObjectPath& path);
+  // The fetch scheduler's flow of `path` (its fair share): the first path
+  // segment below the mount, "/" for files at the root. Not shown to users.
+  static std::string FlowOf(const ObjectPath& path);
 
   // True while block `key` is being read from the store or fetched and
   // written, or the store says it is in use (a slice not yet let go, a file
@@ -256,7 +261,7 @@ class BlockReader {
   VersionGuard* const guard_;
 
   BlockReaderStats stats_;
-  CounterFamily<ReadCounters> by_namespace_;
+  CounterFamily<ReadCounters> by_namespace_{kMaxNamespaces, "/"};
   LatencyHistogram fetch_latency_;
   WarningLimiter store_warnings_{std::chrono::seconds(60)};  // a full disk fails every block
 

@@ -88,14 +88,23 @@ struct ReadCounters {
 
 // Named instances of T (per namespace, per operation), created on first use
 // and never removed, so a reference stays valid for the family's lifetime.
+// At most `max_names` names: a new one past that counts under `overflow`
+// (a label set no one can grow without bound).
 template <typename T>
 class CounterFamily {
  public:
+  explicit CounterFamily(size_t max_names = SIZE_MAX, std::string overflow = "other")
+      : max_names_(max_names), overflow_(std::move(overflow)) {}
+
   T& Get(const std::string& name) {
     MutexLock l(mu_);
-    auto& slot = items_[name];
-    if (!slot) slot = std::make_unique<T>();
-    return *slot;
+    auto it = items_.find(name);
+    if (it == items_.end()) {
+      const std::string& key = items_.size() < max_names_ ? name : overflow_;
+      it = items_.try_emplace(key).first;
+      if (!it->second) it->second = std::make_unique<T>();
+    }
+    return *it->second;
   }
   // Calls fn(name, item) for each, in name order.
   template <typename Fn>
@@ -105,6 +114,8 @@ class CounterFamily {
   }
 
  private:
+  const size_t max_names_;
+  const std::string overflow_;
   mutable Mutex mu_;
   std::map<std::string, std::unique_ptr<T>> items_ PERCH_GUARDED_BY(mu_);
 };

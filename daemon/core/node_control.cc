@@ -266,6 +266,12 @@ Result<std::pair<uint64_t, uint64_t>> NodeControl::Hint(const std::string& job,
   return std::make_pair(accepted, rejected);
 }
 
+void NodeControl::NoteListenerProblem(const std::string& why) {
+  MutexLock l(mu_);
+  if (!listener_problem_.empty()) listener_problem_ += "; ";
+  listener_problem_ += why;
+}
+
 void NodeControl::Health(std::chrono::milliseconds timeout,
                          std::function<void(HealthReport)> done) {
   HealthReport base;
@@ -278,6 +284,10 @@ void NodeControl::Health(std::chrono::milliseconds timeout,
     if (!s.ok()) base.disk_error = s.message();
   }
   base.store_error = catalog.StoreProblem();
+  {
+    MutexLock l(mu_);
+    base.listener_error = listener_problem_;
+  }
 
   // Probes: each mount's root and the namespaces read so far (16 per mount).
   struct Probe {
@@ -344,8 +354,8 @@ void NodeControl::Health(std::chrono::milliseconds timeout,
               MountHealth& m = rep.mounts[pending->mount_of[n]];
               m.healthy = m.healthy && rep.namespaces[n].reachable;
             }
-            rep.healthy =
-                rep.disk_error.empty() && rep.disk_free_bytes > 0 && rep.store_error.empty();
+            rep.healthy = rep.disk_error.empty() && rep.disk_free_bytes > 0 &&
+                          rep.store_error.empty() && rep.listener_error.empty();
             for (const MountHealth& m : rep.mounts) rep.healthy = rep.healthy && m.healthy;
             out = std::move(rep);
             finish = std::move(pending->done);

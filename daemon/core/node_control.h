@@ -30,6 +30,7 @@
 #include "daemon/core/cache_catalog.h"
 #include "daemon/core/cache_stack.h"
 #include "daemon/core/metrics.h"
+#include "daemon/core/mutex.h"
 #include "daemon/core/origin.h"
 #include "daemon/core/prefetcher.h"
 #include "daemon/core/warmer.h"
@@ -216,9 +217,10 @@ struct HealthReport {
   uint64_t cache_used_bytes = 0;
   uint64_t disk_total_bytes = 0;
   uint64_t disk_free_bytes = 0;
-  std::string disk_error;   // "" when statvfs worked
-  std::string store_error;  // "" unless block writes failed lately (CacheCatalog::StoreProblem)
-  bool healthy = false;     // every mount healthy, disk readable with free space, store fine
+  std::string disk_error;      // "" when statvfs worked
+  std::string store_error;     // "" unless block writes failed lately (CacheCatalog::StoreProblem)
+  std::string listener_error;  // "" unless a side listener (metrics, http) could not be had
+  bool healthy = false;        // every mount healthy, disk readable with free space, store fine
 };
 
 class NodeControl {
@@ -241,6 +243,11 @@ class NodeControl {
   std::string FederationOf(const ObjectPath& p) const;
 
   StatsSnapshot Stats() const;
+
+  // A side listener (the metrics port, the HTTP endpoint, a TCP control
+  // port) that could not be had: the mounts serve without it, and Health
+  // says so (not healthy) for the rest of the run.
+  void NoteListenerProblem(const std::string& why);
 
   // Asks each federation about its mounted prefix and every namespace read
   // so far (at most 16 per mount), in parallel, each within `timeout`.
@@ -285,6 +292,8 @@ class NodeControl {
   const NetworkStatsFn network_;
   const DiskSpaceFn disk_;
   const Clock::time_point started_ = Clock::now();
+  mutable Mutex mu_;
+  std::string listener_problem_ PERCH_GUARDED_BY(mu_);
 };
 
 }  // namespace perch::core

@@ -67,6 +67,16 @@ class Origin {
   // are counted against, so that an operator sees which cache is bad. This
   // default: nothing.
   virtual void Blame(const ObjectPath& path) { (void)path; }
+
+  // The namespace that holds `path`, as the federation's director named it,
+  // relative to this origin's root: the label its counters carry. The root
+  // ("/") when it is not known yet or lies above the root (a mount inside
+  // one namespace): never a directory inside a namespace, whose names may be
+  // private. Thread-safe. This default: the root.
+  virtual ObjectPath NamespaceOf(const ObjectPath& path) const {
+    (void)path;
+    return ObjectPath();
+  }
 };
 
 }  // namespace perch::core

@@ -249,7 +249,10 @@ class Connection {
     federation_.clear();
     std::string_view target = Sv(req.target());
     spdlog::debug("http {} {}", std::string(req.method_string()), core::EscapeForLog(target, 300));
-    if (target == "/.perch/mounts" && req.method() == bhttp::verb::get) return Mounts();
+    if (target == "/.perch/mounts" &&
+        (req.method() == bhttp::verb::get || req.method() == bhttp::verb::head)) {
+      return Mounts();  // HEAD: the same header, no body (Finish)
+    }
     bhttp::verb m = req.method();
     if (m == bhttp::verb::options) {
       Response res{bhttp::status::ok, version_};

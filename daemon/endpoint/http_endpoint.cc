@@ -37,11 +37,24 @@ HttpEndpoint::~HttpEndpoint() {
   Join();
 }
 
-core::Status HttpEndpoint::Start(const std::string& address, bool allow_remote) {
+core::Status HttpEndpoint::Start(const std::string& address, bool allow_remote, int listening) {
   if (std::string why = CheckListenAddress("http", address, allow_remote, "--http-allow-remote",
                                            "http_allow_remote");
       !why.empty() || address.empty()) {
+    if (listening >= 0) ::close(listening);
     return core::InvalidArgumentError(why.empty() ? "no http address" : why);
+  }
+  if (listening >= 0) {
+    int accepting = 0;
+    socklen_t al = sizeof(accepting);
+    if (::getsockopt(listening, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &al) != 0 || !accepting ||
+        ::pipe2(wake_fd_, O_CLOEXEC) != 0) {
+      ::close(listening);
+      return core::InvalidArgumentError("the http socket handed over for " + address +
+                                        " is not listening");
+    }
+    listen_fd_ = listening;
+    return Serve();
   }
   std::string host;
   unsigned port = 0;
@@ -72,6 +85,15 @@ core::Status HttpEndpoint::Start(const std::string& address, bool allow_remote) 
     return core::InvalidArgumentError("cannot listen for http on " + address + ": " + why);
   }
   listen_fd_ = fd;
+  return Serve();
+}
+
+int HttpEndpoint::DupListener() const {
+  return listen_fd_ < 0 ? -1 : ::fcntl(listen_fd_, F_DUPFD_CLOEXEC, 0);
+}
+
+core::Status HttpEndpoint::Serve() {
+  const int fd = listen_fd_;
   sockaddr_storage bound{};
   socklen_t bl = sizeof(bound);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bl);

@@ -72,9 +72,15 @@ class HttpEndpoint {
   // Listens on "IP:PORT" (port 0: any free one; see address()).
   // kInvalidArgument for a bad address, a non-loopback one without
   // `allow_remote`, or one that cannot be bound.
-  core::Status Start(const std::string& address, bool allow_remote);
+  // With `listening` >= 0 (taken): that socket, already listening on
+  // `address` (the previous perchd's, handed over), is served instead.
+  core::Status Start(const std::string& address, bool allow_remote, int listening = -1);
   // "IP:PORT" listened on ("" before Start).
   const std::string& address() const { return address_; }
+  // A duplicate (close-on-exec) of the listening socket for the next
+  // perchd, so that the port is never free while this one shuts down:
+  // connections wait in its backlog. -1 when not listening.
+  int DupListener() const;
 
   // Stops accepting and cuts every open connection; returns at once.
   void Shutdown();
@@ -86,6 +92,8 @@ class HttpEndpoint {
   struct Shared;
 
  private:
+  // Serves listen_fd_ from the acceptor thread; sets address_.
+  core::Status Serve();
   void AcceptLoop();
 
   std::shared_ptr<Shared> shared_;

@@ -64,6 +64,13 @@ struct HttpRequest {
   // Optional streaming sink (loop thread): called with the response head and
   // each body chunk. Returning false aborts the transfer with kCancelled.
   std::function<bool(const HttpHead&, std::string_view)> on_data;
+  // Optional (loop thread): called once the connection is made or reused,
+  // before the request is sent, with both ends ("127.0.0.1", port). A
+  // non-OK answer ends the transfer with it, nothing sent (e.g. a loopback
+  // server whose socket is not of the user expected).
+  std::function<core::Status(const std::string& local_ip, int local_port,
+                             const std::string& peer_ip, int peer_port)>
+      on_connected;
 };
 
 struct HttpResponse {

@@ -36,6 +36,7 @@ struct CurlLoop::Transfer {
   Callback done;
   bool aborted_by_sink = false;
   bool body_too_large = false;
+  core::Status refused;  // what on_connected answered, when not OK
   char errbuf[CURL_ERROR_SIZE] = {0};
 };
 

@@ -18,6 +18,8 @@ using curl_loop_internal::HostOf;
 extern "C" {
 static size_t PerchCurlHeader(char* data, size_t size, size_t n, void* userp);
 static size_t PerchCurlWrite(char* data, size_t size, size_t n, void* userp);
+static int PerchCurlPrereq(void* userp, char* peer_ip, char* local_ip, int peer_port,
+                           int local_port);
 }
 
 struct CurlCallbacks {
@@ -71,9 +73,24 @@ struct CurlCallbacks {
     t->response.body.append(data, len);
     return len;
   }
+
+  static int Prereq(void* userp, const char* peer_ip, const char* local_ip, int peer_port,
+                    int local_port) {
+    auto* t = static_cast<CurlLoop::Transfer*>(userp);
+    try {
+      t->refused = t->request.on_connected(local_ip, local_port, peer_ip, peer_port);
+    } catch (const std::exception& e) {
+      t->refused = core::InternalError(std::string("connection check: ") + e.what());
+    }
+    return t->refused.ok() ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT;
+  }
 };
 
 extern "C" {
+static int PerchCurlPrereq(void* userp, char* peer_ip, char* local_ip, int peer_port,
+                           int local_port) {
+  return CurlCallbacks::Prereq(userp, peer_ip, local_ip, peer_port, local_port);
+}
 static size_t PerchCurlHeader(char* data, size_t size, size_t n, void* userp) {
   return CurlCallbacks::Header(data, size, n, userp);
 }
@@ -125,6 +142,10 @@ void CurlLoop::Start(std::unique_ptr<Transfer> t) {
   curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &PerchCurlWrite);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+  if (r.on_connected) {
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, &PerchCurlPrereq);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, t.get());
+  }
   if (r.method == "HEAD") {
     curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
   } else if (r.method != "GET") {
@@ -162,6 +183,8 @@ void CurlLoop::DrainCompleted() {
       curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
       t->response.head.status = code;
       Finish(t, std::move(t->response));
+    } else if (!t->refused.ok()) {
+      Finish(t, std::move(t->refused));
     } else if (t->aborted_by_sink) {
       Finish(t, core::CancelledError("transfer from " + HostOf(t->request.url) +
                                      " stopped by its receiver"));

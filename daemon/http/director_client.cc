@@ -273,7 +273,16 @@ std::shared_ptr<const NamespaceEntry> NamespaceAnswers::Longest(const ObjectPath
 void NamespaceAnswers::Put(std::shared_ptr<const NamespaceEntry> entry) {
   core::MutexLock l(mu_);
   if (by_prefix_.size() >= NamespaceDirectory::kMaxPrefixes) by_prefix_.clear();
+  if (named_.size() < NamespaceDirectory::kMaxPrefixes) named_.insert(entry->prefix.str());
   by_prefix_[entry->prefix.str()] = std::move(entry);
+}
+
+std::optional<core::ObjectPath> NamespaceAnswers::Named(const core::ObjectPath& fed_path) {
+  core::MutexLock l(mu_);
+  for (core::ObjectPath p = fed_path;; p = p.Parent()) {
+    if (named_.contains(p.str())) return p;
+    if (p.IsRoot()) return std::nullopt;
+  }
 }
 
 void NamespaceAnswers::Erase(const std::shared_ptr<const NamespaceEntry>& entry) {

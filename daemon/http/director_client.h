@@ -23,6 +23,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,9 @@ class NamespaceAnswers {
   // none (expired answers are dropped on the way).
   std::shared_ptr<const NamespaceEntry> Longest(const core::ObjectPath& fed_path);
   void Put(std::shared_ptr<const NamespaceEntry> entry);
+  // The longest namespace prefix any answer named (expired ones too: a
+  // namespace does not move) that equals or holds `fed_path`; nullopt if none.
+  std::optional<core::ObjectPath> Named(const core::ObjectPath& fed_path);
   // Forgets `entry` if it is still the answer, or the direct-read answer, for its prefix.
   void Erase(const std::shared_ptr<const NamespaceEntry>& entry);
   // Forgets every answer, direct-read ones included.
@@ -94,6 +99,7 @@ class NamespaceAnswers {
   core::Mutex mu_;
   std::map<std::string, std::shared_ptr<const NamespaceEntry>> by_prefix_ PERCH_GUARDED_BY(mu_);
   std::map<std::string, KeptDirect> direct_ PERCH_GUARDED_BY(mu_);
+  std::set<std::string> named_ PERCH_GUARDED_BY(mu_);  // at most NamespaceDirectory::kMaxPrefixes
 };
 
 class DirectorClient : public std::enable_shared_from_this<DirectorClient> {

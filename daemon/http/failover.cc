@@ -59,6 +59,7 @@ std::chrono::milliseconds FirstByteTimer::Timeout() const {
 void FailoverPlan::Begin(std::vector<size_t> order) {
   order_ = std::move(order);
   next_ = 0;
+  continuations_ = 0;
 }
 
 FailoverPlan::Step FailoverPlan::Next(const std::string& what, Clock::time_point now,
@@ -108,6 +109,7 @@ FailoverPlan::Step FailoverPlan::Next(const std::string& what, Clock::time_point
 
 FailureClass FailoverPlan::Fail(const Status& failure, long http_status, bool asked_digest) {
   attempts_++;
+  continuations_ = 0;
   last_error_ = failure;
   if (http_status == 404) not_found_++;
   if (http_status == 404 && asked_digest) digest_not_found_++;

@@ -125,10 +125,18 @@ class FailoverPlan {
   FailureClass Fail(const core::Status& failure, long http_status, bool asked_digest = false);
 
   // The last server sent part of what was asked and stopped cleanly (a
-  // shorter 206): Next() tries it again from where it stopped.
-  void Continue() {
-    if (next_ > 0) next_--;
+  // shorter 206): Next() tries it again from where it stopped, at most
+  // kMaxContinuations times in a row. False once that is spent (a server that
+  // answers a byte at a time): the caller fails it over (Fail()).
+  bool Continue() {
+    if (next_ == 0 || continuations_ >= kMaxContinuations) return false;
+    next_--;
+    continuations_++;
+    return true;
   }
+  // How often one server may answer short in a row before it is left: a
+  // server that works sends a range whole or, rarely, in a few pieces.
+  static constexpr int kMaxContinuations = 4;
 
   // Records a deadline reached inside an attempt (Next() then reports it).
   void NoteDeadline(const core::Status& failure) { last_error_ = failure; }
@@ -152,6 +160,7 @@ class FailoverPlan {
   int refreshes_ = 0;
   int attempts_ = 0, not_found_ = 0, denied_ = 0;
   int digest_not_found_ = 0;  // those of not_found_ answered to a request carrying Want-Digest
+  int continuations_ = 0;     // Continue()s since the last Begin() or Fail()
   bool direct_allowed_ = false, direct_taken_ = false;
   core::Status last_error_;
 };

@@ -16,10 +16,10 @@ using core::Result;
 
 FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, FederationUrl url,
                                    FederationClientOptions options)
-    : url_(url) {
+    : url_(url), answers_(std::make_shared<NamespaceAnswers>()) {
   PERCH_CHECK(!loops.empty());
-  auto answers = std::make_shared<NamespaceAnswers>();  // one shard's answer serves every shard
-  auto refusals = std::make_shared<DigestRefusals>();   // a server refuses digests to all shards
+  auto answers = answers_;                             // one shard's answer serves every shard
+  auto refusals = std::make_shared<DigestRefusals>();  // a server refuses digests to all shards
   auto slots = std::make_shared<DigestSlots>(options.digest_requests_per_origin);  // per origin
   for (CurlLoop* loop : loops) {
     Shard shard{loop, std::make_shared<ClientContext>(*loop, url, options), nullptr, nullptr,
@@ -48,6 +48,12 @@ std::map<std::string, ServerTally::Counts> FederationClient::servers() const {
     for (const auto& [server, c] : s.ctx->servers.Take()) sum[server] += c;
   }
   return sum;
+}
+
+ObjectPath FederationClient::NamespaceOf(const ObjectPath& path) const {
+  std::optional<ObjectPath> ns = answers_->Named(ToFederation(path));
+  if (!ns) return ObjectPath();
+  return ns->RelativeTo(url_.path).value_or(ObjectPath());
 }
 
 ObjectPath FederationClient::ToFederation(const ObjectPath& rel) const {

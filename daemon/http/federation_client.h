@@ -57,6 +57,7 @@
 namespace perch::http {
 
 class DirectorClient;
+class NamespaceAnswers;
 class Lister;
 class RangeReader;
 
@@ -86,6 +87,10 @@ class FederationClient : public core::Origin {
   // Reads of `path` go to its origins first for a while (RangeReader::Distrust).
   void Distrust(const core::ObjectPath& path) override;
   void Blame(const core::ObjectPath& path) override;
+  // The namespace the director named for `path` (any shard's answer),
+  // relative to this client's root; the root when none is known or the
+  // namespace's root lies above this client's.
+  core::ObjectPath NamespaceOf(const core::ObjectPath& path) const override;
 
   const FederationUrl& url() const { return url_; }
   // Every shard's counters summed, at one moment.
@@ -121,7 +126,8 @@ class FederationClient : public core::Origin {
   const Shard& ReaderOf(const core::ObjectPath& fed) const;
 
   FederationUrl url_;
-  std::vector<Shard> shards_;  // constant after construction
+  std::shared_ptr<NamespaceAnswers> answers_;  // every shard's director answers
+  std::vector<Shard> shards_;                  // constant after construction
 };
 
 }  // namespace perch::http

@@ -378,9 +378,15 @@ void RangeReader::AttemptDone(std::shared_ptr<Op> op, Result<HttpResponse> r) {
       if (!op->vouching) Decide(op);  // else when the digest comes
       return;
     } else if (op->buffer.size() > op->attempt_start - op->range.offset) {
-      op->plan.Continue();  // the server sent a shorter range than asked: go on from it
-      Attempt(op);
-      return;
+      if (op->plan.Continue()) {  // the server sent a shorter range than asked: go on from it
+        Attempt(op);
+        return;
+      }
+      failure = core::UnavailableError(
+          op->server + ": answered short " + std::to_string(FailoverPlan::kMaxContinuations + 1) +
+              " times in a row (" + std::to_string(op->range.length - op->buffer.size()) +
+              " bytes still missing)",
+          FailureSite::kCache);
     } else {
       failure = core::CorruptError(op->server + ": empty body for a range request");
     }

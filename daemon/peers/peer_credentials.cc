@@ -49,16 +49,52 @@ void Fill(const sockaddr_storage& a, __be16* port, __be32 addr[4]) {
   }
 }
 
+// `ip` and `port` as a socket address; false if `ip` is no IP address.
+bool Parse(const std::string& ip, int port, sockaddr_storage* a) {
+  *a = {};
+  if (port < 0 || port > 65535) return false;
+  auto* in = reinterpret_cast<sockaddr_in*>(a);
+  if (::inet_pton(AF_INET, ip.c_str(), &in->sin_addr) == 1) {
+    in->sin_family = AF_INET;
+    in->sin_port = htons(static_cast<uint16_t>(port));
+    return true;
+  }
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(a);
+  if (::inet_pton(AF_INET6, ip.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(static_cast<uint16_t>(port));
+    return true;
+  }
+  return false;
+}
+
+std::optional<Peer> PeerOf(const sockaddr_storage& local, const sockaddr_storage& peer);
+
 }  // namespace
 
 std::optional<Peer> LoopbackPeer(int fd) {
   sockaddr_storage local{}, peer{};
   socklen_t ll = sizeof(local), pl = sizeof(peer);
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
-      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0 ||
-      local.ss_family != peer.ss_family || !IsLoopback(peer)) {
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) {
     return std::nullopt;
   }
+  return PeerOf(local, peer);
+}
+
+std::optional<Peer> LoopbackPeerOf(const std::string& local_ip, int local_port,
+                                   const std::string& peer_ip, int peer_port) {
+  sockaddr_storage local{}, peer{};
+  if (!Parse(local_ip, local_port, &local) || !Parse(peer_ip, peer_port, &peer)) {
+    return std::nullopt;
+  }
+  return PeerOf(local, peer);
+}
+
+namespace {
+
+std::optional<Peer> PeerOf(const sockaddr_storage& local, const sockaddr_storage& peer) {
+  if (local.ss_family != peer.ss_family || !IsLoopback(peer)) return std::nullopt;
   int nl = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
   if (nl < 0) return std::nullopt;
   struct {
@@ -95,8 +131,6 @@ std::optional<Peer> LoopbackPeer(int fd) {
   ::close(nl);
   return found;
 }
-
-namespace {
 
 // The pid of a process of user `uid` holding socket `inode`; 0 if none.
 pid_t ProcessOfSocket(uid_t uid, unsigned long inode) {

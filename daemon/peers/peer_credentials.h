@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <optional>
+#include <string>
 
 namespace perch::peers {
 
@@ -29,6 +30,11 @@ struct Peer {
 // The peer socket of connected TCP socket `fd`; nullopt when the peer is not
 // on loopback or the kernel does not say.
 std::optional<Peer> LoopbackPeer(int fd);
+
+// The same for the connection from local_ip:local_port to peer_ip:peer_port
+// (as libcurl names a connection's ends).
+std::optional<Peer> LoopbackPeerOf(const std::string& local_ip, int local_port,
+                                   const std::string& peer_ip, int peer_port);
 
 // Whether the process of `peer` (see above) is in group `gid`.
 bool PeerInGroup(const Peer& peer, gid_t gid);

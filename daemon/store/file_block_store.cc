@@ -56,7 +56,7 @@ Result<OpenBlock> FileBlockStore::OpenChecked(const core::BlockKey& key) {
   }
   const std::string path = PathOf(key);
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (f.fd < 0) {
     // Block 0 of an object of more than one block is in the object's file.
     if (errno == ENOENT && key.index == 0) return OpenObjectBlock(key);
@@ -181,7 +181,7 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
   const std::string tmp = dir + "/" + tmp_prefix_ + std::to_string(rng());
   Fd f;
   // Read-write: the descriptor stays open for the reads that follow (open_).
-  f.fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  f.fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (f.fd < 0 && errno == ENOENT) {
     // First block of this shard (its parents exist but for the first block
     // of a new cache). Directories are private to the daemon (0700),
@@ -192,7 +192,7 @@ Status FileBlockStore::Write(const core::BlockKey& key, std::string_view data) {
         if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", d, errno);
       }
     }
-    f.fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    f.fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   }
   if (f.fd < 0) return ErrnoStatus("create", tmp, errno);
   // No fsync: see the header (a block torn by a power cut fails its check).
@@ -241,7 +241,7 @@ Result<uint64_t> FileBlockStore::Verify(const core::BlockKey& key) {
 Result<FileBlockStore::Located> FileBlockStore::LocateBlockFile(const core::BlockKey& key) {
   const std::string path = PathOf(key);
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (f.fd < 0) {
     if (errno == ENOENT) return core::NotFoundError("no block " + path, core::FailureSite::kLocal);
     return ErrnoStatus("open", path, errno);
@@ -429,7 +429,7 @@ Result<core::BlockScan> FileBlockStore::ForEachBlock(
       }
       const size_t dot = name.rfind('.');
       Fd f;
-      f.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+      f.fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
       if (f.fd < 0) continue;  // went meanwhile (evicted)
       ParsedHeader h = ParseHeader(f.fd, 0, size, true);
       if (h.read_errno != 0) continue;

@@ -43,7 +43,7 @@ Result<FileBlockStore::ObjectFiles> FileBlockStore::OpenObject(const std::string
   const std::string data_path = ObjectPathOf(object_id);
   const std::string map_path = data_path + ".map";
   Fd map, data;
-  map.fd = ::open(map_path.c_str(), O_RDWR | O_CLOEXEC);
+  map.fd = ::open(map_path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (map.fd < 0 && errno != ENOENT) return ErrnoStatus("open", map_path, errno);
   if (map.fd >= 0) {
     std::string header(kMapHeaderSize, '\0');
@@ -59,8 +59,9 @@ Result<FileBlockStore::ObjectFiles> FileBlockStore::OpenObject(const std::string
     }
   }
   if (map.fd >= 0) {
-    data.fd =
-        ::open(data_path.c_str(), create ? O_RDWR | O_CREAT | O_CLOEXEC : O_RDWR | O_CLOEXEC, 0600);
+    data.fd = ::open(
+        data_path.c_str(),
+        create ? O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC : O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (data.fd < 0 && errno != ENOENT) return ErrnoStatus("open", data_path, errno);
     if (data.fd < 0) {  // a map without its data: nothing it names is there
       ::close(map.fd);
@@ -78,9 +79,9 @@ Result<FileBlockStore::ObjectFiles> FileBlockStore::OpenObject(const std::string
     }
     // The data file first: a map (what a reader trusts) never names a file
     // that is not there.
-    data.fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    data.fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (data.fd < 0) return ErrnoStatus("create", data_path, errno);
-    map.fd = ::open(map_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    map.fd = ::open(map_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (map.fd < 0 || !PwriteAll(map.fd, EncodeMapHeader(block_size_, object_id), 0)) {
       int err = errno;
       RemoveObjectFiles(object_id);
@@ -408,7 +409,7 @@ Result<std::shared_ptr<const core::BlockFd>> FileBlockStore::WholeFile(const std
                                core::FailureSite::kLocal);
   }
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (f.fd < 0) return ErrnoStatus("open", path, errno);
   std::shared_ptr<const core::BlockFd> file(new core::BlockFd(f.fd),
                                             [hold = std::move(hold)](const core::BlockFd* p) {

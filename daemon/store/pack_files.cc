@@ -123,12 +123,12 @@ Result<PackFiles::Placed> PackFiles::Append(std::string_view header, std::string
       const uint64_t next = active_ == 0 ? first_ : active_ + 1;
       const std::string path = PathOf(next);
       Fd f;
-      f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       if (f.fd < 0 && errno == ENOENT) {
         // Private to the daemon (0700), whatever the umask.
         if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)
           return ErrnoStatus("mkdir", dir_, errno);
-        f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       }
       if (f.fd < 0) return ErrnoStatus("create", path, errno);
       struct stat st {};
@@ -189,7 +189,7 @@ Result<PackFiles::File> PackFiles::Open(uint64_t pack) {
   if (auto f = open_.Find(pack)) return *std::move(f);
   const std::string path = PathOf(pack);
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  f.fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (f.fd < 0 && errno == ENOENT)
     return core::NotFoundError("no pack " + path, core::FailureSite::kLocal);
   if (f.fd < 0) return ErrnoStatus("open", path, errno);

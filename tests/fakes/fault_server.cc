@@ -409,6 +409,12 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     return false;
   }
+  if (behaviour == "trickle" && !body.empty()) {
+    // A clean 206 of one byte: as much as it likes to send at a time.
+    body.resize(1);
+    cr = "bytes " + std::to_string(first) + "-" + std::to_string(first) + "/" +
+         std::to_string(object.size());
+  }
   std::vector<std::pair<std::string, std::string>> headers{{"Content-Range", cr},
                                                            {"ETag", "\"17\""}};
   if (want_digest && behaviour == "lies-junk") {

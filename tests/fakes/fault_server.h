@@ -29,7 +29,8 @@
 // no digest), lies-junk (states unparsable ones: adler32=zzzzzzzz,
 // sha-512=AAAA, foo=bar and a 60 KB md5: Beast takes no longer field).
 // slowdigest takes 50 ms to answer
-// a request carrying Want-Digest (a checksum job); any other name serves
+// a request carrying Want-Digest (a checksum job); trickle answers every
+// range with a clean 206 of its first byte alone; any other name serves
 // as ok does, from a server of its own ("ok2").
 //
 // A request carrying Want-Digest gets the whole object's adler32 (of the

@@ -48,7 +48,9 @@ class FederationRootTest : public ::testing::Test {
     WriteLocalFile(w / "n/known.txt", "unlisted bytes of /n\n");
     WriteLocalFile(w / "n/sub/deep.txt", "deep in /n\n");
     MakeReadableByXrootd(w);
-    fs::permissions(w, fs::perms::all, fs::perm_options::add);
+    // Others pass through (and may write, as in /tmp); sticky, so no one can
+    // replace perchd's cache directory in it (perchd refuses it otherwise).
+    fs::permissions(w, fs::perms::all | fs::perms::sticky_bit, fs::perm_options::add);
     DevFed::Options opts;
     opts.exports.push_back({"/a", (w / "a").string(), false});
     opts.exports.push_back({"/a/b", (w / "ab").string(), false});

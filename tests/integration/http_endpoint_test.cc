@@ -224,6 +224,8 @@ TEST_F(HttpEndpointTest, ErrorsAreClearAndTheEndpointLivesOn) {
   ASSERT_EQ(j["mounts"].size(), 1u) << mounts.output;
   EXPECT_EQ(j["mounts"][0]["prefix"], "/");
   EXPECT_EQ(j["mounts"][0]["mountpoint"], mnt_.string());
+  // HEAD answers as GET does, without the body (issue 42).
+  EXPECT_EQ(StatusOf("/.perch/mounts", {"-I"}), "200");
   EXPECT_GE(Element(Stats()["http_clients"], "client", "curl")["errors"].get<uint64_t>(), 5u);
 }
 

@@ -199,27 +199,22 @@ TEST_F(HandoffTest, APerchdStartedOnItsLiveMountTakesItOver) {
 }
 
 TEST_F(HandoffTest, RefusedCleanlyWhenTheSuccessorFailsToStart) {
-  // The successor cannot listen where it is told (the port is taken): it
-  // fails after the running perchd let go of everything, which then serves
-  // again.
-  int busy = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(busy, 0);
-  struct sockaddr_in addr {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(busy, 1), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
+  // The successor cannot open its control socket (its directory is a file):
+  // it fails after the running perchd let go of everything, which then
+  // serves again. (A side port it cannot have no longer fails it: issue 42.)
+  const fs::path not_a_dir = work_->path() / "not-a-dir";
+  std::ofstream(not_a_dir) << "a file\n";
+  std::vector<std::string> args = Args();
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--control") args[i + 1] = "unix:" + (not_a_dir / "perchd.sock").string();
+  }
 
   const dev_t dev = DeviceOf(mnt_);
   reader_->Start();
   ASSERT_TRUE(reader_->Progress(60)) << reader_->Failure();
   const pid_t pid = perchd_.pid();
-  std::string err = perchd_.HandOver(next_binary_.string(), Args({"--http", "127.0.0.1:" + port}),
-                                     work_->path() / "perchd-failing.log");
-  close(busy);
+  std::string err =
+      perchd_.HandOver(next_binary_.string(), args, work_->path() / "perchd-failing.log");
   EXPECT_NE(err.find("serves on"), std::string::npos) << err;
   EXPECT_EQ(perchd_.pid(), pid);
   // The successor's exit ended HandOver; the running perchd says so once it serves again, which

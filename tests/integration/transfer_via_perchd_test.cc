@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/http/url.h"
+#include "tests/integration/squatter.h"
 #include "tests/integration/stats_json.h"
 #include "tests/integration/transfer_fixture.h"
 
@@ -170,6 +172,35 @@ TEST_F(TransferViaPerchdTest, WhatPerchdDoesNotServeComesFromTheFederation) {
   struct stat st {};
   ASSERT_EQ(stat((job / "s.bin").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 65534u);
+}
+
+// Issue #42: another local user listens where perch-transfer looks for
+// perchd (a port perchd does not hold) and answers as perchd would, with a
+// mount that claims the URL. perch-transfer sees that the socket is not
+// root's, sends it nothing and fetches from the federation: the job gets the
+// object's bytes, not the squatter's.
+TEST_F(TransferViaPerchdTest, ASquatterOnTheEndpointsPortIsNeverTakenForPerchd) {
+  StartFederation({{"ns.bin", 70000}}, DevFed::Options{});
+  auto fu = http::ParseFederationUrl(Base() + "/ns/ns.bin");
+  ASSERT_TRUE(fu.ok()) << fu.status().ToString();
+  const std::string mounts = R"({"mounts":[{"federation":")" + Base() + R"(/","discovery":")" +
+                             fu->discovery_url + R"(","prefix":"/","mountpoint":"/osdf"}]})";
+  const int port = FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  Squatter squatter(port, mounts);
+  ASSERT_TRUE(squatter.Won(std::chrono::seconds(10))) << "the squatter could not listen";
+  setenv("PERCH_ENDPOINT", ("http://127.0.0.1:" + std::to_string(port)).c_str(), 1);
+  WriteAdFiles({{UrlOf("ns.bin"), sandbox_.string()}});
+  RunResult r = RunPlugin();
+  unsetenv("PERCH_ENDPOINT");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("uid 65534's, not perchd's"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fetching from the federation directly"), std::string::npos) << r.output;
+  ClassAd ad = ResultAds().at(0);
+  EXPECT_TRUE(Val(ad, "TransferSuccess").boolean) << ad.Unparse();
+  EXPECT_NE(Dev(ad, "PerchVia"), "perchd") << ad.Unparse();
+  EXPECT_TRUE(ReadLocalFile(sandbox_ / "ns.bin") == ReadLocalFile(tree_ / "ns.bin"));
+  EXPECT_TRUE(squatter.Running());
 }
 
 }  // namespace

@@ -131,9 +131,26 @@ TEST(FailoverPlanTest, ContinueRetriesTheSameServer) {
   auto now = Clock::now();
   plan.Begin({3, 4});
   EXPECT_EQ(plan.Next("r", now, now + std::chrono::seconds(1)).server, 3u);
-  plan.Continue();
+  EXPECT_TRUE(plan.Continue());
   EXPECT_EQ(plan.Next("r", now, now + std::chrono::seconds(1)).server, 3u);
   EXPECT_EQ(plan.Next("r", now, now + std::chrono::seconds(1)).server, 4u);
+}
+
+TEST(FailoverPlanTest, AServerThatAnswersShortAgainAndAgainIsLeft) {
+  FailoverPlan plan;
+  auto now = Clock::now();
+  auto deadline = now + std::chrono::seconds(1);
+  plan.Begin({3, 4});
+  EXPECT_EQ(plan.Next("r", now, deadline).server, 3u);
+  for (int i = 0; i < FailoverPlan::kMaxContinuations; ++i) {
+    ASSERT_TRUE(plan.Continue()) << i;
+    EXPECT_EQ(plan.Next("r", now, deadline).server, 3u);
+  }
+  EXPECT_FALSE(plan.Continue());  // the caller fails it over
+  EXPECT_EQ(plan.Fail(core::UnavailableError("answered short"), 0), FailureClass::kServer);
+  EXPECT_EQ(plan.Next("r", now, deadline).server, 4u);
+  EXPECT_TRUE(plan.Continue());  // the next server has its own few
+  EXPECT_EQ(plan.Next("r", now, deadline).server, 4u);
 }
 
 TEST(FailoverPlanTest, TheOriginComesOnceAfterEveryServerFailedThenTheDirectorAgain) {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <random>
 
+#include "daemon/http/failover.h"
 #include "daemon/http/federation_client.h"
 #include "tests/fakes/fault_server.h"
 #include "tests/unit/http/faults_fixture.h"
@@ -37,6 +38,22 @@ TEST_F(FaultsTest, ShortBodyResumesAtTheFirstMissingByte) {
   EXPECT_EQ(client_->counters().resumes, 1u);
   // Half came from the first server, the rest from the second: no byte twice.
   EXPECT_EQ(client_->counters().body_bytes, object_.size());
+}
+
+// Issue #42 item 3: a cache that answers every range with one byte (a clean,
+// short 206) is left after a few pieces, not asked for the rest forever.
+TEST_F(FaultsTest, AServerThatAnswersAByteAtATimeIsLeftForTheNext) {
+  server_.SetLinks({"trickle", "ok"});
+  auto start = std::chrono::steady_clock::now();
+  auto r = Read(0, 65536);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(*r == object_.substr(0, 65536));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(server_.Hits("trickle"), FailoverPlan::kMaxContinuations + 1);
+  EXPECT_EQ(server_.Hits("ok"), 1);
+  EXPECT_EQ(client_->counters().failovers, 1u);
+  // What it did send is kept: the next server is asked for the rest only.
+  EXPECT_EQ(client_->counters().body_bytes, 65536u);
 }
 
 TEST_F(FaultsTest, StalledServerIsAbandoned) {

@@ -193,6 +193,61 @@ TEST_F(StoreTest, CacheDirLockIsExclusive) {
   EXPECT_TRUE(CacheDirLock::Acquire(root.string()).ok());
 }
 
+// Issue #42 item 2: what perchd, as root, writes in its cache directory never
+// lands outside it.
+TEST_F(StoreTest, CacheDirLockRefusesALinkedLockAndTouchesNothingOutside) {
+  fs::path root = dir_ / "cache", victim = dir_ / "victim";
+  fs::create_directories(root);
+  { std::ofstream(victim) << "precious\n"; }
+  fs::create_symlink(victim, root / "lock");
+  auto lock = CacheDirLock::Acquire(root.string());
+  ASSERT_FALSE(lock.ok());
+  EXPECT_EQ(lock.status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(lock.status().message().find("lock file is a symbolic link"), std::string::npos)
+      << lock.status().message();
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "precious\n");
+}
+
+TEST_F(StoreTest, CacheDirLockRefusesADirectoryOthersCouldReplace) {
+  // A parent any user may write, without the sticky bit: refused.
+  fs::path open_parent = dir_ / "open";
+  fs::create_directories(open_parent);
+  fs::permissions(open_parent, fs::perms::all);
+  auto lock = CacheDirLock::Acquire((open_parent / "cache").string());
+  ASSERT_FALSE(lock.ok());
+  EXPECT_NE(lock.status().message().find("writable by other users (mode 0777"), std::string::npos)
+      << lock.status().message();
+  // The same with the sticky bit, as /tmp: others cannot replace our entry.
+  fs::permissions(open_parent, fs::perms::all | fs::perms::sticky_bit);
+  EXPECT_TRUE(CacheDirLock::Acquire((open_parent / "cache").string()).ok());
+}
+
+TEST_F(StoreTest, CacheDirLockRefusesADirectoryOrLinkOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (chown to nobody)";
+  const uid_t nobody = 65534;
+  fs::path theirs = dir_ / "theirs";
+  fs::create_directories(theirs);
+  fs::permissions(theirs, fs::perms(0755));
+  ASSERT_EQ(::chown(theirs.c_str(), nobody, nobody), 0);
+  auto lock = CacheDirLock::Acquire(theirs.string());
+  ASSERT_FALSE(lock.ok());
+  EXPECT_NE(lock.status().message().find("owned by uid 65534"), std::string::npos)
+      << lock.status().message();
+  EXPECT_FALSE(fs::exists(theirs / "lock"));
+  EXPECT_EQ(fs::status(theirs).permissions() & fs::perms::all, fs::perms(0755));
+  // A link another user made to a directory of ours.
+  fs::path ours = dir_ / "ours", link = dir_ / "link";
+  fs::create_directories(ours);
+  fs::create_symlink(ours, link);
+  ASSERT_EQ(::lchown(link.c_str(), nobody, nobody), 0);
+  lock = CacheDirLock::Acquire(link.string());
+  ASSERT_FALSE(lock.ok());
+  EXPECT_NE(lock.status().message().find("the link"), std::string::npos) << lock.status().message();
+  EXPECT_FALSE(fs::exists(ours / "lock"));
+}
+
 TEST_F(StoreTest, ForEachBlockListsBlocksAndRemovesLeftovers) {
   fs::path root = dir_ / "cache";
   std::string before_tmp;
