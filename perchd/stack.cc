@@ -48,7 +48,8 @@ core::StackOptions StackOptionsOf(const DaemonConfig& cfg) {
                                    [dir = cfg.cache_dir](uint64_t* total, uint64_t* free) {
                                      return DiskSpace(dir, total, free);
                                    },
-                                   ReleaseFreeMemory};
+                                   ReleaseFreeMemory,
+                                   nullptr};  // future_uses: the stack's own (hints)
   o.scheduler = core::SchedulerOptions{cfg.max_requests_in_flight, cfg.max_bytes_in_flight, 0.75};
   o.reader.block_size = cfg.block_size;
   o.prefetch = cfg.prefetch;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -11,6 +12,15 @@
 #include "daemon/core/mutex.h"
 
 namespace perch::core {
+
+namespace {
+
+// Eviction ranks (EvictIfNeeded): an access sequence number below the first,
+// a distance ahead below the second. Both are far beyond what a run reaches.
+constexpr uint64_t kMaxSeqRank = uint64_t{1} << 62;
+constexpr uint64_t kMaxAhead = uint64_t{1} << 61;
+
+}  // namespace
 
 CacheCatalog::CacheCatalog(Index& index, BlockStore& store, Executor& disk, CatalogOptions options,
                            std::function<bool(const BlockKey&)> in_use)
@@ -421,8 +431,12 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   const uint64_t low_mark = static_cast<uint64_t>(capacity * options_.low_watermark);
   const uint64_t low = low_mark > room ? low_mark - room : 0;
   if (cached_bytes_.load() + room <= high || cached_bytes_.load() <= low) return 0;
-  // Oldest first: (seq, key) of every unpinned block, 40 bytes each while
-  // this pass runs; ids become strings only for the blocks taken.
+  // What announced reads need, and how soon (see Design); empty without hints.
+  const FutureUses future = options_.future_uses ? options_.future_uses() : FutureUses();
+  // The order to take blocks in: (rank, key) of every unpinned block, 48
+  // bytes each while this pass runs; ids become strings only for the blocks
+  // taken. Rank: blocks no announced read needs by age (their seq), then
+  // the others, farthest ahead first.
   std::vector<std::pair<uint64_t, RecordKey>> lru;
   {
     MutexLock l(mu_);
@@ -430,8 +444,15 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
     for (const auto& entry : objects_) {
       const auto& o = entry.second;
       if (!pins_.empty() && o.described() && IsPinnedLocked(o.path())) continue;
+      uint64_t ahead = UINT64_MAX;  // needed by no announced read
+      if (!future.empty() && o.described()) {
+        auto it = future.find(o.path());
+        if (it != future.end()) ahead = std::min<uint64_t>(it->second, kMaxAhead);
+      }
       o.ForEach([&](uint64_t index, const Record& r) {
-        lru.emplace_back(r.seq, RecordKey{entry.first, index});
+        const uint64_t rank = ahead == UINT64_MAX ? std::min(r.seq, kMaxSeqRank)
+                                                  : kMaxSeqRank + 1 + (kMaxAhead - ahead);
+        lru.emplace_back(rank, RecordKey{entry.first, index});
       });
     }
   }
@@ -440,9 +461,15 @@ size_t CacheCatalog::EvictIfNeeded(uint64_t room) {
   std::vector<BlockKey> victims;
   const uint64_t cached = cached_bytes_.load();  // may have dropped since the check above
   const uint64_t to_free = cached > low ? cached - low : 0;
+  // What announced reads need goes only as far as it must: a hundredth of
+  // the quota under the high watermark (with room for `room`; so that a
+  // pass, a walk of every block, is not run for every block stored), not
+  // down to the low one, so that a dataset read in a known order keeps all
+  // it can of its next reads.
+  const uint64_t must_free = (cached + room > high ? cached + room - high : 0) + capacity / 100;
   uint64_t planned = 0;
-  for (const auto& [seq, rkey] : lru) {
-    if (planned >= to_free) break;
+  for (const auto& [rank, rkey] : lru) {
+    if (planned >= to_free || (rank > kMaxSeqRank && planned >= must_free)) break;
     BlockKey key;
     {
       MutexLock l(mu_);

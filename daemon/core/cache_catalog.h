@@ -38,9 +38,14 @@
 // takes (explicit Evict of a pinned prefix keeps them too; unpin first).
 //
 // Eviction runs on the disk executor when the total passes the high
-// watermark and removes least-recently-used blocks until it is under the low
-// watermark, skipping pinned blocks and blocks being read or fetched right
-// now (in_use). It
+// watermark and removes blocks until it is under the low watermark, skipping
+// pinned blocks and blocks being read or fetched right now (in_use). Which
+// blocks: where jobs announced the order they read in (hints, through
+// CatalogOptions::future_uses), those of objects no announced read needs
+// first, least recently used first, then those needed farthest ahead (as
+// Belady's MIN: a dataset larger than the cache read in a known order keeps
+// what it reads soonest, instead of evicting it just before it is read);
+// without announcements, least recently used first. It
 // removes the block file before the record. (A reader that already opened a
 // block file keeps reading it after the unlink: POSIX semantics.) Open files
 // are not pinned as a whole, so a file larger than the quota can stream.
@@ -57,6 +62,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -72,6 +78,14 @@
 
 namespace perch::core {
 
+// Catalog path -> files ahead of its reader (CatalogOptions::future_uses),
+// looked up by string_view.
+struct PathHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using FutureUses = std::unordered_map<std::string, uint64_t, PathHash, std::equal_to<>>;
+
 struct CatalogOptions {
   uint64_t capacity_bytes = 10ULL << 30;
   double high_watermark = 0.95;
@@ -84,6 +98,12 @@ struct CatalogOptions {
   // held (a sorted copy of every record's key) is freed: the daemon hands free memory
   // back to the system then. Null: nothing.
   std::function<void()> after_walk;
+  // The announced reads (hints) of every job: for a catalog path, how many
+  // files ahead of its reader the next announced read of it is (0: next),
+  // for at most a horizon of files per job; paths absent are needed by no
+  // announced read. Called once per eviction pass, without the catalog's
+  // lock. Null: least recently used first.
+  std::function<FutureUses()> future_uses;
 };
 
 // One cached object, as ListCached shows it.

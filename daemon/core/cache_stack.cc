@@ -306,7 +306,7 @@ CacheStack::CacheStack(Index& index, BlockStore& store, Executor& disk, Executor
       jobs_(jobs),
       options_(std::move(options)),
       // A block is in use if any mount's reader is reading or fetching it.
-      catalog_(index, store, disk, options_.catalog,
+      catalog_(index, store, disk, WithAnnouncedReads(options_.catalog),
                [this](const BlockKey& k) {
                  for (Mount* m : mounts()) {
                    if (m->reader().InUse(k)) return true;
@@ -406,6 +406,13 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
     const uint64_t quota = catalog_.capacity_bytes();
     popts.max_window_bytes = std::min(popts.max_window_bytes, quota / 8);
     popts.dir_max_bytes = std::min(popts.dir_max_bytes, quota / 8);
+    // Hinted files fetched ahead of their reader take at most a 16th of the
+    // quota: a dataset larger than the cache keeps the rest for what it
+    // reads again (the eviction order, CacheCatalog), and that window holds
+    // the reader's rate times the servers' latency many times over.
+    popts.hint_window_bytes = popts.hint_window_bytes == 0
+                                  ? quota / 16
+                                  : std::min(popts.hint_window_bytes, quota / 16);
     m.prefetcher_ = std::make_unique<Prefetcher>(
         *m.names_, *m.reader_, jobs_, popts,
         [fed = s.federation_id](const ObjectPath& p, const FileAttr& a) {
@@ -466,6 +473,24 @@ Status CacheStack::AdoptUntaggedEntries(const std::string& tag) {
   spdlog::info("namespace: {} entries of the untagged layout moved under {}", batch.size() / 2,
                tag);
   return index_.Apply(batch);
+}
+
+CatalogOptions CacheStack::WithAnnouncedReads(CatalogOptions o) {
+  if (o.future_uses) return o;  // a test's own
+  // Every mount's hinted reads, as catalog paths; the nearest need wins.
+  o.future_uses = [this] {
+    FutureUses out;
+    for (Mount* m : mounts()) {
+      const Prefetcher* p = m->prefetcher();
+      if (p == nullptr) continue;
+      p->FutureUses(kAnnouncedHorizon, [&](const ObjectPath& path, uint64_t ahead) {
+        auto [it, added] = out.try_emplace(m->CatalogPath(path).str(), ahead);
+        if (!added) it->second = std::min(it->second, ahead);
+      });
+    }
+    return out;
+  };
+  return o;
 }
 
 std::vector<Mount*> CacheStack::mounts() const {

@@ -249,6 +249,9 @@ class CacheStack {
   const FetchScheduler& scheduler() const { return scheduler_; }
   const StackOptions& options() const { return options_; }
   std::vector<Mount*> mounts() const;
+  // How many announced reads ahead of each job's reader the eviction order
+  // looks (a dataset's next epoch: the files it keeps are the first ones).
+  static constexpr size_t kAnnouncedHorizon = 1 << 18;
   Executor& jobs() { return jobs_; }
   // The mount whose catalog path `p` is, with its object path; nullptr if none.
   Mount* MountOfCatalogPath(const ObjectPath& p, ObjectPath* object_path) const;
@@ -265,6 +268,8 @@ class CacheStack {
   void Close();
 
  private:
+  // `o` with future_uses reading every mount's hints (unless a test set it).
+  CatalogOptions WithAnnouncedReads(CatalogOptions o);
   void ScheduleFlush();
   // Moves untagged namespace entries ("na/<path>", "nl/<path>") under `tag`,
   // once: only when the untagged root entry exists.

@@ -58,23 +58,10 @@ void Prefetcher::Opened(uint64_t handle, const ObjectPath& path, const FileAttr&
       if (dirs_done_.size() > 100000)
         dirs_done_.clear();  // bounded memory; at worst a directory again
     }
-    // The reader's position in each hint list moves to this file.
-    for (auto& [job, h] : hints_) {
-      auto idx = h.index.find(path.str());
-      if (idx == h.index.end() || idx->second < h.pos) continue;
-      h.pos = idx->second + 1;
-      if (!h.pumping && h.issued < std::min(h.paths.size(), h.pos + options_.hint_window)) {
-        h.pumping = true;
-        pump.emplace_back(job, h.generation);
-      }
-    }
+    ReaderAt(path, &pump);
   }
   auto alive = alive_;
-  for (auto& [job, gen] : pump) {
-    exec_.Post([this, alive, job = job, gen = gen] {
-      if (alive->load()) PumpHints(job, gen);
-    });
-  }
+  Pump(pump);
   if (list_dir) {
     exec_.Post([this, alive, dir = path.Parent(), name = std::string(path.Name())] {
       if (!alive->load()) return;
@@ -84,7 +71,42 @@ void Prefetcher::Opened(uint64_t handle, const ObjectPath& path, const FileAttr&
   }
 }
 
+void Prefetcher::ReaderAt(const ObjectPath& path,
+                          std::vector<std::pair<std::string, uint64_t>>* pump) {
+  // The reader's position in each hint list moves to this file.
+  for (auto& [job, h] : hints_) {
+    auto idx = h.index.find(path.str());
+    if (idx == h.index.end() || idx->second < h.pos) continue;
+    h.pos = idx->second + 1;
+    if (!h.pumping && WantsMore(h)) {
+      h.pumping = true;
+      pump->emplace_back(job, h.generation);
+    }
+  }
+}
+
+void Prefetcher::Pump(const std::vector<std::pair<std::string, uint64_t>>& jobs) {
+  auto alive = alive_;
+  for (const auto& [job, gen] : jobs) {
+    exec_.Post([this, alive, job = job, gen = gen] {
+      if (alive->load()) PumpHints(job, gen);
+    });
+  }
+}
+
 void Prefetcher::Read(uint64_t handle, uint64_t offset, uint64_t size) {
+  if (offset == 0 && !hints_empty_.load()) {
+    // A read from the start is the reader at this file, also where no open
+    // said so: a file read again through a handle kept open (FUSE no-open
+    // reads by path, FileSystem::ImplicitHandle), as a second epoch does.
+    std::vector<std::pair<std::string, uint64_t>> pump;
+    {
+      MutexLock l(mu_);
+      auto it = open_.find(handle);
+      if (it != open_.end()) ReaderAt(it->second.path, &pump);
+    }
+    Pump(pump);
+  }
   if (!options_.sequential || size == 0) return;
   const uint64_t bs = reader_.block_size();
   const uint64_t max_window = std::max<uint64_t>(1, options_.max_window_bytes / bs);
@@ -216,14 +238,17 @@ void Prefetcher::Hint(const std::string& job, std::vector<ObjectPath> paths) {
     MutexLock l(mu_);
     if (paths.empty()) {
       hints_.erase(job);
+      hints_empty_.store(hints_.empty());
       return;
     }
     HintJob& h = hints_[job];
     h = HintJob{};
     h.paths = std::move(paths);
+    h.issued_bytes = {0};
     for (size_t i = 0; i < h.paths.size(); ++i) h.index.try_emplace(h.paths[i].str(), i);
     h.generation = gen = next_generation_++;
     h.pumping = true;
+    hints_empty_.store(false);
   }
   auto alive = alive_;
   exec_.Post([this, alive, job, gen] {
@@ -243,12 +268,17 @@ void Prefetcher::PumpHints(const std::string& job, uint64_t generation) {
       auto it = hints_.find(job);
       if (it == hints_.end() || it->second.generation != generation) return;  // replaced or dropped
       HintJob& h = it->second;
-      if (!alive_->load() || h.issued >= std::min(h.paths.size(), h.pos + options_.hint_window)) {
+      while (h.issued + 1 < h.pos) {  // the reader passed these: nothing to fetch for it
+        h.issued++;
+        h.issued_bytes.push_back(h.issued_bytes.back());
+      }
+      if (!alive_->load() || !WantsMore(h)) {
         h.pumping = false;
         return;
       }
       next = h.paths[h.issued++];
     }
+    uint64_t bytes = 0;  // what it asks for: the file's size (0 if it is not one)
     // In list order, one at a time: the scheduler keeps a flow's fetches in order.
     if (!next.IsRoot() && listed.insert(next.Parent().str()).second) {
       names_.ReadDir(next.Parent(), DeadlineAfter(options_.lookup_timeout)).IgnoreError();
@@ -257,7 +287,30 @@ void Prefetcher::PumpHints(const std::string& job, uint64_t generation) {
     if (attr.ok() && !attr->is_dir) {
       PrefetchFile(next, *attr, cls);
       stats_.hinted_files++;
+      bytes = std::min(attr->size, options_.file_max_bytes);
     }
+    MutexLock l(mu_);
+    auto it = hints_.find(job);
+    if (it == hints_.end() || it->second.generation != generation) return;
+    it->second.issued_bytes.push_back(it->second.issued_bytes.back() + bytes);
+  }
+}
+
+bool Prefetcher::WantsMore(const HintJob& h) const {
+  if (h.issued >= std::min(h.paths.size(), h.pos + options_.hint_window)) return false;
+  if (options_.hint_window_bytes == 0 || h.pos >= h.issued) return true;
+  // Bytes asked for and not yet read: those of paths [pos, issued).
+  const uint64_t ahead =
+      h.issued_bytes.back() - h.issued_bytes[std::min(h.pos, h.issued_bytes.size() - 1)];
+  return ahead < options_.hint_window_bytes;
+}
+
+void Prefetcher::FutureUses(size_t horizon,
+                            const std::function<void(const ObjectPath&, uint64_t)>& fn) const {
+  MutexLock l(mu_);
+  for (const auto& [job, h] : hints_) {
+    const size_t end = std::min(h.paths.size(), h.pos + horizon);
+    for (size_t i = h.pos; i < end; ++i) fn(h.paths[i], i - h.pos);
   }
 }
 

@@ -65,6 +65,7 @@ struct PrefetchOptions {
   uint64_t file_max_bytes = 1ULL << 30;  // speculative fetches of one listed or hinted file
   std::chrono::seconds dir_repeat{600};  // a directory is prefetched at most once per this
   size_t hint_window = 512;              // hinted files fetched ahead of the reader
+  uint64_t hint_window_bytes = 0;        // ... and at most these bytes of them (0: no bound)
   std::chrono::milliseconds lookup_timeout = kDefaultOpTimeout;
 };
 
@@ -97,6 +98,12 @@ class Prefetcher {
   // Replaces job `job`'s list of upcoming paths (an empty list forgets the job).
   void Hint(const std::string& job, std::vector<ObjectPath> paths);
 
+  // Calls fn(path, ahead) for the next `horizon` paths of each job's list
+  // past its reader (ahead: 0 for the next one it reads), under the lock:
+  // fn must not call back. For the eviction order (CacheCatalog).
+  void FutureUses(size_t horizon,
+                  const std::function<void(const ObjectPath&, uint64_t ahead)>& fn) const;
+
   const PrefetchStats& stats() const { return stats_; }
 
   // Stops issuing work (pending executor tasks become no-ops).
@@ -119,6 +126,7 @@ class Prefetcher {
     std::unordered_map<std::string, size_t> index;  // path -> first position
     size_t pos = 0;                                 // the reader is at or past this position
     size_t issued = 0;                              // paths [0, issued) were asked for
+    std::vector<uint64_t> issued_bytes;  // [i]: bytes of paths [0, i) asked for (i <= issued)
     bool pumping = false;
     uint64_t generation = 0;
   };
@@ -128,6 +136,14 @@ class Prefetcher {
   // Lists the first directory after `dir` among its parent's entries (on exec).
   void ListNextDirectory(const ObjectPath& dir);
   void PumpHints(const std::string& job, uint64_t generation);  // on exec
+  // Whether job `h`'s list should be fetched further: within hint_window
+  // files and hint_window_bytes of its reader.
+  bool WantsMore(const HintJob& h) const PERCH_REQUIRES(mu_);
+  // The reader of every list holding `path` is at it: positions move on, and
+  // the jobs whose lists want more are added to `pump` (job, generation).
+  void ReaderAt(const ObjectPath& path, std::vector<std::pair<std::string, uint64_t>>* pump)
+      PERCH_REQUIRES(mu_);
+  void Pump(const std::vector<std::pair<std::string, uint64_t>>& jobs);  // PumpHints on exec
   void PrefetchFile(const ObjectPath& path, const FileAttr& attr, const FetchClass& cls);
 
   // Constant after construction.
@@ -141,10 +157,11 @@ class Prefetcher {
   // Shared with executor tasks, which check it before doing anything.
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
 
-  Mutex mu_;
+  mutable Mutex mu_;
   std::unordered_map<uint64_t, OpenState> open_ PERCH_GUARDED_BY(mu_);
   std::map<std::string, Clock::time_point> dirs_done_ PERCH_GUARDED_BY(mu_);
   std::map<std::string, HintJob> hints_ PERCH_GUARDED_BY(mu_);
+  std::atomic<bool> hints_empty_{true};  // hints_.empty(), read without mu_ by every read
   uint64_t next_generation_ PERCH_GUARDED_BY(mu_) = 1;
 };
 

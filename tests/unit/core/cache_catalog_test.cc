@@ -205,8 +205,8 @@ TEST(CacheCatalogTest, AnEmptyIndexIsRebuiltFromTheStoreAndAdoptedBlocksGoFirst)
   InlineExecutor disk;
   for (uint64_t b = 0; b < 4; ++b)
     ASSERT_TRUE(store.Write(BlockKey{"old", b}, std::string(1000, 'o')).ok());
-  CacheCatalog catalog(index, store, disk, CatalogOptions{6000, 0.95, 0.5, 1, nullptr, nullptr},
-                       nullptr);
+  CacheCatalog catalog(index, store, disk,
+                       CatalogOptions{6000, 0.95, 0.5, 1, nullptr, nullptr, nullptr}, nullptr);
   ASSERT_TRUE(catalog.Load().ok());
   catalog.Reconcile();
   EXPECT_EQ(catalog.cached_bytes(), 4000u);
@@ -221,6 +221,51 @@ TEST(CacheCatalogTest, AnEmptyIndexIsRebuiltFromTheStoreAndAdoptedBlocksGoFirst)
   EXPECT_TRUE(catalog.Contains(BlockKey{"new", 0}));
   EXPECT_TRUE(catalog.Contains(BlockKey{"new", 1}));
   EXPECT_EQ(catalog.cached_bytes(), store.UsedBytes());
+}
+
+// Issue #43: with reads announced (hints), eviction takes what no announced
+// read needs first, oldest first, then what is needed farthest ahead, and
+// keeps what is read soonest; without them it is least recently used.
+TEST(CacheCatalogTest, AnnouncedReadsKeepWhatIsReadSoonestAndEvictTheFarthest) {
+  MemIndex index;
+  MemBlockStore store;
+  InlineExecutor disk;
+  FutureUses announced;
+  CatalogOptions options{10000, 0.95, 0.6, 1, nullptr, nullptr, nullptr};
+  options.future_uses = [&announced] { return announced; };
+  CacheCatalog catalog(index, store, disk, options, nullptr);
+  ASSERT_TRUE(catalog.Load().ok());
+  auto put = [&](const std::string& name) {
+    const BlockKey key{name, 0};
+    ASSERT_TRUE(store.Write(key, std::string(2000, name[0])).ok());
+    catalog.Stored(key, 2000, *ObjectPath::Parse("/ns/" + name), kVersion);
+  };
+  auto held = [&] {
+    std::string out;
+    for (const char* n : {"a", "b", "c", "d", "e", "f", "g"})
+      if (catalog.Contains(BlockKey{n, 0})) out += n;
+    return out;
+  };
+  announced = {{"/ns/a", 5}, {"/ns/b", 1}, {"/ns/c", 3}};
+  for (const char* n : {"a", "b", "c", "d", "e"}) put(n);
+  // 10,000 bytes: down to 6,000. d and e are needed by no announced read
+  // (e was just read, say): they go, the oldest first; a, b, c stay.
+  EXPECT_EQ(held(), "abc");
+  // Now only announced objects: the farthest ahead goes (a), and only as
+  // much as must to get under the high watermark (9,500), not down to the
+  // low one: each of them would be read again.
+  announced = {{"/ns/a", 5}, {"/ns/b", 1}, {"/ns/c", 3}, {"/ns/f", 0}, {"/ns/g", 2}};
+  put("f");
+  put("g");
+  EXPECT_EQ(held(), "bcfg");
+  EXPECT_EQ(catalog.cached_bytes(), 8000u);
+
+  // Without announcements: least recently used first, down to the low
+  // watermark (b was touched, g stored last).
+  announced.clear();
+  catalog.Touched(BlockKey{"b", 0}, 2000);
+  put("a");
+  EXPECT_EQ(held(), "abg") << "c and f were the least recently used";
 }
 
 // A disk of `size` bytes of which `other` are taken by something else; the
@@ -247,7 +292,7 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
   testing::StackConfig config;
   config.catalog = CatalogOptions{
       1ULL << 30, 0.95, 0.85, 1024, [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); },
-      nullptr};
+      nullptr, nullptr};
   config.block_size = kMiB;
   ASSERT_TRUE(node.Build(config).ok());
   CacheCatalog& catalog = node.stack().catalog();

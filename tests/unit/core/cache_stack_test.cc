@@ -30,7 +30,7 @@ TEST(CacheStackTest, StatFsShowsTheQuotaAndWhatIsLeftOfIt) {
   StackFixture node;
   node.origin.AddFile("/d/a.bin", Data(2500, 1));
   StackConfig config;
-  config.catalog = CatalogOptions{100 * 1024, 0.95, 0.85, 1, nullptr, nullptr};
+  config.catalog = CatalogOptions{100 * 1024, 0.95, 0.85, 1, nullptr, nullptr, nullptr};
   ASSERT_TRUE(node.Build(config).ok());
   uint64_t blocks = 0, free = 0;
   node.stack().StatFs(1024, &blocks, &free);
@@ -145,7 +145,8 @@ TEST(CacheStackTest, PrefetchIsCappedToAnEighthOfTheQuota) {
   StackFixture node;
   node.origin.AddFile("/big.bin", Data(20000, 1));  // 20 blocks of 1000
   StackConfig config;
-  config.catalog = CatalogOptions{16000, 0.95, 0.85, 1, nullptr, nullptr};  // an eighth: 2 blocks
+  config.catalog =
+      CatalogOptions{16000, 0.95, 0.85, 1, nullptr, nullptr, nullptr};  // an eighth: 2 blocks
   config.prefetch = true;
   config.prefetch_options.directories = false;
   config.prefetch_options.max_window_bytes = 64ULL << 20;

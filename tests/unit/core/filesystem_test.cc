@@ -141,7 +141,7 @@ TEST_F(FileSystemTest, RestartWithOriginDownServesWhatIsCached) {
 }
 
 TEST_F(FileSystemTest, QuotaEvictsLeastRecentlyUsedBlocks) {
-  Build(CatalogOptions{2000, 0.95, 0.5, 1, nullptr, nullptr});
+  Build(CatalogOptions{2000, 0.95, 0.5, 1, nullptr, nullptr, nullptr});
   // a.bin alone (2500 bytes) is larger than the quota: it still reads whole.
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));
@@ -159,7 +159,8 @@ TEST_F(FileSystemTest, BlocksInUseAreNotEvicted) {
   ASSERT_EQ(ReadAll("/d/a.bin"), Data(2500, 1));  // 3 blocks, LRU order 0, 1, 2
   std::string id = fs_->ObjectId(P("/d/a.bin"), *fs_->GetAttr(P("/d/a.bin")));
   pinned_.insert(BlockKey{id, 0});
-  CacheCatalog small(index_, store_, disk_, CatalogOptions{1000, 0.5, 0.4, 1, nullptr, nullptr},
+  CacheCatalog small(index_, store_, disk_,
+                     CatalogOptions{1000, 0.5, 0.4, 1, nullptr, nullptr, nullptr},
                      [this](const BlockKey& k) { return pinned_.count(k) > 0; });
   ASSERT_TRUE(small.Load().ok());        // over the high watermark: evicts at once
   EXPECT_EQ(small.evictions(), 2u);      // blocks 1 and 2; block 0 is in use

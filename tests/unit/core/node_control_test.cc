@@ -134,7 +134,7 @@ TEST_F(ControlCoreTest, EvictRemovesAPrefixButKeepsPins) {
 }
 
 TEST_F(ControlCoreTest, QuotaEvictionSparesPinnedObjects) {
-  Build(CatalogOptions{3500, 0.95, 0.5, 1024, nullptr, nullptr});
+  Build(CatalogOptions{3500, 0.95, 0.5, 1024, nullptr, nullptr, nullptr});
   ASSERT_TRUE(mount_->Pin(P("/d/a.bin")).ok());
   ReadAll("/d/a.bin");
   for (int i = 0; i < 6; ++i) ReadAll("/big/x" + std::to_string(i));
@@ -203,7 +203,7 @@ TEST_F(ControlCoreTest, TwoFederationsShareOneCacheAndStayApart) {
   for (int i = 0; i < 4; ++i) other.AddFile("/more/y" + std::to_string(i), Data(900, 50 + i));
   StackFixture node;
   StackConfig config;
-  config.catalog = CatalogOptions{4000, 0.95, 0.5, 1, nullptr, nullptr};
+  config.catalog = CatalogOptions{4000, 0.95, 0.5, 1, nullptr, nullptr, nullptr};
   config.first_mount = false;
   ASSERT_TRUE(node.Build(config).ok());
   node.origin.AddFile("/d/a.bin", Data(2500, 1));

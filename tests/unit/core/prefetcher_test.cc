@@ -93,6 +93,31 @@ TEST_F(PrefetchTest, HintsAreFollowedInOrderAWindowAheadOfTheReader) {
   EXPECT_EQ(LogSince(mark).back(), "/h/f1@0");
 }
 
+// Issue #43: the hinted files fetched ahead of the reader stay within a
+// byte budget (a share of the quota: a dataset larger than the cache keeps
+// the rest), and the announced reads ahead are told to the eviction order.
+TEST_F(PrefetchTest, HintsRunAheadWithinTheirBytesAndTellWhatIsReadNext) {
+  PrefetchOptions popts;
+  popts.directories = false;
+  popts.hint_window = 10;
+  popts.hint_window_bytes = 1200;  // files of 500 bytes: three at a time
+  Build(popts);
+  for (int i = 0; i < 10; ++i) Attr("/h/f" + std::to_string(i));
+  size_t mark = origin_.ReadLog().size();
+  prefetcher_->Hint("job", {P("/h/f4"), P("/h/f1"), P("/h/f8"), P("/h/f3"), P("/h/f6")});
+  EXPECT_EQ(LogSince(mark), (std::vector<std::string>{"/h/f4@0", "/h/f1@0", "/h/f8@0"}));
+  auto h = fs_->Open(P("/h/f4"));
+  ASSERT_TRUE(h.ok());
+  fs_->Release(*h);
+  // 1,000 bytes ahead of the reader now: one more file.
+  EXPECT_EQ(LogSince(mark), (std::vector<std::string>{"/h/f4@0", "/h/f1@0", "/h/f8@0", "/h/f3@0"}));
+  std::vector<std::pair<std::string, uint64_t>> next;
+  prefetcher_->FutureUses(
+      3, [&](const ObjectPath& p, uint64_t ahead) { next.emplace_back(p.str(), ahead); });
+  EXPECT_EQ(next, (std::vector<std::pair<std::string, uint64_t>>{
+                      {"/h/f1", 0}, {"/h/f8", 1}, {"/h/f3", 2}}));
+}
+
 TEST_F(PrefetchTest, AReaderWaitingOnAQueuedPrefetchMovesItToTheFront) {
   PrefetchOptions popts;
   popts.directories = false;
