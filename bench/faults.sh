@@ -66,7 +66,7 @@ for i in $(seq 2 "$LARGE_FILES"); do
 done
 chmod a+r "$DATA"/large*.bin
 (cd "$DATA" && find . -type f | sed 's|^\./||' | shuf --random-source=<(yes)) > "$WORK/order.txt"
-DELIVERED=$(find "$DATA" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
+DELIVERED=$(find "$DATA" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f\n", s }')
 echo "== $(wc -l < "$WORK/order.txt") files, $DELIVERED bytes" >&2
 
 # The reader: lists the mount and compares its names with the source, then
@@ -209,7 +209,7 @@ run_perch() {
   local w; w=$(wire)
   # What the servers logged: errors and crashes in each xrootd.log.
   local xlog
-  for xlog in "$WORK/fed-$CASE-$SEED"/*/xrootd.log; do
+  for xlog in "$WORK/fed-$CASE-$SEED"/*/*/xrootd.log; do
     [[ -f $xlog ]] || continue
     echo "$CASE seed $SEED: $(basename "$(dirname "$xlog")") xrootd.log: $(wc -l < "$xlog") lines," \
       "$(grep -ciE 'segv|signal|abort|crash|core dump' "$xlog" || true) crash lines," \

@@ -75,7 +75,7 @@ PY
   for c in $CASES; do
     echo "== D/C $ratio ($n files), $c" >&2
     rm -rf "$WORK/cache"
-    bench_mount "$WORK/cache" "$M" --cache-size "${CACHE_MB}M"
+    CACHE_SIZE=${CACHE_MB}M bench_mount "$WORK/cache" "$M"
     for e in $(seq "$EPOCHS"); do
       (cd "$DATA" && ls ds | sed 's|^|ds/|' | shuf --random-source=<(yes "$e")) > "$WORK/order"
       if [[ $c == hints ]]; then

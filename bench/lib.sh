@@ -67,13 +67,13 @@ bench_devfed() {
   [[ -n $FED && -n $ORIGIN ]] || { cat "$WORK/$name.err" >&2; exit 1; }
 }
 
-# bench_mount CACHE_DIR MOUNTPOINT [perchd flags...]: mounts $FED/bench with
+# bench_mount CACHE_DIR MOUNTPOINT [perchd flags...]; the quota is $CACHE_SIZE (20G).: mounts $FED/bench with
 # perchd (control socket $WORK/ctl.sock) and waits until it serves.
 bench_mount() {
   local cache=$1 mp=$2; shift 2
   mkdir -p "$mp"
   # shellcheck disable=SC2086  # PERCHD_ARGS: extra flags for every bench mount, split on spaces
-  "$BIN/perchd" --foreground --cache-dir "$cache" --cache-size 20G --control "unix:$WORK/ctl.sock" "$@" ${PERCHD_ARGS:-} \
+  "$BIN/perchd" --foreground --cache-dir "$cache" --cache-size "${CACHE_SIZE:-20G}" --control "unix:$WORK/ctl.sock" "$@" ${PERCHD_ARGS:-} \
     "$FED/bench" "$mp" 2>> "$WORK/perchd.log" &
   PERCHD_PID=$!
   for _ in $(seq 200); do mountpoint -q "$mp" && break; sleep 0.05; done
