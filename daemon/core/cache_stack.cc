@@ -410,9 +410,8 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
     // quota: a dataset larger than the cache keeps the rest for what it
     // reads again (the eviction order, CacheCatalog), and that window holds
     // the reader's rate times the servers' latency many times over.
-    popts.hint_window_bytes = popts.hint_window_bytes == 0
-                                  ? quota / 16
-                                  : std::min(popts.hint_window_bytes, quota / 16);
+    popts.hint_window_bytes =
+        popts.hint_window_bytes == 0 ? quota / 16 : std::min(popts.hint_window_bytes, quota / 16);
     m.prefetcher_ = std::make_unique<Prefetcher>(
         *m.names_, *m.reader_, jobs_, popts,
         [fed = s.federation_id](const ObjectPath& p, const FileAttr& a) {

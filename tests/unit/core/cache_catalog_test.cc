@@ -291,8 +291,8 @@ TEST(CacheCatalogTest, FullDiskCapsTheQuotaEvictsAndKeepsNetworkNearBytesRead) {
   FakeDisk fs{200 * kMiB, 0, &store};
   testing::StackConfig config;
   config.catalog = CatalogOptions{
-      1ULL << 30, 0.95, 0.85, 1024, [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); },
-      nullptr, nullptr};
+      1ULL << 30, 0.95,   0.85, 1024, [&fs](uint64_t* t, uint64_t* f) { return fs.Space(t, f); },
+      nullptr,    nullptr};
   config.block_size = kMiB;
   ASSERT_TRUE(node.Build(config).ok());
   CacheCatalog& catalog = node.stack().catalog();
