@@ -209,8 +209,8 @@ run_perch() {
   local w; w=$(wire)
   # What the servers logged: errors and crashes in each xrootd.log.
   local xlog
-  for xlog in "$WORK/fed-$CASE-$SEED"/*/*/xrootd.log; do
-    [[ -f $xlog ]] || continue
+  # (xrootd -n NAME writes DIR/NAME/xrootd.log for -l DIR/xrootd.log)
+  for xlog in $(find "$WORK/fed-$CASE-$SEED" -name xrootd.log 2>/dev/null); do
     echo "$CASE seed $SEED: $(basename "$(dirname "$xlog")") xrootd.log: $(wc -l < "$xlog") lines," \
       "$(grep -ciE 'segv|signal|abort|crash|core dump' "$xlog" || true) crash lines," \
       "$(grep -ciE 'error|fail' "$xlog" || true) error lines" >> "$DETAIL"
