@@ -268,10 +268,6 @@ void Prefetcher::PumpHints(const std::string& job, uint64_t generation) {
       auto it = hints_.find(job);
       if (it == hints_.end() || it->second.generation != generation) return;  // replaced or dropped
       HintJob& h = it->second;
-      while (h.issued + 1 < h.pos) {  // the reader passed these: nothing to fetch for it
-        h.issued++;
-        h.issued_bytes.push_back(h.issued_bytes.back());
-      }
       if (!alive_->load() || !WantsMore(h)) {
         h.pumping = false;
         return;
