@@ -86,14 +86,8 @@ class HandoffTest : public MountedFederation {
 
   // The arguments of Mount, for a successor.
   std::vector<std::string> Args(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--cache-dir",  (work_->path() / "cache").string(),
-                                     "--op-timeout", "20s",
-                                     "--control",    "unix:" + Socket(),
-                                     "--log-level",  "info"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.push_back(fed_->FederationUrl() + "/test");
-    args.push_back(mnt_.string());
-    return args;
+    extra.insert(extra.begin(), {"--log-level", "info"});
+    return MountArgs(extra);
   }
 
   // A handoff; it takes well under a second. Requests wait in the kernel meanwhile: a handoff

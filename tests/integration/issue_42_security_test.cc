@@ -39,16 +39,6 @@ class Issue42Test : public MountedFederation {
     StartFederation("issue42", files);
   }
 
-  std::vector<std::string> Args(const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"--cache-dir",  (work_->path() / "cache").string(),
-                                     "--op-timeout", "20s",
-                                     "--control",    "unix:" + Socket()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.push_back(fed_->FederationUrl() + "/test");
-    args.push_back(mnt_.string());
-    return args;
-  }
-
   // GET of `path` at 127.0.0.1:`port` with curl: the body, or "" on failure.
   static std::string Get(int port, const std::string& path) {
     RunResult r = RunToExit("/usr/bin/curl", {"-sf", "--max-time", "10",
@@ -63,7 +53,7 @@ TEST_F(Issue42Test, ASquatterNeverGetsThePortsDuringHandoffs) {
   ASSERT_GT(metrics, 0);
   const std::vector<std::string> side = {"--http", "127.0.0.1:" + std::to_string(http), "--metrics",
                                          "127.0.0.1:" + std::to_string(metrics)};
-  Mount(side);  // the arguments of Args(side)
+  Mount(side);
   Squatter on_http(http, R"({"mounts":[]})"), on_metrics(metrics, "{}");
   ASSERT_TRUE(on_http.Running());
   ASSERT_FALSE(on_http.Won(std::chrono::milliseconds(200)));  // perchd holds both
@@ -77,7 +67,7 @@ TEST_F(Issue42Test, ASquatterNeverGetsThePortsDuringHandoffs) {
   ASSERT_TRUE(reader.Progress(60)) << reader.Failure();
   for (int round = 0; round < 4; ++round) {
     SCOPED_TRACE("handoff " + std::to_string(round));
-    ASSERT_EQ(perchd_.HandOver(PERCHD_BINARY, Args(side),
+    ASSERT_EQ(perchd_.HandOver(PERCHD_BINARY, MountArgs(side),
                                work_->path() / ("perchd-" + std::to_string(round) + ".log")),
               "");
     EXPECT_FALSE(on_http.Won()) << "nobody took the endpoint's port";
@@ -104,7 +94,7 @@ TEST_F(Issue42Test, ASideListenerThatCannotBeHadNeverDropsTheMounts) {
   Squatter holder(port, "{}");
   ASSERT_TRUE(holder.Won(std::chrono::seconds(10)));
   ASSERT_EQ(
-      perchd_.HandOver(PERCHD_BINARY, Args({"--metrics", "127.0.0.1:" + std::to_string(port)}),
+      perchd_.HandOver(PERCHD_BINARY, MountArgs({"--metrics", "127.0.0.1:" + std::to_string(port)}),
                        work_->path() / "perchd-next.log"),
       "");
   EXPECT_EQ(ReadFile("data/s2"), Original("data/s2"));

@@ -46,15 +46,21 @@ class MountedFederation : public ::testing::Test {
     std::filesystem::create_directories(mnt_);
   }
 
-  // Mounts /test with perchd (`extra` flags added); the cache survives remounts.
-  void Mount(std::vector<std::string> extra = {}) {
+  // perchd's arguments for a mount of /test (`extra` flags added), also for a
+  // successor taking it over: the cache survives remounts.
+  std::vector<std::string> MountArgs(const std::vector<std::string>& extra = {}) const {
     std::vector<std::string> args = {"--cache-dir",  (work_->path() / "cache").string(),
                                      "--op-timeout", "20s",
                                      "--control",    "unix:" + Socket()};
     args.insert(args.end(), extra.begin(), extra.end());
     args.push_back(fed_->FederationUrl() + "/test");
     args.push_back(mnt_.string());
-    ASSERT_EQ(perchd_.Start(args, mnt_, work_->path() / "perchd.log"), "");
+    return args;
+  }
+
+  // Mounts /test with perchd (`extra` flags added).
+  void Mount(const std::vector<std::string>& extra = {}) {
+    ASSERT_EQ(perchd_.Start(MountArgs(extra), mnt_, work_->path() / "perchd.log"), "");
   }
 
   std::string Socket() const { return (work_->path() / "ctl.sock").string(); }
