@@ -80,6 +80,9 @@
   X(Count, uint64_t, digest_requests_per_origin, "digest_requests_per_origin", "", 3, "",        \
     "digest requests (Want-Digest) in flight at once per origin, its caches' relays included "   \
     "(below XRootD's xrootd.chksum max, docs/quirks.md)")                                        \
+  X(Count, uint64_t, digest_requests_per_server, "digest_requests_per_server", "", 1, "",        \
+    "digest requests in flight at once at any one server (XRootD 5.5 may crash computing a "    \
+    "digest it has not stored; two at once crash it within a few hundred, docs/quirks.md)")     \
   X(Size, uint64_t, scrub_rate, "scrub_rate", "--scrub-rate", 4ULL << 20, "",                    \
     "the background scrub reads cached blocks again at this many bytes a second and drops bad "  \
     "ones (0: off)")                                                                             \

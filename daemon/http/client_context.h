@@ -29,6 +29,7 @@ struct FederationClientOptions {
   // (digest_slots.h).
   bool verify_digests = true;
   size_t digest_requests_per_origin = 3;
+  size_t digest_requests_per_server = 1;
   std::chrono::seconds namespace_ttl{300};         // director answers, per namespace prefix
   std::chrono::seconds discovery_ttl{1800};        // discovery document
   std::chrono::seconds discovery_failure_ttl{15};  // a failed discovery is remembered this long

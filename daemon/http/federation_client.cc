@@ -20,7 +20,8 @@ FederationClient::FederationClient(const std::vector<CurlLoop*>& loops, Federati
   PERCH_CHECK(!loops.empty());
   auto answers = answers_;                             // one shard's answer serves every shard
   auto refusals = std::make_shared<DigestRefusals>();  // a server refuses digests to all shards
-  auto slots = std::make_shared<DigestSlots>(options.digest_requests_per_origin);  // per origin
+  auto slots = std::make_shared<DigestSlots>(options.digest_requests_per_origin,
+                                             options.digest_requests_per_server);
   for (CurlLoop* loop : loops) {
     Shard shard{loop, std::make_shared<ClientContext>(*loop, url, options), nullptr, nullptr,
                 nullptr};

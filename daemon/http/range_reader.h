@@ -84,7 +84,8 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
         digest_refusals_(std::move(refusals)),
         digest_slots_(
             slots ? std::move(slots)
-                  : std::make_shared<DigestSlots>(ctx_->options.digest_requests_per_origin)),
+                  : std::make_shared<DigestSlots>(ctx_->options.digest_requests_per_origin,
+                                                  ctx_->options.digest_requests_per_server)),
         health_(ctx_->options.server_penalty),
         first_byte_(ctx_->options.first_byte_min, ctx_->options.first_byte_max) {}
 
@@ -165,6 +166,8 @@ class RangeReader : public std::enable_shared_from_this<RangeReader> {
   bool StartVouch(const std::shared_ptr<Op>& op, const std::string& sender);
   void AskVoucher(const std::shared_ptr<Op>& op, std::shared_ptr<const NamespaceEntry> entry,
                   size_t index, bool origin);
+  void AwaitSlot(const std::shared_ptr<Op>& op, uint64_t seq, const std::string& server,
+                 bool origin, std::shared_ptr<bool> waiting);
   void SendVouch(const std::shared_ptr<Op>& op, std::shared_ptr<const NamespaceEntry> entry,
                  size_t index, bool origin, uint64_t seq);
   void VouchAnswered(const std::shared_ptr<Op>& op, uint64_t seq, const std::string& server,

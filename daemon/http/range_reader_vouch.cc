@@ -19,6 +19,16 @@ namespace {
 
 // How long one digest request may take: a server computes the digest of
 // the whole object (about 64 MiB/s of it at the least) unless it stored it.
+// How often a read waiting for a voucher's digest slot looks whether that
+// server failed meanwhile.
+constexpr std::chrono::milliseconds kSlotCheck{1000};
+
+// How long a server may take to compute a digest of `size` bytes: 2 s, and
+// a second more per 64 MiB (XRootD reads the whole object to compute it).
+std::chrono::milliseconds ComputeTime(uint64_t size) {
+  return std::chrono::seconds(2) + std::chrono::seconds(size >> 26);
+}
+
 core::Deadline VouchDeadline(const core::Deadline& read_deadline, uint64_t size) {
   auto limit = Clock::now() + std::chrono::seconds(3) + std::chrono::seconds(size >> 26);
   return std::min(read_deadline, limit);
@@ -62,11 +72,13 @@ bool RangeReader::StartVouch(const std::shared_ptr<Op>& op, const std::string& s
   // object's bytes before (Vouch): first those that did not fail this read
   // (one that sent wrong bytes may still state the right digest, but is
   // asked after the origins).
-  auto named = [&](bool failed) {
+  // A server that failed lately (penalised: a dead cache whose port still
+  // takes connections) is asked after the origins, not before.
+  auto named = [&](bool failed, bool penalised_too) {
     for (size_t i : health_.Order(op->ns->server_bases, now)) {
       const std::string& s = op->ns->server_bases[i];
       if (s != sender && !op->vouch_exclude.count(s) && op->failed.count(s) == failed &&
-          may_ask(s)) {
+          may_ask(s) && (penalised_too || !health_.Penalized(s, now))) {
         AskVoucher(op, op->ns, i, /*origin=*/false);
         return true;
       }
@@ -98,10 +110,9 @@ bool RangeReader::StartVouch(const std::shared_ptr<Op>& op, const std::string& s
   // the origins first (see Vouch).
   const bool origin_first = op->vouch_done && op->vouch_origin_first;
   const bool may_resolve = !direct && kept.refusal.ok() && !op->vouch_direct_asked;
-  if (origin_first && (origins() || (!may_resolve && (named(false) || named(true))))) {
-    return true;
-  }
-  if (!origin_first && (named(false) || origins() || (!may_resolve && named(true)))) {
+  auto any_named = [&] { return named(false, true) || named(true, true); };
+  if (origin_first && (origins() || (!may_resolve && any_named()))) return true;
+  if (!origin_first && (named(false, false) || origins() || (!may_resolve && any_named()))) {
     return true;
   }
   if (!may_resolve) return self_claim();
@@ -131,7 +142,7 @@ void RangeReader::AskVoucher(const std::shared_ptr<Op>& op,
   // Loop thread: true while the slot is awaited, false once it came or the
   // read stopped waiting for it.
   auto waiting = std::make_shared<bool>(true);
-  const std::string slot = op->ns->prefix.str();
+  const DigestSlots::Key slot{op->ns->prefix.str(), server};
   digest_slots_->Acquire(slot, [self, op, entry, index, origin, seq, slot, waiting] {
     self->ctx_->loop.Post([self, op, entry, index, origin, seq, slot, waiting] {
       if (!*waiting || seq != op->vouch_seq || (!op->done && !op->vouch_done)) {
@@ -142,15 +153,27 @@ void RangeReader::AskVoucher(const std::shared_ptr<Op>& op,
       self->SendVouch(op, entry, index, origin, seq);
     });
   });
-  // The read's deadline while the slot is awaited; the timer keeps neither
-  // the read nor this reader alive.
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(op->deadline - Clock::now());
-  ctx_->loop.PostAfter(std::max(left, std::chrono::milliseconds(0)),
+  AwaitSlot(op, seq, server, origin, waiting);
+}
+
+void RangeReader::AwaitSlot(const std::shared_ptr<Op>& op, uint64_t seq, const std::string& server,
+                            bool origin, std::shared_ptr<bool> waiting) {
+  // A busy server's slot is awaited until the read's deadline, one that
+  // failed meanwhile (penalised) no longer than kSlotCheck: the next voucher
+  // is asked. The timer keeps neither the read nor this reader alive.
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(op->deadline - Clock::now());
+  ctx_->loop.PostAfter(std::clamp(left, std::chrono::milliseconds(0), kSlotCheck),
                        [weak_self = weak_from_this(), weak_op = std::weak_ptr<Op>(op), seq, server,
                         origin, waiting] {
                          auto self = weak_self.lock();
                          auto op = weak_op.lock();
                          if (!self || !op || !*waiting) return;
+                         const auto now = Clock::now();
+                         if (now < op->deadline && !self->health_.Penalized(server, now)) {
+                           self->AwaitSlot(op, seq, server, origin, waiting);
+                           return;
+                         }
                          *waiting = false;  // no slot in time: this server gave nothing
                          op->vouch_errors++;
                          op->vouch_errored.insert(server);
@@ -162,7 +185,7 @@ void RangeReader::SendVouch(const std::shared_ptr<Op>& op,
                             std::shared_ptr<const NamespaceEntry> entry, size_t index, bool origin,
                             uint64_t seq) {
   const std::string server = entry->server_bases[index];
-  const std::string slot = op->ns->prefix.str();
+  const DigestSlots::Key slot{op->ns->prefix.str(), server};
   auto self = shared_from_this();
   auto auth =
       auth_->Headers(entry->require_token, entry->prefix.str(), entry->issuers, op->fed_path.str());
@@ -188,31 +211,51 @@ void RangeReader::SendVouch(const std::shared_ptr<Op>& op,
   req.connect_timeout = ctx_->options.connect_timeout;
   req.max_body = 64 << 10;
   ctx_->counters.digest_asks++;
-  ctx_->loop.Submit(std::move(req), [self, op, seq, server, origin, slot](Result<HttpResponse> r) {
-    self->digest_slots_->Release(slot);
-    std::vector<ObjectDigest> claims;
-    if (r.ok() && (r->head.status == 206 || r->head.status == 200)) {
-      if (auto header = r->head.Get("digest")) {
-        for (const InstanceDigest& d : ParseDigestHeader(*header)) {
-          for (ObjectDigest& c : Readings(d)) claims.push_back(std::move(c));
+  const auto hold = ComputeTime(op->version.size);
+  // Set once the connection stands and the request goes out (the loop's
+  // thread): before that the server has nothing to compute.
+  auto sent = std::make_shared<bool>(false);
+  req.on_connected = [sent](const std::string&, int, const std::string&, int) {
+    *sent = true;
+    return core::Status::Ok();
+  };
+  ctx_->loop.Submit(
+      std::move(req), [self, op, seq, server, origin, slot, hold, sent](Result<HttpResponse> r) {
+        if (r.ok() || !*sent) {
+          self->digest_slots_->Release(slot);
+        } else {
+          // Asked, and no answer (a deadline, a dropped connection): the server
+          // may still be computing the digest. Its slot stays taken until it may
+          // have finished, so that no second job overlaps one perch left running.
+          std::weak_ptr<DigestSlots> slots = self->digest_slots_;
+          self->ctx_->loop.PostAfter(hold, [slots, slot] {
+            if (auto s = slots.lock()) s->Release(slot);
+          });
         }
-      }
-    } else if (r.ok() && RefusesDigests(r->head.status)) {
-      // XRootD answers Want-Digest with 405 (no checksums configured) or 500
-      // (an algorithm it lacks): it is not asked for digests for a while.
-      self->digest_refusals_->Refused(server, Clock::now());
-    } else {
-      op->vouch_errors++;  // no answer, or 404 (XRootD 5.5 answers one for files it has)
-      op->vouch_errored.insert(server);
-    }
-    if (claims.empty()) {
-      spdlog::debug("{} stated no digest of {} ({})", core::EscapeForLog(server),
-                    core::EscapeForLog(op->fed_path.str()),
-                    r.ok() ? "HTTP " + std::to_string(r->head.status)
-                           : core::EscapeForLog(r.status().ToString()));
-    }
-    self->VouchAnswered(op, seq, server, origin, std::move(claims));
-  });
+        std::vector<ObjectDigest> claims;
+        if (r.ok() && (r->head.status == 206 || r->head.status == 200)) {
+          if (auto header = r->head.Get("digest")) {
+            for (const InstanceDigest& d : ParseDigestHeader(*header)) {
+              for (ObjectDigest& c : Readings(d)) claims.push_back(std::move(c));
+            }
+          }
+        } else if (r.ok() && RefusesDigests(r->head.status)) {
+          // XRootD answers Want-Digest with 405 (no checksums configured) or 500
+          // (an algorithm it lacks): it is not asked for digests for a while.
+          self->digest_refusals_->Refused(server, Clock::now());
+        } else {
+          op->vouch_errors++;  // no answer, or 404 (XRootD 5.5 answers one for files it has)
+          op->vouch_errored.insert(server);
+          if (!r.ok()) self->health_.Penalize(server, Clock::now());  // asked after the origins
+        }
+        if (claims.empty()) {
+          spdlog::debug("{} stated no digest of {} ({})", core::EscapeForLog(server),
+                        core::EscapeForLog(op->fed_path.str()),
+                        r.ok() ? "HTTP " + std::to_string(r->head.status)
+                               : core::EscapeForLog(r.status().ToString()));
+        }
+        self->VouchAnswered(op, seq, server, origin, std::move(claims));
+      });
 }
 
 void RangeReader::VouchAnswered(const std::shared_ptr<Op>& op, uint64_t seq,

@@ -343,7 +343,9 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
     if (it == objects.end()) return reply(404, "not found");
     object = it->second;
   }
-  // Requests carrying Want-Digest being answered at once (XRootD's checksum jobs).
+  // Requests carrying Want-Digest being computed at once (XRootD's checksum
+  // jobs): from their arrival until their digest is known, before the answer
+  // goes out (a client may send its next request as soon as it has one).
   struct InFlight {
     Impl* impl;
     bool on;
@@ -357,9 +359,12 @@ bool FaultServer::Impl::Handle(tcp::socket& sock, const bhttp::request<bhttp::st
     ~InFlight() {
       if (on) --impl->digests_in_flight;
     }
-  } in_flight(this, want_digest);
-  if (behaviour == "slowdigest" && want_digest) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // computes the digest
+  };
+  {
+    InFlight computing(this, want_digest);
+    if (behaviour == "slowdigest" && want_digest) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // computes the digest
+    }
   }
   if (behaviour == "500") return reply(500, "injected failure");
   if (behaviour == "404") return reply(404, "injected not found");
