@@ -349,6 +349,12 @@ int Hint(Client& c, const std::string& job, const std::vector<std::string>& path
   auto ctx = c.Context(std::chrono::seconds(120));
   grpc::Status st = c.stub().Hint(ctx.get(), req, &reply);
   if (!st.ok()) return c.Fail(st, "hint");
+  if (reply.accepted() == 0 && reply.rejected() > 0) {
+    // As warm, pin and evict do: nothing the user named is of a mount.
+    std::cerr << "perchctl: hint: " << (reply.rejected() == 1 ? "the path is" : "every path is")
+              << " outside the mount; nothing hinted\n";
+    return kExitUsage;
+  }
   std::cout << "hinted " << Count(reply.accepted()) << " paths for job " << job;
   if (reply.rejected())
     std::cout << " (" << Count(reply.rejected()) << " outside the mount, ignored)";

@@ -11,6 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -32,6 +33,14 @@ int ExitFor(const core::Status& s) {
   if (s.ok()) return 0;
   spdlog::error("{}", s.message());
   return s.code() == core::StatusCode::kInvalidArgument ? cli::kExitUsage : kExitFailure;
+}
+
+// Closes every descriptor above stderr (close_range, Linux 5.9; else one by
+// one up to the limit).
+void CloseInheritedDescriptors() {
+  if (::syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return;
+  const long max = ::sysconf(_SC_OPEN_MAX);
+  for (long fd = 3; fd < (max > 0 ? max : 1024); ++fd) ::close(static_cast<int>(fd));
 }
 
 // Forks before any thread exists; the parent waits until the child has
@@ -86,6 +95,12 @@ int ServeInTheBackground(const DaemonConfig& cfg, bool takeover) {
 }  // namespace perch
 
 int main(int argc, char** argv) {
+  // Descriptors the caller left open are not perchd's: a shell that holds a
+  // file of the mount open and runs `perchd --takeover` would otherwise have
+  // perchd hold that file of its own mount, whose release then never comes
+  // and whose blocks stay in use for good (issue 44). The handoff's
+  // descriptors come over its socket, later.
+  perch::CloseInheritedDescriptors();
   // Everything perchd creates (block files, the index, sockets' directories)
   // is private to it: cached paths of protected namespaces must not leak.
   ::umask(077);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "daemon/http/digest.h"
+#include "daemon/uri/percent.h"
 #include "fuse/mountpoint.h"
 #include "perch/version.h"
 
@@ -120,6 +121,7 @@ core::Status AddMount(const DaemonConfig& cfg, const std::vector<http::CurlLoop*
                                            cfg.namespace_tokens.end());
   client_opts.verify_digests = cfg.verify_digests;
   client_opts.digest_requests_per_origin = cfg.digest_requests_per_origin;
+  client_opts.digest_requests_per_server = cfg.digest_requests_per_server;
   f.client = std::make_unique<http::FederationClient>(loops, f.url, client_opts);
   core::MountSpec spec;
   spec.federation_id = f.url.ToString();
@@ -142,6 +144,7 @@ core::Status AddMount(const DaemonConfig& cfg, const std::vector<http::CurlLoop*
     }
     return other->path.str();
   };
+  spec.encode_path = [](const core::ObjectPath& p) { return uri::PercentEncodePath(p); };
   // A cache from before mount tags had one mount: its namespace entries are this one's.
   spec.adopt_untagged_entries = MountsOf(cfg).size() == 1;
   spec.last_server = [client = f.client.get()](const core::ObjectPath& p) {

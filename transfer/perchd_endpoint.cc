@@ -311,7 +311,11 @@ Result<FetchReport> PerchdEndpoint::Fetch(const http::FederationUrl& fu, const P
     a.error_body.clear();
     RunAttempt(url, mount, a);
     if (!a.error.ok()) {
-      std::string body = core::EscapeForLog(a.error_body, 300);
+      // perchd's error bodies end in a newline: not part of the message.
+      std::string_view text = a.error_body;
+      while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' '))
+        text.remove_suffix(1);
+      std::string body = core::EscapeForLog(std::string(text), 300);
       if (body.empty()) return a.error;
       return Status(a.error.code(), a.error.message() + ": " + body, a.error.where(),
                     a.error.retryable());

@@ -376,6 +376,7 @@ void BlockReader::Fetch(const ObjectPath& path, const ObjectVersion& version, co
                          release = std::move(release)](Result<FetchedBytes> r) {
                           release();  // the next queued fetch may start
                           fetch_latency_.Observe(Clock::now() - started);
+                          if (r.ok() && federation_answered_) federation_answered_();
                           Complete(key, path, version, *ns, std::move(r));
                         });
     };

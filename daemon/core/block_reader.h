@@ -162,6 +162,10 @@ class BlockReader {
   // block (the evictor's LRU sees no read the kernel serves itself).
   // kNotFound unless every block is cached; kInvalidArgument for an object
   // shorter than a block (kept as a block file: never one file to read).
+  // `fn` runs after every block the federation sent (on the thread that
+  // completed the fetch). Set before the first read.
+  void OnFederationAnswered(std::function<void()> fn) { federation_answered_ = std::move(fn); }
+
   Result<std::shared_ptr<const BlockFd>> WholeFile(const ObjectVersion& version,
                                                    const std::string& object_id);
 
@@ -256,6 +260,7 @@ class BlockReader {
   BlockStore& store_;
   Executor& disk_;
   const BlockReaderOptions options_;
+  std::function<void()> federation_answered_;  // set before the first read
   BlockListener* const listener_;
   FetchScheduler* const scheduler_;
   VersionGuard* const guard_;

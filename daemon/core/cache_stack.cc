@@ -152,8 +152,11 @@ std::map<std::string, std::string> Mount::Xattrs(const ObjectPath& p, const File
     x["user.perch.cache_id"] = id;
     x["user.perch.cached_bytes"] = std::to_string(catalog_.CachedBytes(id));
     // The federation URL of the root ends in '/', one of a prefix does not.
+    // Percent-encoded, so that perchctl (or any URL parser) takes it back
+    // exactly: "a b" is a%20b, "#" %23, "%" %25.
+    const std::string path = spec_.encode_path ? spec_.encode_path(p) : p.str();
     x["user.perch.url"] =
-        spec_.federation_id + (spec_.federation_prefix.IsRoot() ? p.str().substr(1) : p.str());
+        spec_.federation_id + (spec_.federation_prefix.IsRoot() ? path.substr(1) : path);
     if (spec_.last_server) {
       if (std::string server = spec_.last_server(p); !server.empty())
         x["user.perch.server"] = server;
@@ -398,6 +401,9 @@ Result<Mount*> CacheStack::AddMount(MountSpec spec) {
       });
   m.reader_ = std::make_unique<BlockReader>(*s.origin, store_, disk_, ropts, m.listener_.get(),
                                             &scheduler_, m.guard_.get());
+  // A block fetched is the federation answering: the mount is offline no more
+  // (reads of files already open need no stat, which would say so too).
+  m.reader_->OnFederationAnswered([names = m.names_.get()] { names->NoteOnline(); });
   if (options_.prefetch) {
     PrefetchOptions popts = options_.prefetch_options;
     // Nothing is fetched ahead so far that it would push out what is being

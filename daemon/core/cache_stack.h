@@ -89,6 +89,9 @@ struct MountSpec {
   // The federation path a URL names (osdf:///ns/x -> /ns/x); an error when
   // malformed or of another federation. May be empty (URLs refused).
   std::function<Result<std::string>(std::string_view url)> path_of_url;
+  // A path below the mount as its federation URL writes it (percent-encoded:
+  // user.perch.url). Empty: the path as it is.
+  std::function<std::string(const ObjectPath& path)> encode_path;
   // The server that last answered for a path (an xattr); may be empty.
   std::function<std::string(const ObjectPath&)> last_server;
   // Takes over the namespace entries a perch from before mount tags wrote

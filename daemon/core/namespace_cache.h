@@ -71,6 +71,9 @@ class NamespaceCache {
 
   // True while answers come from stale entries because the Origin failed.
   bool offline() const { return offline_.load(); }
+  // The federation answered something else (a block fetched, a health probe):
+  // offline no more. Cheap: an atomic exchange.
+  void NoteOnline();
 
   // Files whose attributes were asked of the origin again because their
   // freshness lifetime ran out, and those of them found changed (another
@@ -120,7 +123,6 @@ class NamespaceCache {
   std::optional<FileAttr> FromListingInMemory(const ObjectPath& path, int64_t now);
   void StoreAttr(const ObjectPath& path, const AttrEntry& e);
   void StoreList(const ObjectPath& path, std::shared_ptr<const ListEntry> listing);
-  void NoteOnline();
   void NoteOffline(const Status& why);
 
   // Constant after construction.

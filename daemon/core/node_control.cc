@@ -214,7 +214,24 @@ StatsSnapshot NodeControl::Stats() const {
 }
 
 void NodeControl::Evict(const ObjectPath& path, std::function<void(Result<EvictResult>)> done) {
-  stack_.jobs().Post([this, path, done = std::move(done)] { done(stack_.catalog().Evict(path)); });
+  stack_.jobs().Post([this, path, done = std::move(done)] {
+    Result<EvictResult> r = stack_.catalog().Evict(path);
+    if (r.ok() && r->objects == 0 && r->pinned_objects == 0 && r->busy_blocks == 0) {
+      // Nothing there: a path that names nothing (a URL taken back wrong, a
+      // typo) is said so, not answered "0 objects" as if it were done.
+      ObjectPath below;
+      Mount* m = stack_.MountOfCatalogPath(path, &below);
+      if (m != nullptr && !below.IsRoot()) {
+        Result<FileAttr> attr = m->fs().GetAttr(below);
+        if (!attr.ok() && attr.status().code() == StatusCode::kNotFound) {
+          done(NotFoundError(m->FederationPath(below) +
+                             ": no such file or directory in the federation; nothing evicted"));
+          return;
+        }
+      }
+    }
+    done(std::move(r));
+  });
 }
 
 Result<std::shared_ptr<WarmJob>> NodeControl::Warm(const std::vector<ObjectPath>& paths,
@@ -313,11 +330,13 @@ void NodeControl::Health(std::chrono::milliseconds timeout,
     Mutex mu;
     HealthReport report;
     std::vector<size_t> mount_of;  // of each namespace
+    std::vector<Mount*> mounts;    // of each MountHealth
     size_t remaining = 0;
     std::function<void(HealthReport)> done;
   };
   auto pending = std::make_shared<Pending>();
   pending->report = std::move(base);
+  pending->mounts = mounts;
   pending->remaining = probes.size();
   pending->done = std::move(done);
   pending->report.namespaces.resize(probes.size());
@@ -334,8 +353,9 @@ void NodeControl::Health(std::chrono::milliseconds timeout,
   const Deadline deadline = DeadlineAfter(timeout);
   for (size_t i = 0; i < probes.size(); ++i) {
     auto started = Clock::now();
+    Mount* mount = probes[i].mount;
     probes[i].mount->spec().origin->Stat(
-        probes[i].path, deadline, [pending, i, started](Result<FileAttr> r) {
+        probes[i].path, deadline, [pending, i, started, mount](Result<FileAttr> r) {
           std::function<void(HealthReport)> finish;
           HealthReport out;
           {
@@ -346,10 +366,16 @@ void NodeControl::Health(std::chrono::milliseconds timeout,
             // A namespace that answers "not found" or "forbidden" is reachable.
             h.reachable = r.ok() || r.status().code() == StatusCode::kNotFound ||
                           r.status().code() == StatusCode::kPermissionDenied;
+            if (h.reachable) mount->names().NoteOnline();  // it answers: stats say so too
             if (!r.ok()) h.error = r.status().ToString();
             if (--pending->remaining > 0) return;
             HealthReport& rep = pending->report;
-            for (MountHealth& m : rep.mounts) m.healthy = m.mounted;
+            for (size_t k = 0; k < rep.mounts.size(); ++k) {
+              // As it is now that the probes answered: never "healthy" beside OFFLINE.
+              MountHealth& m = rep.mounts[k];
+              m.offline = pending->mounts[k]->offline();
+              m.healthy = m.mounted && !m.offline;
+            }
             for (size_t n = 0; n < rep.namespaces.size(); ++n) {
               MountHealth& m = rep.mounts[pending->mount_of[n]];
               m.healthy = m.healthy && rep.namespaces[n].reachable;

@@ -172,7 +172,7 @@ class ScrubWalk {
       check->Update(*bytes);
       read += len;
     }
-    progress.bytes_done += read;
+    progress.digest_bytes += read;
     s_.counters_.bytes += read;
     if (check->Matches()) {
       progress.digests_verified++;
@@ -288,12 +288,13 @@ void Scrubber::BackgroundStep() {
     last_saved_ = Clock::now();
   }
   const uint64_t rate = options_.rate_bytes_per_second;
-  const uint64_t before = background_->progress.bytes_done;
+  const uint64_t before = background_->progress.bytes_done + background_->progress.digest_bytes;
   const bool more = background_->Step(std::max<uint64_t>(rate / 4, 1), [life = life_] {
     MutexLock l(life->mu);
     return life->stopping;
   });
-  const uint64_t read = background_->progress.bytes_done - before;
+  const uint64_t read =
+      background_->progress.bytes_done + background_->progress.digest_bytes - before;
   std::chrono::milliseconds pause(read * 1000 / rate);
   if (!more) {
     const ScrubProgress& p = background_->progress;
@@ -409,6 +410,7 @@ void ScrubJob::Step() {
     const ScrubProgress& w = walk_->progress;
     progress_.blocks_done = w.blocks_done;
     progress_.bytes_done = w.bytes_done;
+    progress_.digest_bytes = w.digest_bytes;
     progress_.objects_done = w.objects_done;
     progress_.missing_blocks = w.missing_blocks;
     progress_.unreadable_blocks = w.unreadable_blocks;

@@ -95,7 +95,10 @@ struct ScrubProgress {
   uint64_t blocks_total = 0, bytes_total = 0;
   bool counted = false;
   uint64_t blocks_done = 0;  // checked (good or bad)
-  uint64_t bytes_done = 0;   // bytes read to check them
+  uint64_t bytes_done = 0;   // bytes read to check them (of bytes_total)
+  // Bytes read a second time to check whole objects against their digests
+  // (not progress: bytes_done stays within bytes_total).
+  uint64_t digest_bytes = 0;
   uint64_t objects_done = 0;
   uint64_t missing_blocks = 0;      // gone before their turn (evicted): not checked
   uint64_t unreadable_blocks = 0;   // the disk failed to read them (not dropped)

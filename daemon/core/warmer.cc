@@ -103,9 +103,10 @@ void WarmJob::Cancel() {
   FinishIfDone();
 }
 
-void WarmJob::NoteError(const std::string& path, const Status& s) {
+void WarmJob::NoteError(const ObjectPath& path, const Status& s) {
   if (progress_.errors.size() < WarmProgress::kMaxErrors) {
-    progress_.errors.push_back(EscapeForLog(path) + ": " + EscapeForLog(s.ToString()));
+    const std::string shown = options_.path_name ? options_.path_name(path) : path.str();
+    progress_.errors.push_back(EscapeForLog(shown) + ": " + EscapeForLog(s.ToString()));
   }
 }
 
@@ -145,7 +146,7 @@ void WarmJob::Walk() {
     auto attr = fs_.GetAttr(path);
     if (!attr.ok()) {
       MutexLock l(mu_);
-      NoteError(path.str(), attr.status());
+      NoteError(path, attr.status());
       progress_.files_failed++;
       continue;
     }
@@ -158,7 +159,7 @@ void WarmJob::Walk() {
     auto entries = fs_.ReadDir(path);
     if (!entries.ok()) {
       MutexLock l(mu_);
-      NoteError(path.str(), entries.status());
+      NoteError(path, entries.status());
       progress_.files_failed++;
       continue;
     }
@@ -289,7 +290,7 @@ void WarmJob::BlockDone(const Block& b, const Status& s) {
       progress_.bytes_done = SaturatingAdd(progress_.bytes_done, b.length);
     } else if (!f.failed) {
       f.failed = true;
-      NoteError(b.path.str(), s);
+      NoteError(b.path, s);
     }
     FileBlockResolved(b.file);
   }

@@ -158,7 +158,8 @@ class WarmJob : public std::enable_shared_from_this<WarmJob> {
   std::optional<Block> NextBlock() PERCH_REQUIRES(mu_);
   void FileBlockResolved(size_t file) PERCH_REQUIRES(mu_);
   void BlockDone(const Block& b, const Status& s);
-  void NoteError(const std::string& path, const Status& s) PERCH_REQUIRES(mu_);
+  // Names `path` as progress does (the federation path, as the user gave it).
+  void NoteError(const ObjectPath& path, const Status& s) PERCH_REQUIRES(mu_);
   void FinishIfDone() PERCH_EXCLUDES(mu_);
   void Notify();
 

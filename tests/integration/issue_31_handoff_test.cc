@@ -167,6 +167,18 @@ TEST_F(HandoffTest, ReadersListingsAndOpensContinueAcrossAHandoff) {
   EXPECT_TRUE(ReadFile("whole/cached.bin") == whole);  // opened again after its release
   EXPECT_EQ(reader_->Stop(), 0) << reader_->Failure();
   ExpectNoReadFailed();
+  // Issue 44: with the file that was open across the handoff closed, nothing
+  // of it is held any more: an evict frees its bytes (the release reaches
+  // perchd shortly after close returns).
+  uint64_t evicted = 0;
+  std::string evict_reply;
+  for (int i = 0; i < 50 && evicted == 0; ++i) {
+    const auto e = CtlJson({"evict", "/test/whole/cached.bin", "--json"});
+    evict_reply = e.dump();
+    evicted = e.value("bytes", 0u);
+    if (evicted == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(evicted, whole.size()) << evict_reply;
   // perchctl reaches the new perchd.
   auto stats = Ctl({"stats", "--json"});
   EXPECT_EQ(stats.exit_code, 0) << stats.output;

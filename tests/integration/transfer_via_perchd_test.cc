@@ -161,6 +161,8 @@ TEST_F(TransferViaPerchdTest, WhatPerchdDoesNotServeComesFromTheFederation) {
   ASSERT_EQ(ads.size(), 2u);
   EXPECT_EQ(Dev(ads[0], "PerchVia"), "federation");
   EXPECT_NE(Dev(ads[0], "PerchFallbackReason").find("403"), std::string::npos) << ads[0].Unparse();
+  // perchd's error body is quoted without its trailing newline (issue 44: a literal "\n").
+  EXPECT_EQ(Dev(ads[0], "PerchFallbackReason").find("\\n"), std::string::npos) << ads[0].Unparse();
   EXPECT_EQ(Dev(ads[1], "PerchVia"), "federation");
   EXPECT_NE(Dev(ads[1], "PerchFallbackReason").find("no mount of perchd"), std::string::npos)
       << ads[1].Unparse();

@@ -256,6 +256,11 @@ TEST_F(ScrubberTest, WholeObjectsAreCheckedAgainstARecordedDigest) {
   EXPECT_EQ(p.digests_verified, 1u);
   EXPECT_EQ(p.digest_mismatches, 1u);
   EXPECT_EQ(p.corrupt_blocks, 1u);
+  // Progress stays within the total (issue 44: a digest's second read of
+  // an object counted as progress made 20 MiB "done" of 10 MiB).
+  EXPECT_EQ(p.bytes_done, p.bytes_total);
+  EXPECT_EQ(p.blocks_done, p.blocks_total);
+  EXPECT_EQ(p.digest_bytes, 2500u + 1500u);
   std::vector<std::string> want = {"/d/wrong (digest)", "/d/badblock (block 1)"};
   std::sort(want.begin(), want.end());
   std::vector<std::string> got = p.corrupt;
