@@ -29,6 +29,8 @@
 #include "devfed/tokens.h"
 #include "devfed/wan_proxy.h"
 #include "devfed/xrootd_server.h"
+#include "perch/cli_exit.h"
+#include "perch/version.h"
 
 namespace fs = std::filesystem;
 using perch::devfed::Director;
@@ -368,6 +370,7 @@ constexpr char kHelp[] =
 
 int main(int argc, char** argv) {
   CLI::App app{kHelp};
+  app.set_version_flag("--version", std::string("perch-devfed ") + perch::kVersion);
   Settings settings;
   std::vector<std::string> export_args, protected_args, nolist_args, cache_control_args;
   std::string work_dir_arg, log_level = "warn";
@@ -422,7 +425,7 @@ int main(int argc, char** argv) {
   app.add_option("--token-out", settings.token_out,
                  "write a bearer token valid for the protected exports here");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = perch::cli::Parse(app, argc, argv)) return *rc;  // usage errors exit 2
   settings.stored_digests = !no_stored_digests;
   // Logs go to stderr: stdout carries only the lines a caller parses
   // ("federation: ...", "ready"), and a caller may stop reading it.

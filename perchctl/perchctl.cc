@@ -441,6 +441,32 @@ int Health(Client& c, bool as_json) {
   return h.healthy() ? 0 : kExitFailed;
 }
 
+// The first word that is not an option, when it names no command: a usage
+// error that says which word and which command was likely meant ("stat":
+// stats), where CLI11 would say only "A subcommand is required". 0 otherwise.
+int UnknownCommand(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.starts_with("-")) {
+      if (word == "--socket" && word.find('=') == std::string::npos) ++i;  // its value
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), word) != names.end()) return 0;
+    std::string near;
+    for (const std::string& n : names) {
+      if (n.starts_with(word) || word.starts_with(n)) near = n;
+    }
+    std::cerr << "perchctl: unknown command '" << word << "'"
+              << (near.empty() ? "" : "; did you mean '" + near + "'?") << "\ncommands:";
+    for (const std::string& n : names) std::cerr << " " << n;
+    std::cerr << "\nRun with --help for more information.\n";
+    return perch::cli::kExitUsage;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace perch::ctl
 
@@ -500,6 +526,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("health", "is the mount serving, the federation reachable, the disk fine");
   health->add_flag("--json", as_json, "machine-readable output");
 
+  if (int rc = UnknownCommand(app, argc, argv); rc != 0) return rc;
   if (auto rc = perch::cli::Parse(app, argc, argv)) return *rc;
   if (stats->count("--watch") > 0 && watch <= 0) watch = 2;
   Client client(socket);

@@ -82,6 +82,11 @@ TEST_F(AdminTest, AnEvictOfAPathThatNamesNothingSaysSoAndExitsNotFound) {
       << r.output;
   r = Ctl({"evict", (mnt_ / "odd/nonexistent").string()});
   EXPECT_EQ(r.exit_code, 4) << r.output;
+  // A word that is no command says which one was likely meant.
+  r = Ctl({"stat"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'stat'; did you mean 'stats'?"), std::string::npos)
+      << r.output;
   // A hint of nothing of the mount is a usage error, as warm, pin and evict say.
   r = Ctl({"hint", "--job", "j", "/etc/passwd"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
