@@ -354,7 +354,7 @@ void NodeControl::Health(std::chrono::milliseconds timeout,
   for (size_t i = 0; i < probes.size(); ++i) {
     auto started = Clock::now();
     Mount* mount = probes[i].mount;
-    probes[i].mount->spec().origin->Stat(
+    mount->spec().origin->Stat(
         probes[i].path, deadline, [pending, i, started, mount](Result<FileAttr> r) {
           std::function<void(HealthReport)> finish;
           HealthReport out;

@@ -17,21 +17,20 @@ using core::Status;
 
 namespace {
 
-// How long one digest request may take: a server computes the digest of
-// the whole object (about 64 MiB/s of it at the least) unless it stored it.
 // How often a read waiting for a voucher's digest slot looks whether that
 // server failed meanwhile.
 constexpr std::chrono::milliseconds kSlotCheck{1000};
 
-// How long a server may take to compute a digest of `size` bytes: 2 s, and
-// a second more per 64 MiB (XRootD reads the whole object to compute it).
+// How long a server may take to compute a digest of `size` bytes unless it
+// stored it: 2 s, and a second more per 64 MiB (it reads the whole object,
+// about 64 MiB/s of it at the least).
 std::chrono::milliseconds ComputeTime(uint64_t size) {
   return std::chrono::seconds(2) + std::chrono::seconds(size >> 26);
 }
 
+// How long one digest request may take: a second more than the computing.
 core::Deadline VouchDeadline(const core::Deadline& read_deadline, uint64_t size) {
-  auto limit = Clock::now() + std::chrono::seconds(3) + std::chrono::seconds(size >> 26);
-  return std::min(read_deadline, limit);
+  return std::min(read_deadline, Clock::now() + std::chrono::seconds(1) + ComputeTime(size));
 }
 
 }  // namespace

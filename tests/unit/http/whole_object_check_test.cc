@@ -38,6 +38,25 @@ class WholeObjectCheckTest : public FaultsTest {
     return p.get_future().get();
   }
 
+  // Objects obj0 .. obj<n-1> (each object_), read whole all at once: each
+  // read exact.
+  void ReadObjectsAtOnce(int n) {
+    for (int i = 0; i < n; ++i) server_.AddObject("obj" + std::to_string(i), object_);
+    std::vector<std::promise<Result<core::FetchedBytes>>> done(n);
+    for (int i = 0; i < n; ++i) {
+      client_->ReadRange(
+          *core::ObjectPath::Parse("/obj" + std::to_string(i)),
+          core::ObjectVersion{object_.size(), ""}, core::ByteRange{0, object_.size()},
+          core::DeadlineAfter(std::chrono::seconds(30)),
+          [&done, i](Result<core::FetchedBytes> r) { done[i].set_value(std::move(r)); });
+    }
+    for (auto& d : done) {
+      auto r = d.get_future().get();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_TRUE(r->bytes == object_);
+    }
+  }
+
   Result<std::vector<core::ObjectDigest>> Digests() {
     std::promise<Result<std::vector<core::ObjectDigest>>> p;
     client_->Digests(*core::ObjectPath::Parse("/obj"), core::ObjectVersion{object_.size(), ""}, {},
@@ -117,20 +136,7 @@ TEST_F(WholeObjectCheckTest, DigestRequestsPerOriginStayWithinTheBound) {
   opts.digest_requests_per_server = 8;  // the namespace's bound is the one that holds
   Federation({"ok2", "slowdigest"}, "", opts);
   constexpr int kReads = 24;
-  for (int i = 0; i < kReads; ++i) server_.AddObject("obj" + std::to_string(i), object_);
-  std::vector<std::promise<Result<core::FetchedBytes>>> done(kReads);
-  for (int i = 0; i < kReads; ++i) {
-    client_->ReadRange(
-        *core::ObjectPath::Parse("/obj" + std::to_string(i)),
-        core::ObjectVersion{object_.size(), ""}, core::ByteRange{0, object_.size()},
-        core::DeadlineAfter(std::chrono::seconds(30)),
-        [&done, i](Result<core::FetchedBytes> r) { done[i].set_value(std::move(r)); });
-  }
-  for (auto& d : done) {
-    auto r = d.get_future().get();
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_TRUE(r->bytes == object_);
-  }
+  ReadObjectsAtOnce(kReads);
   EXPECT_LE(server_.MaxDigestsInFlight(), 2);
   EXPECT_EQ(server_.DigestAsks("slowdigest"), kReads);
   EXPECT_EQ(client_->counters().digests_verified, static_cast<uint64_t>(kReads));
@@ -145,20 +151,7 @@ TEST_F(WholeObjectCheckTest, DigestRequestsPerServerStayWithinTheBound) {
   opts.digest_requests_per_server = 1;
   Federation({"ok2", "slowdigest"}, "", opts);
   constexpr int kReads = 12;
-  for (int i = 0; i < kReads; ++i) server_.AddObject("obj" + std::to_string(i), object_);
-  std::vector<std::promise<Result<core::FetchedBytes>>> done(kReads);
-  for (int i = 0; i < kReads; ++i) {
-    client_->ReadRange(
-        *core::ObjectPath::Parse("/obj" + std::to_string(i)),
-        core::ObjectVersion{object_.size(), ""}, core::ByteRange{0, object_.size()},
-        core::DeadlineAfter(std::chrono::seconds(30)),
-        [&done, i](Result<core::FetchedBytes> r) { done[i].set_value(std::move(r)); });
-  }
-  for (auto& d : done) {
-    auto r = d.get_future().get();
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_TRUE(r->bytes == object_);
-  }
+  ReadObjectsAtOnce(kReads);
   EXPECT_EQ(server_.MaxDigestsInFlight(), 1);  // all at slowdigest, which did not send them
   EXPECT_EQ(server_.DigestAsks("slowdigest"), kReads);
   EXPECT_EQ(client_->counters().digests_verified, static_cast<uint64_t>(kReads));
